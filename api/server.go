@@ -1,0 +1,141 @@
+// Package api is the HTTP face of the guardrail service: the check endpoint,
+// the admin JSON API for tiers and usage, and health.
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+
+	"github.com/policyguard/policyguard/policy"
+)
+
+// MaxBodyBytes is the largest request body accepted.
+const MaxBodyBytes = 1 << 20
+
+// Config configures a Server.
+type Config struct {
+	// Service answers checks and manages tiers. Required.
+	Service *policy.Service
+	// Health reports whether storage is reachable; nil means always healthy.
+	Health func(context.Context) error
+	// AdminToken guards the admin API. Required: an empty token would let
+	// anyone edit tiers.
+	AdminToken string
+	// Logger receives the access log and internal errors (default
+	// slog.Default()).
+	Logger *slog.Logger
+}
+
+// Server is the HTTP API. It is an http.Handler and safe for concurrent use.
+type Server struct {
+	echo       *echo.Echo
+	svc        *policy.Service
+	health     func(context.Context) error
+	adminToken [sha256.Size]byte
+	log        *slog.Logger
+}
+
+// NewServer returns a Server for cfg with every route registered.
+func NewServer(cfg Config) *Server {
+	s := &Server{
+		echo:       echo.New(),
+		svc:        cfg.Service,
+		health:     cfg.Health,
+		adminToken: sha256.Sum256([]byte(cfg.AdminToken)),
+		log:        cfg.Logger,
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.health == nil {
+		s.health = func(context.Context) error { return nil }
+	}
+	s.echo.HideBanner, s.echo.HidePort = true, true
+	s.echo.HTTPErrorHandler = s.handleError
+	s.echo.Use(
+		middleware.RequestID(),
+		middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true, LogErrorFunc: s.logPanic}),
+		s.accessLog(),
+		middleware.BodyLimit("1M"),
+	)
+	s.routes()
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
+
+// routes lists every route of the service.
+func (s *Server) routes() {
+	e := s.echo
+	e.GET("/healthz", s.handleHealth)
+	e.POST("/v1/check", s.handleCheck)
+
+	admin := e.Group("/v1", s.requireAdmin)
+	admin.GET("/tiers", s.handleListTiers)
+	admin.GET("/tiers/:name", s.handleGetTier)
+	admin.PUT("/tiers/:name", s.handlePutTier)
+	admin.DELETE("/tiers/:name", s.handleDeleteTier)
+	admin.GET("/usage/:user_id", s.handleGetUsage)
+	admin.DELETE("/usage/:user_id", s.handleDeleteUsage)
+}
+
+// requireAdmin lets through requests with "Authorization: Bearer <token>"
+// for the admin token. Tokens are compared as hashes in constant time, so
+// neither their content nor their length leaks through timing.
+func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if !s.validAdminToken(bearerToken(c.Request())) {
+			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="policyguard"`)
+			return policy.Errorf(policy.EUNAUTHORIZED, "missing or wrong admin token")
+		}
+		return next(c)
+	}
+}
+
+func (s *Server) validAdminToken(token string) bool {
+	got := sha256.Sum256([]byte(token))
+	return token != "" && subtle.ConstantTimeCompare(got[:], s.adminToken[:]) == 1
+}
+
+func bearerToken(r *http.Request) string {
+	scheme, token, ok := strings.Cut(r.Header.Get(echo.HeaderAuthorization), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(token)
+}
+
+// pathParam returns the named path parameter, unescaped. Echo routes on the
+// raw path when the URL has escapes its default encoding would not produce,
+// and then leaves parameters escaped.
+func pathParam(c echo.Context, name string) (string, error) {
+	v := c.Param(name)
+	if c.Request().URL.RawPath == "" {
+		return v, nil
+	}
+	u, err := url.PathUnescape(v)
+	if err != nil {
+		return "", policy.Errorf(policy.EINVALID, "path parameter %s is not a valid escaped string", name)
+	}
+	return u, nil
+}
+
+func (s *Server) handleHealth(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+	defer cancel()
+	if err := s.health(ctx); err != nil {
+		s.log.Error("health check failed", "err", err)
+		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "message": policy.ErrorMessage(err)})
+	}
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}

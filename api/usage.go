@@ -1,0 +1,68 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/policyguard/policyguard/policy"
+)
+
+type usageResponse struct {
+	UserID  string              `json:"user_id"`
+	Tier    string              `json:"tier,omitempty"`
+	Windows usageWindowsReponse `json:"windows"`
+}
+
+type usageWindowsReponse struct {
+	Minute usageWindow `json:"minute"`
+	Hour   usageWindow `json:"hour"`
+	Day    usageWindow `json:"day"`
+}
+
+// usageWindow carries limit, remaining and reset only when a tier was named.
+type usageWindow struct {
+	Count     int64  `json:"count"`
+	Limit     *int64 `json:"limit,omitempty"`
+	Remaining *int64 `json:"remaining,omitempty"`
+	Reset     *int64 `json:"reset,omitempty"`
+}
+
+func (s *Server) handleGetUsage(c echo.Context) error {
+	user, err := pathParam(c, "user_id")
+	if err != nil {
+		return err
+	}
+	tier := c.QueryParam("tier")
+	states, err := s.svc.Usage(c.Request().Context(), user, tier)
+	if err != nil {
+		return err
+	}
+	win := func(w policy.WindowState) usageWindow {
+		u := usageWindow{Count: w.Count}
+		if tier != "" {
+			u.Limit, u.Remaining, u.Reset = &w.Limit, &w.Remaining, &w.Reset
+		}
+		return u
+	}
+	return c.JSON(http.StatusOK, usageResponse{
+		UserID: user,
+		Tier:   tier,
+		Windows: usageWindowsReponse{
+			Minute: win(states[policy.Minute]),
+			Hour:   win(states[policy.Hour]),
+			Day:    win(states[policy.Day]),
+		},
+	})
+}
+
+func (s *Server) handleDeleteUsage(c echo.Context) error {
+	user, err := pathParam(c, "user_id")
+	if err != nil {
+		return err
+	}
+	if err := s.svc.Forget(c.Request().Context(), user); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}

@@ -1,0 +1,179 @@
+// Package db stores tiers and admitted requests in SQLite. It implements the
+// storage interfaces of package policy.
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/pressly/goose/v3"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/policyguard/policyguard/migrations"
+	"github.com/policyguard/policyguard/policy"
+)
+
+var (
+	_ policy.TierStore    = (*Store)(nil)
+	_ policy.RequestStore = (*Store)(nil)
+)
+
+// Synchronous settings accepted by WithSynchronous.
+const (
+	// SyncFull makes every commit durable against power loss, not only
+	// against a crash of the process.
+	SyncFull = "FULL"
+	// SyncNormal survives a crash of the process (SIGKILL) but may lose the
+	// last commits on power loss or an OS crash.
+	SyncNormal = "NORMAL"
+)
+
+// Store is a SQLite database of tiers and admitted requests. It is safe for
+// concurrent use. All writes go through one writer goroutine that commits
+// many of them per transaction; reads use a pool of connections.
+type Store struct {
+	db     *sqlx.DB
+	writer *writer
+
+	tiers    atomic.Pointer[tierCache]
+	reloadMu sync.Mutex // serializes tier cache reloads
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+type options struct {
+	synchronous string
+	readConns   int
+	maxBatch    int
+}
+
+// Option configures Open.
+type Option func(*options)
+
+// WithSynchronous sets SQLite's synchronous pragma: SyncFull (default) or
+// SyncNormal.
+func WithSynchronous(mode string) Option { return func(o *options) { o.synchronous = mode } }
+
+// WithMaxBatch sets how many writes the writer commits in one transaction at
+// most (default 256).
+func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
+
+// Open opens the database at path, creating it (mode 0600) if it does not
+// exist, and applies every pending migration. Close releases it.
+func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
+	o := options{synchronous: SyncFull, readConns: 4, maxBatch: 256}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	switch o.synchronous = strings.ToUpper(o.synchronous); o.synchronous {
+	case SyncFull, SyncNormal:
+	default:
+		return nil, fmt.Errorf("synchronous must be FULL or NORMAL, not %q", o.synchronous)
+	}
+	if path == "" || strings.ContainsAny(path, "?#") || strings.HasPrefix(path, "file:") || path == ":memory:" {
+		return nil, fmt.Errorf("database path %q: must be a plain file path", path)
+	}
+	if err := createFile(path); err != nil {
+		return nil, err
+	}
+
+	dsn := path + "?_busy_timeout=5000&_journal_mode=WAL&_synchronous=" + o.synchronous +
+		"&_foreign_keys=1&_pragma=temp_store(memory)"
+	sdb, err := sqlx.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	// One connection belongs to the writer for the store's lifetime.
+	sdb.SetMaxOpenConns(o.readConns + 1)
+	sdb.SetMaxIdleConns(o.readConns + 1)
+
+	s := &Store{db: sdb}
+	if err := s.migrate(ctx); err != nil {
+		sdb.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if s.writer, err = newWriter(ctx, sdb.DB, o.maxBatch); err != nil {
+		sdb.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := s.reloadTiers(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return s, nil
+}
+
+// createFile creates path with mode 0600 when it does not exist, so the
+// database is never readable by other users, whatever the umask.
+func createFile(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	switch {
+	case err == nil:
+		return f.Close()
+	case errors.Is(err, fs.ErrExist):
+		st, err := os.Stat(path)
+		if err != nil {
+			return err
+		}
+		if st.IsDir() {
+			return fmt.Errorf("database path %s is a directory", path)
+		}
+		return nil
+	default:
+		return fmt.Errorf("create database: %w", err)
+	}
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	p, err := goose.NewProvider(goose.DialectSQLite3, s.db.DB, migrations.FS)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	return nil
+}
+
+// Ping reports whether the database answers a query.
+func (s *Store) Ping(ctx context.Context) error {
+	var n int
+	if err := s.db.GetContext(ctx, &n, "SELECT count(*) FROM tiers"); err != nil {
+		return unavailable(err)
+	}
+	return nil
+}
+
+// Close waits for pending writes to commit and closes the database. Calls
+// after Close fail.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		var err error
+		if s.writer != nil {
+			err = s.writer.close()
+		}
+		s.closeErr = errors.Join(err, s.db.Close())
+	})
+	return s.closeErr
+}
+
+// unavailable wraps a storage failure as a policy error, so callers fail
+// closed with a message that says what failed.
+func unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	var pe *policy.Error
+	if errors.As(err, &pe) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return &policy.Error{Code: policy.EUNAVAILABLE, Message: "storage failed: " + err.Error()}
+}

@@ -1,0 +1,101 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"log/slog"
+	"time"
+)
+
+// pruneBatch bounds the rows one prune step deletes and the users it visits,
+// so a step holds the write lock about as long as a batch of checks does.
+const pruneBatch = 1000
+
+// Prune deletes every request recorded at or before cutoff and returns how
+// many it deleted. It works in small steps, each its own transaction shared
+// with whatever checks are queued, so checks never wait behind it for long.
+func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
+	var total int64
+	cursor, done := "", false
+	for !done {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		var deleted int64
+		var next string
+		err := s.writer.do(ctx, func(tx *writeTx) error {
+			var err error
+			deleted, next, done, err = pruneStep(tx, cursor, cutoff.UnixMicro())
+			return err
+		})
+		if err != nil {
+			return total, err
+		}
+		total += deleted
+		cursor = next
+	}
+	return total, nil
+}
+
+// pruneStep visits users after cursor in key order, deleting their rows at
+// or before cutoff, until it has deleted or visited pruneBatch. It returns
+// the cursor to resume from and whether every user has been visited.
+func pruneStep(tx *writeTx, cursor string, cutoff int64) (deleted int64, next string, done bool, err error) {
+	for visited := 0; visited < pruneBatch && deleted < pruneBatch; visited++ {
+		var user string
+		err := tx.queryRow(qNextUser, cursor).Scan(&user)
+		if errors.Is(err, sql.ErrNoRows) {
+			return deleted, cursor, true, nil
+		}
+		if err != nil {
+			return 0, "", false, unavailable(err)
+		}
+		// Delete at most what is left of the budget: the oldest rows up to
+		// the budget-th old one, or all old rows if there are fewer.
+		bound := cutoff
+		var nth int64
+		err = tx.queryRow(qPruneBound, user, cutoff, pruneBatch-deleted-1).Scan(&nth)
+		partial := err == nil
+		switch {
+		case partial:
+			bound = nth
+		case !errors.Is(err, sql.ErrNoRows):
+			return 0, "", false, unavailable(err)
+		}
+		res, err := tx.exec(qPruneDelete, user, bound)
+		if err != nil {
+			return 0, "", false, unavailable(err)
+		}
+		n, _ := res.RowsAffected()
+		deleted += n
+		if partial {
+			// The user may have more old rows: resume at the same user.
+			return deleted, cursor, false, nil
+		}
+		cursor = user
+	}
+	return deleted, cursor, false, nil
+}
+
+// PruneEvery calls Prune every interval with the cutoff retention before
+// now(), until ctx ends. Failures are logged and retried at the next tick.
+func (s *Store) PruneEvery(ctx context.Context, interval, retention time.Duration, now func() time.Time, log *slog.Logger) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		start := time.Now()
+		n, err := s.Prune(ctx, now().Add(-retention))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Error("cleanup failed", "deleted", n, "err", err)
+		case n > 0:
+			log.Info("cleanup", "deleted", n, "took", time.Since(start).Round(time.Millisecond))
+		}
+	}
+}

@@ -1,0 +1,177 @@
+package policy
+
+import (
+	"context"
+	"slices"
+	"time"
+)
+
+// Outcome classifies a Decision.
+type Outcome int
+
+const (
+	// Admitted means every guardrail let the request through.
+	Admitted Outcome = iota
+	// RateLimited means a window is full; retrying later can succeed.
+	RateLimited
+	// Denied means the request is not allowed at all as it stands, such as a
+	// feature outside the user's plan; retrying unchanged will not succeed.
+	Denied
+)
+
+// Request is what a caller asks to be checked. Every field may be empty.
+type Request struct {
+	// InputText is the prompt. Policy guardrails ignore it; it is here for
+	// content guardrails a deployment adds. It is never stored.
+	InputText string
+	UserID    string
+	Tier      string
+	Feature   string
+}
+
+// Check is a Request resolved for the guardrails: defaults applied, the tier
+// looked up, the instant fixed.
+type Check struct {
+	Request
+	Tier *Tier
+	Now  time.Time
+	// DryRun asks guardrails to decide without changing any state.
+	DryRun bool
+}
+
+// Decision is a guardrail's answer. A refusal is a Decision, not an error.
+type Decision struct {
+	Outcome Outcome
+	// Reason says why the request was refused; empty when admitted.
+	Reason string
+	// RetryAfter is the whole seconds after which the same request would be
+	// admitted, when Outcome is RateLimited; otherwise 0.
+	RetryAfter int64
+	// Tier is the name of the tier the request was checked under.
+	Tier string
+	// Guardrail names the guardrail that refused, or the last one that ran.
+	Guardrail string
+	// Windows is the user's window state after this check. It is nil from a
+	// guardrail that does not track windows.
+	Windows *[len(Windows)]WindowState
+}
+
+// Allowed reports whether the request was admitted.
+func (d *Decision) Allowed() bool { return d.Outcome == Admitted }
+
+// Guardrail is one pre-model check. Check returns a Decision for any answer,
+// admitted or refused, and an error only when it could not decide.
+type Guardrail interface {
+	Name() string
+	// Priority orders guardrails in a Chain: lower runs first.
+	Priority() int
+	Check(ctx context.Context, c *Check) (Decision, error)
+}
+
+// Chain runs guardrails in priority order and stops at the first refusal, so
+// a request refused by an early guardrail costs nothing in a later one (it
+// consumes no quota). A Chain is safe for concurrent use if its guardrails are.
+type Chain struct {
+	guardrails []Guardrail
+}
+
+// NewChain returns a Chain of gs ordered by priority; guardrails of equal
+// priority keep the order given.
+func NewChain(gs ...Guardrail) *Chain {
+	gs = slices.Clone(gs)
+	slices.SortStableFunc(gs, func(a, b Guardrail) int { return a.Priority() - b.Priority() })
+	return &Chain{guardrails: gs}
+}
+
+// Guardrails returns the chain's guardrails in the order they run.
+func (ch *Chain) Guardrails() []Guardrail { return slices.Clone(ch.guardrails) }
+
+// Check runs the chain. The returned Decision is the first refusal, or the
+// admission of the last guardrail, carrying the latest window state seen.
+func (ch *Chain) Check(ctx context.Context, c *Check) (Decision, error) {
+	d := Decision{Outcome: Admitted, Tier: c.Tier.Name}
+	for _, g := range ch.guardrails {
+		gd, err := g.Check(ctx, c)
+		if err != nil {
+			return Decision{}, err
+		}
+		d.Outcome, d.Reason, d.RetryAfter, d.Guardrail = gd.Outcome, gd.Reason, gd.RetryAfter, g.Name()
+		if gd.Windows != nil {
+			d.Windows = gd.Windows
+		}
+		if !d.Allowed() {
+			break
+		}
+	}
+	return d, nil
+}
+
+// TierAccess refuses a request whose feature is not included in its tier.
+type TierAccess struct{}
+
+// Name implements Guardrail.
+func (TierAccess) Name() string { return "tier_access" }
+
+// Priority implements Guardrail: before anything that consumes quota.
+func (TierAccess) Priority() int { return 1 }
+
+// Check implements Guardrail.
+func (TierAccess) Check(_ context.Context, c *Check) (Decision, error) {
+	if c.Tier.Includes(c.Feature) {
+		return Decision{Outcome: Admitted}, nil
+	}
+	return Decision{
+		Outcome: Denied,
+		Reason:  "feature " + quote(c.Feature) + " is not included in tier " + quote(c.Tier.Name),
+	}, nil
+}
+
+// RateLimiter enforces the tier's three rolling windows and records each
+// admitted request in its store.
+type RateLimiter struct {
+	Store RequestStore
+}
+
+// Name implements Guardrail.
+func (*RateLimiter) Name() string { return "rate_limiter" }
+
+// Priority implements Guardrail: late, so that only requests every other
+// guardrail admitted consume quota.
+func (*RateLimiter) Priority() int { return 5 }
+
+// Check implements Guardrail. Evaluation and recording happen in one Admit,
+// so concurrent checks for a user never admit past a limit.
+func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
+	var ev Evaluation
+	decide := func(h History) (time.Time, bool, error) {
+		var err error
+		ev, err = Evaluate(h, c.Tier, c.Now)
+		return ev.RecordAt, ev.Allowed && !c.DryRun, err
+	}
+	var err error
+	if c.DryRun {
+		err = r.Store.View(ctx, c.UserID, func(h History) error { _, _, err := decide(h); return err })
+	} else {
+		err = r.Store.Admit(ctx, c.UserID, decide)
+	}
+	if err != nil {
+		return Decision{}, err
+	}
+	d := Decision{Outcome: Admitted, Windows: &ev.Windows}
+	if !ev.Allowed {
+		d.Outcome, d.Reason, d.RetryAfter = RateLimited, ev.Blocked.Reason(), ev.RetryAfter
+	}
+	return d, nil
+}
+
+// Usage returns userID's window state under tier t (only counts when t is
+// nil) without recording anything.
+func (r *RateLimiter) Usage(ctx context.Context, userID string, t *Tier, now time.Time) ([len(Windows)]WindowState, error) {
+	var states [len(Windows)]WindowState
+	err := r.Store.View(ctx, userID, func(h History) error {
+		var err error
+		states, err = Usage(h, t, now)
+		return err
+	})
+	return states, err
+}

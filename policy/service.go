@@ -1,0 +1,159 @@
+package policy
+
+import (
+	"context"
+	"time"
+)
+
+// AnonymousUser is the user id of a request that names none.
+const AnonymousUser = "anonymous"
+
+// DefaultTierName is the tier of a request that names none, unless configured.
+const DefaultTierName = "free"
+
+// MaxUserIDBytes is the longest user id accepted.
+const MaxUserIDBytes = 256
+
+// Service answers checks: it resolves a request's user and tier and runs the
+// guardrail chain. It is safe for concurrent use.
+type Service struct {
+	tiers       TierStore
+	limiter     *RateLimiter
+	chain       *Chain
+	defaultTier string
+	now         func() time.Time
+}
+
+// Option configures a Service.
+type Option func(*Service)
+
+// WithDefaultTier sets the tier of requests that name none (default "free").
+func WithDefaultTier(name string) Option { return func(s *Service) { s.defaultTier = name } }
+
+// WithClock sets the source of the current time (default time.Now).
+func WithClock(now func() time.Time) Option { return func(s *Service) { s.now = now } }
+
+// WithGuardrails adds guardrails to the chain beside TierAccess and the
+// RateLimiter; their priorities place them.
+func WithGuardrails(gs ...Guardrail) Option {
+	return func(s *Service) { s.chain = NewChain(append(s.chain.guardrails, gs...)...) }
+}
+
+// NewService returns a Service whose chain is TierAccess then a RateLimiter
+// over requests, plus any guardrails added with WithGuardrails.
+func NewService(tiers TierStore, requests RequestStore, opts ...Option) *Service {
+	limiter := &RateLimiter{Store: requests}
+	s := &Service{
+		tiers:       tiers,
+		limiter:     limiter,
+		chain:       NewChain(TierAccess{}, limiter),
+		defaultTier: DefaultTierName,
+		now:         time.Now,
+	}
+	for _, opt := range opts {
+		opt(s)
+	}
+	return s
+}
+
+// Chain returns the guardrail chain the service runs.
+func (s *Service) Chain() *Chain { return s.chain }
+
+// Now returns the service clock's current time.
+func (s *Service) Now() time.Time { return s.now() }
+
+// DefaultTier returns the name of the tier used when a request names none.
+func (s *Service) DefaultTier() string { return s.defaultTier }
+
+// Check decides req and, when admitted (and not a dry run), records it.
+// Unknown tiers and malformed requests are EINVALID errors, never admissions.
+func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision, error) {
+	if req.UserID == "" {
+		req.UserID = AnonymousUser
+	}
+	if len(req.UserID) > MaxUserIDBytes {
+		return Decision{}, Errorf(EINVALID, "user_id must be at most %d bytes", MaxUserIDBytes)
+	}
+	if req.Tier == "" {
+		req.Tier = s.defaultTier
+	}
+	tier, err := s.tiers.Tier(ctx, req.Tier)
+	if ErrorCode(err) == ENOTFOUND {
+		return Decision{}, Errorf(EINVALID, "unknown tier %s", quote(req.Tier))
+	} else if err != nil {
+		return Decision{}, err
+	}
+	c := &Check{Request: req, Tier: &tier, Now: s.now(), DryRun: dryRun}
+	d, err := s.chain.Check(ctx, c)
+	if err != nil {
+		return Decision{}, err
+	}
+	if d.Windows == nil {
+		// Refused before the rate limiter ran: report the windows as they
+		// stand, with nothing consumed.
+		states, err := s.limiter.Usage(ctx, c.UserID, &tier, c.Now)
+		if err != nil {
+			return Decision{}, err
+		}
+		d.Windows = &states
+	}
+	return d, nil
+}
+
+// Usage returns userID's window state. With a tier name, each window also
+// carries that tier's limit, remaining quota and reset; otherwise only counts.
+func (s *Service) Usage(ctx context.Context, userID, tierName string) ([len(Windows)]WindowState, error) {
+	if len(userID) > MaxUserIDBytes {
+		return [len(Windows)]WindowState{}, Errorf(EINVALID, "user_id must be at most %d bytes", MaxUserIDBytes)
+	}
+	var tier *Tier
+	if tierName != "" {
+		t, err := s.tiers.Tier(ctx, tierName)
+		if ErrorCode(err) == ENOTFOUND {
+			return [len(Windows)]WindowState{}, Errorf(EINVALID, "unknown tier %s", quote(tierName))
+		} else if err != nil {
+			return [len(Windows)]WindowState{}, err
+		}
+		tier = &t
+	}
+	return s.limiter.Usage(ctx, userID, tier, s.now())
+}
+
+// Forget deletes userID's recorded requests.
+func (s *Service) Forget(ctx context.Context, userID string) error {
+	if len(userID) > MaxUserIDBytes {
+		return Errorf(EINVALID, "user_id must be at most %d bytes", MaxUserIDBytes)
+	}
+	return s.limiter.Store.Forget(ctx, userID)
+}
+
+// Tiers returns every tier ordered by name.
+func (s *Service) Tiers(ctx context.Context) ([]Tier, error) { return s.tiers.Tiers(ctx) }
+
+// Tier returns the named tier, or an ENOTFOUND error.
+func (s *Service) Tier(ctx context.Context, name string) (Tier, error) {
+	return s.tiers.Tier(ctx, name)
+}
+
+// PutTier validates t, stamps it with the current time and creates or
+// replaces it. The change applies to the very next check.
+func (s *Service) PutTier(ctx context.Context, t Tier) (Tier, bool, error) {
+	if err := t.Validate(); err != nil {
+		return Tier{}, false, err
+	}
+	if t.Features == nil {
+		t.Features = []string{}
+	}
+	t.UpdatedAt = s.now().UTC().Truncate(Resolution)
+	created, err := s.tiers.PutTier(ctx, t)
+	return t, created, err
+}
+
+// DeleteTier removes the named tier. The default tier cannot be deleted:
+// every request that names no tier would then fail.
+func (s *Service) DeleteTier(ctx context.Context, name string) error {
+	if name == s.defaultTier {
+		return Errorf(ECONFLICT, "tier %s is the default tier and cannot be deleted", quote(name))
+	}
+	return s.tiers.DeleteTier(ctx, name)
+}

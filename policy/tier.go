@@ -1,0 +1,156 @@
+package policy
+
+import (
+	"context"
+	"regexp"
+	"time"
+	"unicode/utf8"
+)
+
+// MaxLimit is the largest value a tier limit may take (2^31-1), so limits fit
+// every client's integer type.
+const MaxLimit = 1<<31 - 1
+
+// AllFeatures in a tier's feature list includes every feature.
+const AllFeatures = "*"
+
+// MaxDescription is the longest tier description accepted, in bytes.
+const MaxDescription = 1024
+
+var (
+	tierNameRE    = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+	featureNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$`)
+)
+
+// Tier is a subscription plan: the limits of its three rolling windows and the
+// features it includes.
+type Tier struct {
+	Name              string
+	RequestsPerMinute int64
+	RequestsPerHour   int64
+	RequestsPerDay    int64
+	// BurstAllowance widens only the minute window, so a short spike passes
+	// without relaxing the hour and day caps.
+	BurstAllowance int64
+	Features       []string
+	Description    string
+	UpdatedAt      time.Time
+}
+
+// Ceiling returns the number of admitted requests window w may hold.
+func (t *Tier) Ceiling(w Window) int64 {
+	switch w {
+	case Minute:
+		return t.RequestsPerMinute + t.BurstAllowance
+	case Hour:
+		return t.RequestsPerHour
+	default:
+		return t.RequestsPerDay
+	}
+}
+
+// Includes reports whether the tier's plan includes feature. An empty feature
+// (the request named none) is always included.
+func (t *Tier) Includes(feature string) bool {
+	if feature == "" {
+		return true
+	}
+	for _, f := range t.Features {
+		if f == AllFeatures || f == feature {
+			return true
+		}
+	}
+	return false
+}
+
+// ValidTierName reports whether name is a well-formed tier name.
+func ValidTierName(name string) bool { return tierNameRE.MatchString(name) }
+
+// FieldError is the validation failure of one field of a tier. It is an
+// *Error with code EINVALID once wrapped by Validate's caller; the field name
+// lets a form show the message beside the right input.
+type FieldError struct {
+	Field   string
+	Message string
+}
+
+// Validate reports the first problem with t, or nil. Its *Error message names
+// the field; ValidateFields returns every problem.
+func (t *Tier) Validate() error {
+	if errs := t.ValidateFields(); len(errs) > 0 {
+		return &Error{Code: EINVALID, Message: errs[0].Message}
+	}
+	return nil
+}
+
+// ValidateFields returns every problem with t, in field order.
+func (t *Tier) ValidateFields() []FieldError {
+	var errs []FieldError
+	if !ValidTierName(t.Name) {
+		errs = append(errs, FieldError{"name", "name must match [a-z0-9][a-z0-9_-]{0,62}"})
+	}
+	for _, l := range []struct {
+		field string
+		v     int64
+	}{
+		{"requests_per_minute", t.RequestsPerMinute},
+		{"requests_per_hour", t.RequestsPerHour},
+		{"requests_per_day", t.RequestsPerDay},
+		{"burst_allowance", t.BurstAllowance},
+	} {
+		if l.v < 0 || l.v > MaxLimit {
+			errs = append(errs, FieldError{l.field, l.field + " must be an integer from 0 to 2147483647"})
+		}
+	}
+	seen := make(map[string]bool, len(t.Features))
+	for _, f := range t.Features {
+		switch {
+		case f != AllFeatures && !featureNameRE.MatchString(f):
+			errs = append(errs, FieldError{"features", "feature " + quote(f) + " must be \"*\" or match [A-Za-z0-9][A-Za-z0-9_.:-]{0,63}"})
+		case seen[f]:
+			errs = append(errs, FieldError{"features", "feature " + quote(f) + " is listed twice"})
+		}
+		seen[f] = true
+	}
+	if len(t.Description) > MaxDescription {
+		errs = append(errs, FieldError{"description", "description must be at most 1024 bytes"})
+	} else if !utf8.ValidString(t.Description) {
+		errs = append(errs, FieldError{"description", "description must be valid UTF-8"})
+	}
+	return errs
+}
+
+// quote renders a user-supplied string for a message, truncated so a huge
+// input cannot make a huge error.
+func quote(s string) string {
+	const max = 64
+	if len(s) > max {
+		s = s[:max] + "..."
+	}
+	b := make([]byte, 0, len(s)+2)
+	b = append(b, '"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b = append(b, '\\', byte(r))
+		case r < 0x20 || r == 0x7f || r == utf8.RuneError:
+			b = append(b, '?')
+		default:
+			b = utf8.AppendRune(b, r)
+		}
+	}
+	return string(append(b, '"'))
+}
+
+// TierStore keeps tiers. Implementations are safe for concurrent use; a
+// change is visible to the very next Tier call.
+type TierStore interface {
+	// Tier returns the named tier, or an ENOTFOUND error.
+	Tier(ctx context.Context, name string) (Tier, error)
+	// Tiers returns every tier ordered by name.
+	Tiers(ctx context.Context) ([]Tier, error)
+	// PutTier creates or replaces t and reports whether it was created.
+	PutTier(ctx context.Context, t Tier) (created bool, err error)
+	// DeleteTier removes the named tier, or returns an ENOTFOUND error.
+	DeleteTier(ctx context.Context, name string) error
+}

@@ -1,0 +1,219 @@
+package policy
+
+import (
+	"context"
+	"time"
+)
+
+// Window is one of the three rolling windows a tier limits.
+type Window int
+
+// The windows, in the order they are checked.
+const (
+	Minute Window = iota
+	Hour
+	Day
+)
+
+// Windows lists every window in check order.
+var Windows = [...]Window{Minute, Hour, Day}
+
+// Resolution is the precision of recorded timestamps. Times are truncated to
+// it before any comparison so that what is decided is exactly what is stored.
+const Resolution = time.Microsecond
+
+// Retention is how long a recorded request can still count: the longest
+// window. Older rows may be deleted.
+const Retention = 24 * time.Hour
+
+// Duration returns the window's length.
+func (w Window) Duration() time.Duration {
+	switch w {
+	case Minute:
+		return time.Minute
+	case Hour:
+		return time.Hour
+	default:
+		return 24 * time.Hour
+	}
+}
+
+// String returns the window's name as it appears in API answers.
+func (w Window) String() string {
+	switch w {
+	case Minute:
+		return "minute"
+	case Hour:
+		return "hour"
+	default:
+		return "day"
+	}
+}
+
+// Reason returns the refusal reason for a request blocked by w.
+func (w Window) Reason() string { return "per-" + w.String() + " limit exceeded" }
+
+// History is a read view of one user's admitted requests, ordered by
+// timestamp. It is valid only inside the callback it was passed to.
+type History interface {
+	// Last returns the newest recorded timestamp; ok is false when there is none.
+	Last() (at time.Time, ok bool, err error)
+	// CountAfter returns how many recorded timestamps are strictly after t.
+	CountAfter(t time.Time) (int64, error)
+	// NthAfter returns the k-th oldest (from 1) recorded timestamp strictly
+	// after t. k is at most CountAfter(t).
+	NthAfter(t time.Time, k int64) (time.Time, error)
+}
+
+// RequestStore records admitted requests. Implementations are safe for
+// concurrent use.
+type RequestStore interface {
+	// Admit calls decide with userID's history and, when decide returns
+	// record=true, records one request at the time it returns. No other
+	// Admit for the same user runs between the two, so a limit checked in
+	// decide holds under any number of concurrent callers. Admit returns
+	// after the record is durable, or with an error and nothing recorded.
+	Admit(ctx context.Context, userID string, decide func(History) (at time.Time, record bool, err error)) error
+	// View calls fn with a consistent read-only view of userID's history.
+	View(ctx context.Context, userID string, fn func(History) error) error
+	// Forget deletes every recorded request of userID.
+	Forget(ctx context.Context, userID string) error
+}
+
+// WindowState describes one window of one user at one instant.
+type WindowState struct {
+	// Count is the number of admitted requests in the window.
+	Count int64
+	// Limit is the ceiling that applies (the minute's includes the burst).
+	Limit int64
+	// Remaining is how many more requests the window admits now.
+	Remaining int64
+	// Reset is the whole seconds until the window next frees a slot, 0 when
+	// it is empty.
+	Reset int64
+}
+
+// Evaluation is the rate-limit verdict for one request.
+type Evaluation struct {
+	Allowed bool
+	// Blocked is the first window at or over its ceiling, when !Allowed.
+	Blocked Window
+	// RetryAfter is the whole seconds after which the same request would be
+	// admitted if nothing else happened; 0 when allowed.
+	RetryAfter int64
+	// RecordAt is when an admitted request is recorded.
+	RecordAt time.Time
+	// Windows holds each window's state as it would be after this request:
+	// including it when allowed.
+	Windows [len(Windows)]WindowState
+}
+
+// Evaluate decides whether one more request from the user whose history is h
+// fits tier t at now. It reads h and changes nothing.
+//
+// A window counts the requests recorded strictly after now minus its length.
+// The request is admitted only when every window is below its ceiling.
+// RetryAfter covers every blocking window, not only the first: a window with
+// count n and ceiling c admits again once its (n-c+1)-th oldest request has
+// left it, which also holds after a limit was lowered below n.
+func Evaluate(h History, t *Tier, now time.Time) (Evaluation, error) {
+	now = now.Truncate(Resolution)
+	var ev Evaluation
+	last, any, err := h.Last()
+	if err != nil {
+		return ev, err
+	}
+	// A user's timestamps strictly increase, so a clock that steps backwards
+	// records at the newest timestamp plus one tick: history never reorders
+	// and a request stays counted at least as long as the wall clock says.
+	ev.RecordAt = now
+	if any && !last.Before(now) {
+		ev.RecordAt = last.Add(Resolution)
+	}
+
+	var counts [len(Windows)]int64
+	ev.Allowed = true
+	for _, w := range Windows {
+		cutoff := now.Add(-w.Duration())
+		n, err := h.CountAfter(cutoff)
+		if err != nil {
+			return ev, err
+		}
+		counts[w] = n
+		ceiling := t.Ceiling(w)
+		if n < ceiling {
+			continue
+		}
+		if ev.Allowed {
+			ev.Allowed, ev.Blocked = false, w
+		}
+		wait := w.Duration() // a zero ceiling never admits; wait a full window
+		if k := n - ceiling + 1; k >= 1 && k <= n {
+			frees, err := h.NthAfter(cutoff, k)
+			if err != nil {
+				return ev, err
+			}
+			wait = frees.Add(w.Duration()).Sub(now)
+		}
+		ev.RetryAfter = max(ev.RetryAfter, ceilSeconds(wait))
+	}
+
+	for _, w := range Windows {
+		n, oldest := counts[w], time.Time{}
+		if ev.Allowed {
+			n++
+		}
+		switch {
+		case counts[w] > 0:
+			if oldest, err = h.NthAfter(now.Add(-w.Duration()), 1); err != nil {
+				return ev, err
+			}
+		case ev.Allowed:
+			oldest = ev.RecordAt
+		}
+		ev.Windows[w] = state(n, t.Ceiling(w), oldest, w, now)
+	}
+	return ev, nil
+}
+
+// Usage returns the state of each window of h under tier t at now, without
+// counting any new request. With a nil t only each window's Count is set.
+func Usage(h History, t *Tier, now time.Time) ([len(Windows)]WindowState, error) {
+	now = now.Truncate(Resolution)
+	var states [len(Windows)]WindowState
+	for _, w := range Windows {
+		cutoff := now.Add(-w.Duration())
+		n, err := h.CountAfter(cutoff)
+		if err != nil {
+			return states, err
+		}
+		var oldest time.Time
+		if n > 0 && t != nil {
+			if oldest, err = h.NthAfter(cutoff, 1); err != nil {
+				return states, err
+			}
+		}
+		if t == nil {
+			states[w].Count = n
+			continue
+		}
+		states[w] = state(n, t.Ceiling(w), oldest, w, now)
+	}
+	return states, nil
+}
+
+func state(n, ceiling int64, oldest time.Time, w Window, now time.Time) WindowState {
+	s := WindowState{Count: n, Limit: ceiling, Remaining: max(ceiling-n, 0)}
+	if n > 0 {
+		s.Reset = ceilSeconds(oldest.Add(w.Duration()).Sub(now))
+	}
+	return s
+}
+
+// ceilSeconds rounds d up to whole seconds, never below zero.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}

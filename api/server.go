@@ -87,6 +87,7 @@ func (s *Server) routes() {
 	admin.DELETE("/tiers/:name", s.handleDeleteTier)
 	admin.GET("/usage/:user_id", s.handleGetUsage)
 	admin.DELETE("/usage/:user_id", s.handleDeleteUsage)
+	s.adminRoutes()
 }
 
 // requireAdmin lets through requests with "Authorization: Bearer <token>"

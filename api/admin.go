@@ -1,0 +1,289 @@
+package api
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/policyguard/policyguard/policy"
+	"github.com/policyguard/policyguard/web"
+)
+
+// adminCSP lets admin pages load only the service's own stylesheet and icon,
+// run no script at all and submit forms only to the service: an injected
+// tag, were one ever to get past the escaping, could do nothing.
+const adminCSP = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+// admin is the browser admin page under /admin: sign-in, sessions and the
+// forms that edit tiers and look up users. It talks only to the
+// policy.Service, as the JSON API does. It is safe for concurrent use.
+type admin struct {
+	s        *Server
+	sessions adminSessions
+	throttle signInThrottle
+	origin   *http.CrossOriginProtection
+}
+
+// adminView is the view model of every admin page; each page sets its own
+// fields besides the common ones.
+type adminView struct {
+	Title string
+	Nav   string // the current section: "tiers" or "usage"
+	CSRF  string // set when signed in; the header then shows the navigation
+	Flash string // what the last change did
+	Alert string // an error about the page as a whole
+
+	LoginError string          // login
+	Tiers      []adminTierRow  // tiers
+	Form       *adminTierForm  // tiers (create), tier (edit)
+	Tier       string          // delete: the tier in question
+	CanDelete  bool            // delete
+	Usage      *adminUsageView // usage
+	Message    string          // error
+}
+
+// adminRoutes registers the admin page. Every page and form except sign-in
+// needs a session; the JSON API under /v1 keeps its bearer token.
+func (s *Server) adminRoutes() {
+	a := &admin{s: s, origin: http.NewCrossOriginProtection()}
+	g := s.echo.Group("/admin", a.headers, a.sameOrigin)
+	static := http.StripPrefix("/admin/static/", http.FileServerFS(web.Static))
+	g.GET("/static/*", echo.WrapHandler(static))
+	g.GET("/login", a.handleLoginPage)
+	g.POST("/login", a.handleLogin)
+
+	signedIn := []echo.MiddlewareFunc{a.requireSession}
+	g.GET("", a.handleTiersPage, signedIn...)
+	g.GET("/", a.redirectTo("/admin"), signedIn...)
+	g.GET("/tiers", a.redirectTo("/admin"), signedIn...)
+	g.GET("/tiers/:name", a.handleTierPage, signedIn...)
+	g.GET("/tiers/:name/delete", a.handleDeletePage, signedIn...)
+	g.GET("/usage", a.handleUsagePage, signedIn...)
+
+	forms := []echo.MiddlewareFunc{a.requireSession, a.requireCSRF}
+	g.POST("/logout", a.handleLogout, forms...)
+	g.POST("/tiers", a.handleCreateTier, forms...)
+	g.POST("/tiers/:name", a.handleSaveTier, forms...)
+	g.POST("/tiers/:name/delete", a.handleDeleteTier, forms...)
+	g.POST("/usage/clear", a.handleClearUsage, forms...)
+}
+
+// headers sets the security headers of every admin response. Pages carry
+// CSRF tokens and user data, so no cache keeps them.
+func (a *admin) headers(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Response().Header()
+		h.Set("Content-Security-Policy", adminCSP)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("Cache-Control", "no-store")
+		return next(c)
+	}
+}
+
+// sameOrigin refuses state-changing requests sent by another site, judged
+// by Sec-Fetch-Site or else Origin against Host. It covers the sign-in form
+// too, which has no session token yet to check.
+func (a *admin) sameOrigin(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if err := a.origin.Check(c.Request()); err != nil {
+			return a.renderError(c, http.StatusForbidden, "Request refused",
+				"This form was sent from another site, so it was refused. Open the admin page and send it from there.")
+		}
+		return next(c)
+	}
+}
+
+// requireSession lets through requests with a live session and sends every
+// other one to the sign-in page. Nothing is changed for a request without a
+// session, whatever its method.
+func (a *admin) requireSession(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		id := adminSessionID(c)
+		sess, ok := a.sessions.get(id, a.s.svc.Now())
+		if !ok {
+			if id != "" {
+				a.clearCookie(c) // expired or from before a restart
+			}
+			return c.Redirect(http.StatusSeeOther, "/admin/login")
+		}
+		c.Set("admin.session", sess)
+		c.Set("admin.session_id", id)
+		return next(c)
+	}
+}
+
+// requireCSRF refuses a form whose token is not its session's.
+func (a *admin) requireCSRF(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		sess := adminSessionOf(c)
+		if !sess.validCSRF(c.FormValue("csrf")) {
+			return a.renderError(c, http.StatusForbidden, "Request refused",
+				"This form is out of date or did not come from the admin page, so it was refused. Reload the page and try again.")
+		}
+		return next(c)
+	}
+}
+
+func adminSessionID(c echo.Context) string {
+	ck, err := c.Cookie(adminSessionCookie)
+	if err != nil {
+		return ""
+	}
+	return ck.Value
+}
+
+func adminSessionOf(c echo.Context) adminSession {
+	s, _ := c.Get("admin.session").(adminSession)
+	return s
+}
+
+// view returns the common fields of a signed-in page and takes the
+// session's flash message, which is shown once.
+func (a *admin) view(c echo.Context, title, nav string) adminView {
+	id, _ := c.Get("admin.session_id").(string)
+	return adminView{Title: title, Nav: nav, CSRF: adminSessionOf(c).csrf, Flash: a.sessions.takeFlash(id)}
+}
+
+// flash stores msg for the page the redirect after this request shows.
+func (a *admin) flash(c echo.Context, msg string) {
+	id, _ := c.Get("admin.session_id").(string)
+	a.sessions.setFlash(id, msg)
+}
+
+func (a *admin) redirectTo(path string) echo.HandlerFunc {
+	return func(c echo.Context) error { return c.Redirect(http.StatusSeeOther, path) }
+}
+
+// render executes the named page template with v.
+func (a *admin) render(c echo.Context, status int, name string, v adminView) error {
+	var buf bytes.Buffer
+	if err := web.Templates.ExecuteTemplate(&buf, name, v); err != nil {
+		return fmt.Errorf("render admin page %s: %w", name, err)
+	}
+	return c.HTMLBlob(status, buf.Bytes())
+}
+
+// renderError shows a page that says what went wrong.
+func (a *admin) renderError(c echo.Context, status int, title, msg string) error {
+	v := adminView{Title: title, Message: msg, CSRF: adminSessionOf(c).csrf}
+	return a.render(c, status, "error", v)
+}
+
+// fail shows err as a page, with the status the JSON API would give it.
+// Internal failures are logged and shown without their text.
+func (a *admin) fail(c echo.Context, err error) error {
+	status := statusOf[policy.ErrorCode(err)]
+	if status == 0 || status >= 500 {
+		a.s.log.LogAttrs(c.Request().Context(), slog.LevelError, "admin page failed",
+			slog.String("id", c.Response().Header().Get(echo.HeaderXRequestID)),
+			slog.String("method", c.Request().Method),
+			slog.String("path", c.Request().URL.Path),
+			slog.Any("err", err))
+		if status == 0 {
+			status = http.StatusInternalServerError
+		}
+	}
+	return a.renderError(c, status, http.StatusText(status), policy.ErrorMessage(err))
+}
+
+// clientIP returns the address failed sign-ins are counted against. Unless
+// the server was told how to read a proxy's headers (an IPExtractor), it is
+// the connection's own address: X-Forwarded-For would let each attempt claim
+// a fresh address and escape the throttle.
+func (a *admin) clientIP(c echo.Context) string {
+	if a.s.echo.IPExtractor != nil {
+		return c.RealIP()
+	}
+	return echo.ExtractIPDirect()(c.Request())
+}
+
+func (a *admin) handleLoginPage(c echo.Context) error {
+	if _, ok := a.sessions.get(adminSessionID(c), a.s.svc.Now()); ok {
+		return c.Redirect(http.StatusSeeOther, "/admin")
+	}
+	return a.render(c, http.StatusOK, "login", adminView{Title: "Sign in"})
+}
+
+func (a *admin) handleLogin(c echo.Context) error {
+	now := a.s.svc.Now()
+	token := c.FormValue("token")
+	v := adminView{Title: "Sign in"}
+	if token == "" {
+		v.LoginError = "Enter the admin token."
+		return a.render(c, http.StatusBadRequest, "login", v)
+	}
+	client := a.clientIP(c)
+	wait, ok := a.throttle.attempt(client, now)
+	if !ok {
+		secs := int64((wait + time.Second - 1) / time.Second)
+		c.Response().Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		v.LoginError = fmt.Sprintf("Too many failed sign-ins from your address. Try again in %s.", humanDuration(secs))
+		return a.render(c, http.StatusTooManyRequests, "login", v)
+	}
+	if !a.s.validAdminToken(token) {
+		v.LoginError = "Wrong admin token."
+		return a.render(c, http.StatusUnauthorized, "login", v)
+	}
+	a.throttle.succeeded(client)
+	id, sess := a.sessions.create(now)
+	c.SetCookie(&http.Cookie{
+		Name:     adminSessionCookie,
+		Value:    id,
+		Path:     "/admin",
+		Expires:  sess.expires,
+		MaxAge:   int(AdminSessionTTL / time.Second),
+		HttpOnly: true,
+		SameSite: http.SameSiteStrictMode,
+		Secure:   secureRequest(c),
+	})
+	return c.Redirect(http.StatusSeeOther, "/admin")
+}
+
+func (a *admin) handleLogout(c echo.Context) error {
+	id, _ := c.Get("admin.session_id").(string)
+	a.sessions.end(id)
+	a.clearCookie(c)
+	return c.Redirect(http.StatusSeeOther, "/admin/login")
+}
+
+func (a *admin) clearCookie(c echo.Context) {
+	c.SetCookie(&http.Cookie{
+		Name:     adminSessionCookie,
+		Path:     "/admin",
+		MaxAge:   -1,
+		HttpOnly: true,
+		SameSite: http.SameSiteStrictMode,
+		Secure:   secureRequest(c),
+	})
+}
+
+// secureRequest reports whether the page was served over TLS, directly or
+// through a proxy that says so; the session cookie is then Secure.
+func secureRequest(c echo.Context) bool {
+	return c.Request().TLS != nil || c.Scheme() == "https"
+}
+
+// humanDuration renders whole seconds as "42s", "3m 5s" or "2h 10m".
+func humanDuration(secs int64) string {
+	switch {
+	case secs < 60:
+		return fmt.Sprintf("%ds", secs)
+	case secs < 3600:
+		if secs%60 == 0 {
+			return fmt.Sprintf("%dm", secs/60)
+		}
+		return fmt.Sprintf("%dm %ds", secs/60, secs%60)
+	default:
+		if secs%3600/60 == 0 {
+			return fmt.Sprintf("%dh", secs/3600)
+		}
+		return fmt.Sprintf("%dh %dm", secs/3600, secs%3600/60)
+	}
+}

@@ -1,0 +1,351 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/policyguard/policyguard/policy"
+)
+
+// adminTierRow is one tier as the tiers table shows it.
+type adminTierRow struct {
+	Name              string
+	Default           bool
+	RequestsPerMinute string
+	RequestsPerHour   string
+	RequestsPerDay    string
+	BurstAllowance    string
+	Features          []string
+	Description       string
+	Updated           string
+	UpdatedISO        string // empty when the tier has not changed since it was seeded
+}
+
+// adminField is one labelled control of a form. Value is what the admin
+// typed, kept when the form comes back with errors.
+type adminField struct {
+	ID        string
+	Name      string
+	Label     string
+	Value     string
+	Hint      string
+	Error     string
+	InputMode string
+	Wide      bool
+	Textarea  bool
+	ReadOnly  bool
+	Options   []adminOption // makes the control a select
+}
+
+type adminOption struct {
+	Value, Label string
+	Selected     bool
+}
+
+// DescribedBy returns the ids of the hint and error tied to the control, for
+// aria-describedby.
+func (f adminField) DescribedBy() string {
+	var ids []string
+	if f.Hint != "" {
+		ids = append(ids, f.ID+"-hint")
+	}
+	if f.Error != "" {
+		ids = append(ids, f.ID+"-error")
+	}
+	return strings.Join(ids, " ")
+}
+
+// adminTierForm is the create form (Name empty) or the edit form of tier
+// Name.
+type adminTierForm struct {
+	Name   string
+	Fields []adminField
+}
+
+// adminTierFields lists the tier form's fields in order, named as in the
+// JSON API, so that policy.FieldError.Field finds its field.
+var adminTierFields = []struct {
+	name, label, hint string
+	numeric, wide     bool
+}{
+	{name: "name", label: "Name", hint: "Lowercase letters, digits, - and _; up to 63 characters."},
+	{name: "requests_per_minute", label: "Requests per minute", numeric: true},
+	{name: "requests_per_hour", label: "Requests per hour", numeric: true},
+	{name: "requests_per_day", label: "Requests per day", numeric: true},
+	{name: "burst_allowance", label: "Burst allowance", hint: "Extra requests the minute window admits.", numeric: true},
+	{name: "features", label: "Features", hint: "Comma-separated, * for all.", wide: true},
+	{name: "description", label: "Description", wide: true},
+}
+
+// newAdminTierForm builds the form from values and per-field errors. editing
+// names the tier being edited, whose name cannot change; "" is the create
+// form.
+func newAdminTierForm(values, errs map[string]string, editing string) *adminTierForm {
+	f := &adminTierForm{Name: editing}
+	for _, d := range adminTierFields {
+		field := adminField{
+			ID:       "tier-" + strings.ReplaceAll(d.name, "_", "-"),
+			Name:     d.name,
+			Label:    d.label,
+			Value:    values[d.name],
+			Hint:     d.hint,
+			Error:    errs[d.name],
+			Wide:     d.wide,
+			Textarea: d.name == "description",
+		}
+		if d.numeric {
+			field.InputMode = "numeric"
+		}
+		if d.name == "name" && editing != "" {
+			field.Value, field.ReadOnly = editing, true
+			field.Hint = "A tier keeps its name: to rename one, create the new tier and delete the old."
+		}
+		f.Fields = append(f.Fields, field)
+	}
+	return f
+}
+
+// tierFormValues returns t as the form shows it.
+func tierFormValues(t policy.Tier) map[string]string {
+	return map[string]string{
+		"name":                t.Name,
+		"requests_per_minute": strconv.FormatInt(t.RequestsPerMinute, 10),
+		"requests_per_hour":   strconv.FormatInt(t.RequestsPerHour, 10),
+		"requests_per_day":    strconv.FormatInt(t.RequestsPerDay, 10),
+		"burst_allowance":     strconv.FormatInt(t.BurstAllowance, 10),
+		"features":            strings.Join(t.Features, ", "),
+		"description":         t.Description,
+	}
+}
+
+// postedTierValues returns the tier fields of the posted form.
+func postedTierValues(c echo.Context) map[string]string {
+	v := make(map[string]string, len(adminTierFields))
+	for _, d := range adminTierFields {
+		v[d.name] = c.FormValue(d.name)
+	}
+	// Browsers send a textarea's line breaks as CRLF.
+	v["description"] = strings.ReplaceAll(v["description"], "\r\n", "\n")
+	return v
+}
+
+// tierFromForm builds the tier named name from form values and returns it
+// with a message per invalid field. The checks and their words are the JSON
+// API's: parseLimit for the limits, then policy's own validation.
+func tierFromForm(name string, values map[string]string) (policy.Tier, map[string]string) {
+	t := policy.Tier{Name: name, Description: values["description"], Features: splitFeatures(values["features"])}
+	errs := make(map[string]string)
+	for _, l := range []struct {
+		field string
+		dst   *int64
+	}{
+		{"requests_per_minute", &t.RequestsPerMinute},
+		{"requests_per_hour", &t.RequestsPerHour},
+		{"requests_per_day", &t.RequestsPerDay},
+		{"burst_allowance", &t.BurstAllowance},
+	} {
+		v, err := parseLimit(l.field, json.RawMessage(strings.TrimSpace(values[l.field])))
+		if err != nil {
+			errs[l.field] = policy.ErrorMessage(err)
+			continue
+		}
+		*l.dst = v
+	}
+	for _, fe := range t.ValidateFields() {
+		if _, seen := errs[fe.Field]; !seen {
+			errs[fe.Field] = fe.Message
+		}
+	}
+	return t, errs
+}
+
+// splitFeatures splits a comma-separated list, trimming each item and
+// dropping empty ones.
+func splitFeatures(s string) []string {
+	features := []string{}
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			features = append(features, f)
+		}
+	}
+	return features
+}
+
+// tiersView returns the tiers page with form as its create form.
+func (a *admin) tiersView(c echo.Context, form *adminTierForm) (adminView, error) {
+	tiers, err := a.s.svc.Tiers(c.Request().Context())
+	if err != nil {
+		return adminView{}, err
+	}
+	v := a.view(c, "Tiers", "tiers")
+	v.Form = form
+	v.Tiers = make([]adminTierRow, len(tiers))
+	for i, t := range tiers {
+		v.Tiers[i] = adminTierRow{
+			Name:              t.Name,
+			Default:           t.Name == a.s.svc.DefaultTier(),
+			RequestsPerMinute: groupDigits(t.RequestsPerMinute),
+			RequestsPerHour:   groupDigits(t.RequestsPerHour),
+			RequestsPerDay:    groupDigits(t.RequestsPerDay),
+			BurstAllowance:    groupDigits(t.BurstAllowance),
+			Features:          t.Features,
+			Description:       t.Description,
+			Updated:           "not changed yet",
+		}
+		if !t.UpdatedAt.IsZero() {
+			v.Tiers[i].Updated = t.UpdatedAt.UTC().Format("2006-01-02 15:04:05 UTC")
+			v.Tiers[i].UpdatedISO = t.UpdatedAt.UTC().Format(time.RFC3339)
+		}
+	}
+	return v, nil
+}
+
+func (a *admin) handleTiersPage(c echo.Context) error {
+	v, err := a.tiersView(c, newAdminTierForm(map[string]string{"burst_allowance": "0"}, nil, ""))
+	if err != nil {
+		return a.fail(c, err)
+	}
+	return a.render(c, http.StatusOK, "tiers", v)
+}
+
+func (a *admin) handleCreateTier(c echo.Context) error {
+	ctx := c.Request().Context()
+	values := postedTierValues(c)
+	values["name"] = strings.TrimSpace(values["name"])
+	t, errs := tierFromForm(values["name"], values)
+	if _, ok := errs["name"]; !ok {
+		// Creating must not silently replace: the edit form is for that.
+		if _, err := a.s.svc.Tier(ctx, t.Name); err == nil {
+			errs["name"] = fmt.Sprintf("a tier named %s already exists: edit it instead", t.Name)
+		} else if policy.ErrorCode(err) != policy.ENOTFOUND {
+			return a.fail(c, err)
+		}
+	}
+	if len(errs) == 0 {
+		_, _, err := a.s.svc.PutTier(ctx, t)
+		if err == nil {
+			a.flash(c, fmt.Sprintf("Created tier %s — applies to the next check", t.Name))
+			return c.Redirect(http.StatusSeeOther, "/admin")
+		}
+		if policy.ErrorCode(err) != policy.EINVALID {
+			return a.fail(c, err)
+		}
+		errs[""] = policy.ErrorMessage(err)
+	}
+	v, err := a.tiersView(c, newAdminTierForm(values, errs, ""))
+	if err != nil {
+		return a.fail(c, err)
+	}
+	v.Alert = notSaved("created", errs)
+	return a.render(c, http.StatusBadRequest, "tiers", v)
+}
+
+func (a *admin) handleTierPage(c echo.Context) error {
+	name, err := pathParam(c, "name")
+	if err != nil {
+		return a.fail(c, err)
+	}
+	t, err := a.s.svc.Tier(c.Request().Context(), name)
+	if err != nil {
+		return a.fail(c, err)
+	}
+	v := a.view(c, "Edit tier "+name, "tiers")
+	v.Form = newAdminTierForm(tierFormValues(t), nil, name)
+	return a.render(c, http.StatusOK, "tier", v)
+}
+
+func (a *admin) handleSaveTier(c echo.Context) error {
+	ctx := c.Request().Context()
+	name, err := pathParam(c, "name")
+	if err != nil {
+		return a.fail(c, err)
+	}
+	// Saving edits an existing tier; one deleted meanwhile stays deleted.
+	if _, err := a.s.svc.Tier(ctx, name); err != nil {
+		return a.fail(c, err)
+	}
+	values := postedTierValues(c)
+	t, errs := tierFromForm(name, values)
+	if len(errs) == 0 {
+		_, _, err := a.s.svc.PutTier(ctx, t)
+		if err == nil {
+			a.flash(c, fmt.Sprintf("Saved tier %s — applies to the next check", name))
+			return c.Redirect(http.StatusSeeOther, "/admin")
+		}
+		if policy.ErrorCode(err) != policy.EINVALID {
+			return a.fail(c, err)
+		}
+		errs[""] = policy.ErrorMessage(err)
+	}
+	v := a.view(c, "Edit tier "+name, "tiers")
+	v.Form = newAdminTierForm(values, errs, name)
+	v.Alert = notSaved("saved", errs)
+	return a.render(c, http.StatusBadRequest, "tier", v)
+}
+
+// notSaved is the page-level message of a form sent back with errors.
+func notSaved(verb string, errs map[string]string) string {
+	if msg := errs[""]; msg != "" {
+		return "The tier was not " + verb + ": " + msg + "."
+	}
+	return "The tier was not " + verb + ": correct the fields marked below."
+}
+
+func (a *admin) handleDeletePage(c echo.Context) error {
+	name, err := pathParam(c, "name")
+	if err != nil {
+		return a.fail(c, err)
+	}
+	if _, err := a.s.svc.Tier(c.Request().Context(), name); err != nil {
+		return a.fail(c, err)
+	}
+	v := a.view(c, "Delete tier "+name, "tiers")
+	v.Tier, v.CanDelete = name, name != a.s.svc.DefaultTier()
+	if !v.CanDelete {
+		v.Alert = fmt.Sprintf("%s is the default tier: requests that name no tier use it, so it cannot be deleted.", name)
+	}
+	return a.render(c, http.StatusOK, "delete", v)
+}
+
+func (a *admin) handleDeleteTier(c echo.Context) error {
+	name, err := pathParam(c, "name")
+	if err != nil {
+		return a.fail(c, err)
+	}
+	err = a.s.svc.DeleteTier(c.Request().Context(), name)
+	if policy.ErrorCode(err) == policy.ECONFLICT {
+		v := a.view(c, "Delete tier "+name, "tiers")
+		v.Tier, v.Alert = name, policy.ErrorMessage(err)
+		return a.render(c, http.StatusConflict, "delete", v)
+	} else if err != nil {
+		return a.fail(c, err)
+	}
+	a.flash(c, fmt.Sprintf("Deleted tier %s — checks that name it are refused from now on", name))
+	return c.Redirect(http.StatusSeeOther, "/admin")
+}
+
+// groupDigits formats n with a comma between groups of three digits.
+func groupDigits(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	if neg {
+		s = s[1:]
+	}
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
+	}
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

@@ -1,0 +1,122 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/policyguard/policyguard/policy"
+)
+
+// adminUsageView is the user look-up page: its form, and the result once a
+// user was looked up.
+type adminUsageView struct {
+	Fields []adminField
+	Result *adminUsageResult
+}
+
+type adminUsageResult struct {
+	UserID  string
+	Tier    string // empty: counts only
+	AsOf    string
+	Windows []adminWindowRow
+}
+
+// adminWindowRow is one window of a looked-up user. Limit, Remaining and
+// Reset are empty when no tier was chosen.
+type adminWindowRow struct {
+	Name, Title                    string
+	Count, Limit, Remaining, Reset string
+}
+
+var adminWindowTitles = [len(policy.Windows)]string{
+	policy.Minute: "Last minute",
+	policy.Hour:   "Last hour",
+	policy.Day:    "Last 24 hours",
+}
+
+func (a *admin) handleUsagePage(c echo.Context) error {
+	ctx := c.Request().Context()
+	_, asked := c.QueryParams()["user_id"]
+	user, tierName := c.QueryParam("user_id"), c.QueryParam("tier")
+	tiers, err := a.s.svc.Tiers(ctx)
+	if err != nil {
+		return a.fail(c, err)
+	}
+	errs := make(map[string]string)
+	var result *adminUsageResult
+	switch {
+	case !asked:
+	case user == "":
+		errs["user_id"] = "Enter a user id."
+	case len(user) > policy.MaxUserIDBytes:
+		errs["user_id"] = fmt.Sprintf("user_id must be at most %d bytes", policy.MaxUserIDBytes)
+	default:
+		now := a.s.svc.Now()
+		states, err := a.s.svc.Usage(ctx, user, tierName)
+		if policy.ErrorCode(err) == policy.EINVALID {
+			errs["tier"] = policy.ErrorMessage(err) // the user id was checked above
+			break
+		} else if err != nil {
+			return a.fail(c, err)
+		}
+		result = &adminUsageResult{UserID: user, Tier: tierName, AsOf: now.UTC().Format("2006-01-02 15:04:05 UTC")}
+		for _, w := range policy.Windows {
+			s := states[w]
+			row := adminWindowRow{Name: w.String(), Title: adminWindowTitles[w], Count: groupDigits(s.Count)}
+			if tierName != "" {
+				row.Limit, row.Remaining, row.Reset = groupDigits(s.Limit), groupDigits(s.Remaining), resetText(now, s.Reset)
+			}
+			result.Windows = append(result.Windows, row)
+		}
+	}
+
+	options := []adminOption{{Value: "", Label: "None: counts only", Selected: tierName == ""}}
+	for _, t := range tiers {
+		options = append(options, adminOption{Value: t.Name, Label: t.Name, Selected: t.Name == tierName})
+	}
+	v := a.view(c, "Look up a user", "usage")
+	v.Usage = &adminUsageView{
+		Fields: []adminField{
+			{ID: "user-id", Name: "user_id", Label: "User id", Value: user, Error: errs["user_id"],
+				Hint: `Checks that name no user are counted as user "anonymous".`},
+			{ID: "usage-tier", Name: "tier", Label: "Tier", Options: options, Error: errs["tier"],
+				Hint: "With a tier: the remaining quota and when each window frees a slot."},
+		},
+		Result: result,
+	}
+	status := http.StatusOK
+	if len(errs) > 0 {
+		status = http.StatusBadRequest
+	}
+	return a.render(c, status, "usage", v)
+}
+
+func (a *admin) handleClearUsage(c echo.Context) error {
+	user, tierName := c.FormValue("user_id"), c.FormValue("tier")
+	if user == "" {
+		return a.renderError(c, http.StatusBadRequest, "No user", "Look up a user before clearing their history.")
+	}
+	if err := a.s.svc.Forget(c.Request().Context(), user); err != nil {
+		return a.fail(c, err)
+	}
+	a.flash(c, fmt.Sprintf("Cleared the history of user %s — every window starts empty", user))
+	q := url.Values{"user_id": {user}}
+	if tierName != "" {
+		q.Set("tier", tierName)
+	}
+	return c.Redirect(http.StatusSeeOther, "/admin/usage?"+q.Encode())
+}
+
+// resetText says when a window next frees a slot: in how long and at what
+// time.
+func resetText(now time.Time, secs int64) string {
+	if secs == 0 {
+		return "—"
+	}
+	at := now.Add(time.Duration(secs) * time.Second).UTC()
+	return fmt.Sprintf("in %s (%s)", humanDuration(secs), at.Format("15:04:05 UTC"))
+}

@@ -1,0 +1,30 @@
+// Package web holds the admin page's HTML templates and static assets. They
+// are embedded in the binary, so the page needs no files beside it and makes
+// no request outside the service: it works offline.
+package web
+
+import (
+	"embed"
+	"html/template"
+	"io/fs"
+)
+
+//go:embed templates/*.html static/*
+var files embed.FS
+
+// Templates holds one template per admin page, named after its file without
+// the extension ("login", "tiers", "tier", "delete", "usage", "error"), plus
+// the shared "head", "foot" and "fields". Each page template takes the page's
+// view model; html/template escapes everything it prints. It is safe for
+// concurrent use.
+var Templates = template.Must(template.ParseFS(files, "templates/*.html"))
+
+// Static holds the stylesheet and the icon, served under /admin/static/.
+var Static fs.FS
+
+func init() {
+	var err error
+	if Static, err = fs.Sub(files, "static"); err != nil {
+		panic(err) // the embed pattern above guarantees the directory
+	}
+}

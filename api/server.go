@@ -80,13 +80,15 @@ func (s *Server) routes() {
 	e.GET("/healthz", s.handleHealth)
 	e.POST("/v1/check", s.handleCheck)
 
-	admin := e.Group("/v1", s.requireAdmin)
-	admin.GET("/tiers", s.handleListTiers)
-	admin.GET("/tiers/:name", s.handleGetTier)
-	admin.PUT("/tiers/:name", s.handlePutTier)
-	admin.DELETE("/tiers/:name", s.handleDeleteTier)
-	admin.GET("/usage/:user_id", s.handleGetUsage)
-	admin.DELETE("/usage/:user_id", s.handleDeleteUsage)
+	// Admin routes carry their middleware one by one: a group with
+	// middleware would also answer unknown /v1 paths with 401.
+	admin := s.requireAdmin
+	e.GET("/v1/tiers", s.handleListTiers, admin)
+	e.GET("/v1/tiers/:name", s.handleGetTier, admin)
+	e.PUT("/v1/tiers/:name", s.handlePutTier, admin)
+	e.DELETE("/v1/tiers/:name", s.handleDeleteTier, admin)
+	e.GET("/v1/usage/:user_id", s.handleGetUsage, admin)
+	e.DELETE("/v1/usage/:user_id", s.handleDeleteUsage, admin)
 	s.adminRoutes()
 }
 

@@ -1,0 +1,365 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/policyguard/policyguard/api"
+	"github.com/policyguard/policyguard/db"
+	"github.com/policyguard/policyguard/policy"
+)
+
+const adminToken = "test-admin-token"
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// testClock is a manual clock: time moves only when the test says.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+type env struct {
+	t     *testing.T
+	srv   *api.Server
+	store *db.Store
+	clock *testClock
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	store, err := db.Open(context.Background(), filepath.Join(t.TempDir(), "test.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	clk := &testClock{now: t0}
+	svc := policy.NewService(store, store, policy.WithClock(clk.Now))
+	srv := api.NewServer(api.Config{
+		Service:    svc,
+		Health:     store.Ping,
+		AdminToken: adminToken,
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	return &env{t: t, srv: srv, store: store, clock: clk}
+}
+
+// do sends a request through the whole Echo instance and returns the answer.
+func (e *env) do(method, path, body string, admin bool) *httptest.ResponseRecorder {
+	e.t.Helper()
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if admin {
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+	}
+	rec := httptest.NewRecorder()
+	e.srv.ServeHTTP(rec, req)
+	return rec
+}
+
+func decode[T any](t *testing.T, rec *httptest.ResponseRecorder) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil {
+		t.Fatalf("decode %q: %v", rec.Body.String(), err)
+	}
+	return v
+}
+
+type decision struct {
+	Allowed    bool    `json:"allowed"`
+	Reason     *string `json:"reason"`
+	RetryAfter int64   `json:"retry_after"`
+	Tier       string  `json:"tier"`
+	Guardrail  string  `json:"guardrail"`
+	Windows    map[string]struct {
+		Limit, Remaining, Reset int64
+	} `json:"windows"`
+}
+
+func (e *env) putTier(name, body string) {
+	e.t.Helper()
+	if rec := e.do(http.MethodPut, "/v1/tiers/"+name, body, true); rec.Code != http.StatusCreated && rec.Code != http.StatusOK {
+		e.t.Fatalf("put tier: %d %s", rec.Code, rec.Body)
+	}
+}
+
+func TestLessonCheckOverHTTP(t *testing.T) {
+	e := newEnv(t)
+	e.putTier("lesson", `{"requests_per_minute":3,"requests_per_hour":1000,"requests_per_day":10000,"burst_allowance":0}`)
+	body := `{"input_text":"hello","context":{"user_id":"alice","user_tier":"lesson"}}`
+	for i := 0; i < 3; i++ {
+		rec := e.do(http.MethodPost, "/v1/check", body, false)
+		d := decode[decision](t, rec)
+		if rec.Code != http.StatusOK || !d.Allowed || d.Reason != nil || d.RetryAfter != 0 {
+			t.Fatalf("call %d: %d %s", i+1, rec.Code, rec.Body)
+		}
+		if got, want := d.Windows["minute"].Remaining, int64(2-i); got != want {
+			t.Fatalf("call %d: minute remaining %d, want %d", i+1, got, want)
+		}
+		e.clock.Advance(time.Millisecond)
+	}
+	rec := e.do(http.MethodPost, "/v1/check", body, false)
+	d := decode[decision](t, rec)
+	if rec.Code != http.StatusTooManyRequests || d.Allowed || d.Reason == nil || *d.Reason != "per-minute limit exceeded" || d.RetryAfter != 60 {
+		t.Fatalf("fourth call: %d %s", rec.Code, rec.Body)
+	}
+	if got := rec.Header().Get("Retry-After"); got != "60" {
+		t.Fatalf("Retry-After = %q, want 60", got)
+	}
+	if d.Tier != "lesson" || d.Guardrail != "rate_limiter" {
+		t.Fatalf("tier/guardrail = %q/%q", d.Tier, d.Guardrail)
+	}
+	// Exactly the body the issue promises, field for field.
+	var raw map[string]any
+	json.Unmarshal(rec.Body.Bytes(), &raw)
+	for _, k := range []string{"allowed", "reason", "retry_after", "tier", "guardrail", "windows"} {
+		if _, ok := raw[k]; !ok {
+			t.Errorf("answer lacks %q: %s", k, rec.Body)
+		}
+	}
+	// Only admitted requests were recorded.
+	rec = e.do(http.MethodGet, "/v1/usage/alice", "", true)
+	if !strings.Contains(rec.Body.String(), `"minute":{"count":3}`) {
+		t.Fatalf("usage = %s", rec.Body)
+	}
+}
+
+func TestCheckStatuses(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct {
+		name   string
+		path   string
+		body   string
+		status int
+		want   string
+	}{
+		{"admitted with defaults", "/v1/check", `{"input_text":"hi"}`, 200, `"tier":"free"`},
+		{"empty context", "/v1/check", `{"context":{}}`, 200, `"allowed":true`},
+		{"null fields are missing fields", "/v1/check", `{"context":{"user_id":null,"user_tier":null}}`, 200, `"tier":"free"`},
+		{"extra context fields are ignored", "/v1/check", `{"context":{"session":"x"},"model":"m"}`, 200, `"allowed":true`},
+		{"feature outside plan", "/v1/check", `{"context":{"user_id":"f","feature":"search"}}`, 403, `feature \"search\" is not included in tier \"free\"`},
+		{"unknown tier", "/v1/check", `{"context":{"user_tier":"gold"}}`, 400, `unknown tier \"gold\"`},
+		{"malformed JSON", "/v1/check", `{"context":`, 400, `malformed JSON`},
+		{"not an object", "/v1/check", `[1,2]`, 400, `must be a JSON object`},
+		{"string body", "/v1/check", `"hi"`, 400, `must be a JSON object`},
+		{"empty body", "/v1/check", ``, 400, `request body is empty`},
+		{"wrong type", "/v1/check", `{"context":{"user_id":5}}`, 400, `context.user_id must be a string`},
+		{"wrong type for context", "/v1/check", `{"context":"x"}`, 400, `context must be an object`},
+		{"trailing data", "/v1/check", `{} {}`, 400, `single JSON object`},
+		{"user id too long", "/v1/check", `{"context":{"user_id":"` + strings.Repeat("u", 257) + `"}}`, 400, `user_id must be at most 256 bytes`},
+		{"bad dry_run", "/v1/check?dry_run=maybe", `{}`, 400, `dry_run must be true or false`},
+		{"oversized body", "/v1/check", `{"input_text":"` + strings.Repeat("a", 1<<20) + `"}`, 413, `larger than 1048576 bytes`},
+		{"wrong method", "/v1/check", ``, 405, `message`},
+		{"unknown route", "/v2/nothing", ``, 404, `message`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			method := http.MethodPost
+			if tc.name == "wrong method" {
+				method = http.MethodGet
+			}
+			if tc.name == "unknown route" {
+				method = http.MethodGet
+			}
+			rec := e.do(method, tc.path, tc.body, false)
+			if rec.Code != tc.status || !strings.Contains(rec.Body.String(), tc.want) {
+				t.Fatalf("got %d %s, want %d containing %s", rec.Code, rec.Body, tc.status, tc.want)
+			}
+			if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+				t.Fatalf("Content-Type = %q", ct)
+			}
+			if tc.status >= 400 && tc.status != 403 {
+				var body struct{ Message string }
+				if json.Unmarshal(rec.Body.Bytes(), &body); body.Message == "" {
+					t.Fatalf("error without a message: %s", rec.Body)
+				}
+			}
+		})
+	}
+	// None of the refused or failed requests above were recorded: only the
+	// four admitted anonymous ones.
+	rec := e.do(http.MethodGet, "/v1/usage/anonymous", "", true)
+	if !strings.Contains(rec.Body.String(), `"day":{"count":4}`) {
+		t.Fatalf("anonymous usage = %s", rec.Body)
+	}
+	if rec := e.do(http.MethodGet, "/v1/usage/f", "", true); !strings.Contains(rec.Body.String(), `"day":{"count":0}`) {
+		t.Fatalf("a 403 consumed quota: %s", rec.Body)
+	}
+}
+
+func TestDryRunRecordsNothing(t *testing.T) {
+	e := newEnv(t)
+	for i := 0; i < 3; i++ {
+		rec := e.do(http.MethodPost, "/v1/check?dry_run=true", `{"context":{"user_id":"d"}}`, false)
+		if d := decode[decision](t, rec); rec.Code != 200 || d.Windows["minute"].Remaining != 14 {
+			t.Fatalf("dry run: %d %s", rec.Code, rec.Body)
+		}
+	}
+	if rec := e.do(http.MethodGet, "/v1/usage/d", "", true); !strings.Contains(rec.Body.String(), `"day":{"count":0}`) {
+		t.Fatalf("dry run recorded: %s", rec.Body)
+	}
+}
+
+func TestAdminAuth(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct {
+		method, path, auth string
+	}{
+		{"GET", "/v1/tiers", ""},
+		{"GET", "/v1/tiers", "Bearer wrong"},
+		{"GET", "/v1/tiers", "Basic " + adminToken},
+		{"GET", "/v1/tiers", "Bearer " + adminToken + "x"},
+		{"GET", "/v1/tiers/free", ""},
+		{"PUT", "/v1/tiers/free", "Bearer"},
+		{"DELETE", "/v1/tiers/pro", ""},
+		{"GET", "/v1/usage/u", "Bearer " + strings.ToUpper(adminToken)},
+		{"DELETE", "/v1/usage/u", ""},
+	} {
+		req := httptest.NewRequest(tc.method, tc.path, strings.NewReader(`{}`))
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		rec := httptest.NewRecorder()
+		e.srv.ServeHTTP(rec, req)
+		if rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), `"message"`) {
+			t.Errorf("%s %s with %q: %d %s, want 401", tc.method, tc.path, tc.auth, rec.Code, rec.Body)
+		}
+		if strings.Contains(rec.Body.String(), adminToken) {
+			t.Errorf("error body contains the token")
+		}
+	}
+	if rec := e.do("GET", "/v1/tiers/pro", "", true); rec.Code != 200 {
+		t.Fatalf("PRO tier with the right token: %d", rec.Code)
+	}
+	if rec := e.do("DELETE", "/v1/tiers/pro", "", false); rec.Code != 401 {
+		t.Fatal("deleted without a token")
+	}
+}
+
+func TestTierAPI(t *testing.T) {
+	e := newEnv(t)
+	limits := `"requests_per_minute":3,"requests_per_hour":30,"requests_per_day":300,"burst_allowance":1`
+	for _, tc := range []struct {
+		name, method, path, body string
+		status                   int
+		want                     string
+	}{
+		{"list seeded", "GET", "/v1/tiers", "", 200, `"name":"enterprise"`},
+		{"get", "GET", "/v1/tiers/pro", "", 200, `"features":["chat","search","summarize"]`},
+		{"get missing", "GET", "/v1/tiers/gold", "", 404, `tier \"gold\" not found`},
+		{"create", "PUT", "/v1/tiers/team", `{` + limits + `,"features":["chat"],"description":"Team"}`, 201, `"name":"team"`},
+		{"defaults", "PUT", "/v1/tiers/bare", `{` + limits + `}`, 201, `"features":[],"description":""`},
+		{"replace", "PUT", "/v1/tiers/team", `{"name":"team",` + limits + `}`, 200, `"features":[]`},
+		{"name mismatch", "PUT", "/v1/tiers/team", `{"name":"other",` + limits + `}`, 400, `does not match`},
+		{"bad name", "PUT", "/v1/tiers/Bad!", `{` + limits + `}`, 400, `tier name must match`},
+		{"name too long", "PUT", "/v1/tiers/" + strings.Repeat("a", 64), `{` + limits + `}`, 400, `tier name must match`},
+		{"missing limit", "PUT", "/v1/tiers/x", `{"requests_per_minute":1,"requests_per_hour":1,"requests_per_day":1}`, 400, `burst_allowance is required`},
+		{"fraction", "PUT", "/v1/tiers/x", `{"requests_per_minute":1.5,"requests_per_hour":1,"requests_per_day":1,"burst_allowance":0}`, 400, `requests_per_minute must be an integer from 0 to 2147483647`},
+		{"exponent", "PUT", "/v1/tiers/x", `{"requests_per_minute":1e3,"requests_per_hour":1,"requests_per_day":1,"burst_allowance":0}`, 400, `requests_per_minute must be an integer`},
+		{"negative", "PUT", "/v1/tiers/x", `{"requests_per_minute":1,"requests_per_hour":-1,"requests_per_day":1,"burst_allowance":0}`, 400, `requests_per_hour must be an integer`},
+		{"too large", "PUT", "/v1/tiers/x", `{"requests_per_minute":1,"requests_per_hour":1,"requests_per_day":2147483648,"burst_allowance":0}`, 400, `requests_per_day must be an integer`},
+		{"string limit", "PUT", "/v1/tiers/x", `{"requests_per_minute":"5","requests_per_hour":1,"requests_per_day":1,"burst_allowance":0}`, 400, `requests_per_minute must be an integer`},
+		{"unknown field", "PUT", "/v1/tiers/x", `{` + limits + `,"colour":"red"}`, 400, `unknown field \"colour\"`},
+		{"features wrong type", "PUT", "/v1/tiers/x", `{` + limits + `,"features":"chat"}`, 400, `features must be an array of strings`},
+		{"bad feature", "PUT", "/v1/tiers/x", `{` + limits + `,"features":["a b"]}`, 400, `feature \"a b\"`},
+		{"description wrong type", "PUT", "/v1/tiers/x", `{` + limits + `,"description":7}`, 400, `description must be a string`},
+		{"delete", "DELETE", "/v1/tiers/bare", "", 204, ``},
+		{"delete missing", "DELETE", "/v1/tiers/bare", "", 404, `not found`},
+		{"delete default", "DELETE", "/v1/tiers/free", "", 409, `default tier`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := e.do(tc.method, tc.path, tc.body, true)
+			if rec.Code != tc.status || !strings.Contains(rec.Body.String(), tc.want) {
+				t.Fatalf("got %d %s, want %d containing %s", rec.Code, rec.Body, tc.status, tc.want)
+			}
+		})
+	}
+	if rec := e.do("GET", "/v1/tiers/x", "", true); rec.Code != 404 {
+		t.Fatal("a refused PUT created the tier")
+	}
+}
+
+func TestTierEditAppliesToNextCheck(t *testing.T) {
+	e := newEnv(t)
+	body := `{"context":{"user_id":"u","user_tier":"team"}}`
+	e.putTier("team", `{"requests_per_minute":2,"requests_per_hour":100,"requests_per_day":100,"burst_allowance":0}`)
+	e.do("POST", "/v1/check", body, false)
+	e.clock.Advance(time.Second)
+	e.do("POST", "/v1/check", body, false)
+	if rec := e.do("POST", "/v1/check", body, false); rec.Code != 429 {
+		t.Fatalf("third check at 2/min: %d", rec.Code)
+	}
+	e.putTier("team", `{"requests_per_minute":3,"requests_per_hour":100,"requests_per_day":100,"burst_allowance":0}`)
+	e.clock.Advance(time.Second)
+	if rec := e.do("POST", "/v1/check", body, false); rec.Code != 200 {
+		t.Fatalf("check after raising the limit: %d %s", rec.Code, rec.Body)
+	}
+	// Lowered below the current count: refused, and retry_after is when
+	// enough requests have left the window (the third, at +2s), not a
+	// fixed 60.
+	e.clock.Advance(30 * time.Second)
+	e.putTier("team", `{"requests_per_minute":1,"requests_per_hour":100,"requests_per_day":100,"burst_allowance":0}`)
+	rec := e.do("POST", "/v1/check", body, false)
+	if d := decode[decision](t, rec); rec.Code != 429 || d.RetryAfter != 30 || d.Windows["minute"].Limit != 1 {
+		t.Fatalf("after lowering: %d %s", rec.Code, rec.Body)
+	}
+}
+
+func TestUsageAPI(t *testing.T) {
+	e := newEnv(t)
+	for i := 0; i < 3; i++ {
+		e.do("POST", "/v1/check", `{"context":{"user_id":"u 1/é"}}`, false)
+		e.clock.Advance(10 * time.Second)
+	}
+	path := "/v1/usage/u%201%2F%C3%A9"
+	rec := e.do("GET", path, "", true)
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"user_id":"u 1/é","windows":{"minute":{"count":3},"hour":{"count":3},"day":{"count":3}}`) {
+		t.Fatalf("usage: %d %s", rec.Code, rec.Body)
+	}
+	rec = e.do("GET", path+"?tier=free", "", true)
+	if !strings.Contains(rec.Body.String(), `"minute":{"count":3,"limit":15,"remaining":12,"reset":30}`) {
+		t.Fatalf("usage with tier: %s", rec.Body)
+	}
+	if rec := e.do("GET", path+"?tier=gold", "", true); rec.Code != 400 || !strings.Contains(rec.Body.String(), "unknown tier") {
+		t.Fatalf("usage with unknown tier: %d %s", rec.Code, rec.Body)
+	}
+	if rec := e.do("DELETE", path, "", true); rec.Code != 204 {
+		t.Fatalf("forget: %d", rec.Code)
+	}
+	if rec := e.do("GET", path, "", true); !strings.Contains(rec.Body.String(), `"day":{"count":0}`) {
+		t.Fatalf("after forget: %s", rec.Body)
+	}
+	if rec := e.do("GET", "/v1/usage/"+strings.Repeat("u", 257), "", true); rec.Code != 400 {
+		t.Fatalf("long user id: %d", rec.Code)
+	}
+}
+
+func TestHealth(t *testing.T) {
+	e := newEnv(t)
+	if rec := e.do("GET", "/healthz", "", false); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"ok"`) {
+		t.Fatalf("healthz: %d %s", rec.Code, rec.Body)
+	}
+	e.store.Close()
+	if rec := e.do("GET", "/healthz", "", false); rec.Code != 503 {
+		t.Fatalf("healthz on a closed store: %d %s", rec.Code, rec.Body)
+	}
+	if rec := e.do("POST", "/v1/check", `{}`, false); rec.Code != 503 || !strings.Contains(rec.Body.String(), "storage failed") {
+		t.Fatalf("check on a closed store: %d %s", rec.Code, rec.Body)
+	}
+}

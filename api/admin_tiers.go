@@ -74,7 +74,7 @@ var adminTierFields = []struct {
 	name, label, hint string
 	numeric, wide     bool
 }{
-	{name: "name", label: "Name", hint: "Lowercase letters, digits, - and _; up to 63 characters."},
+	{name: "name", label: "Name", hint: "Lowercase letters, digits, - and _."},
 	{name: "requests_per_minute", label: "Requests per minute", numeric: true},
 	{name: "requests_per_hour", label: "Requests per hour", numeric: true},
 	{name: "requests_per_day", label: "Requests per day", numeric: true},

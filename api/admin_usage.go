@@ -118,5 +118,9 @@ func resetText(now time.Time, secs int64) string {
 		return "—"
 	}
 	at := now.Add(time.Duration(secs) * time.Second).UTC()
-	return fmt.Sprintf("in %s (%s)", humanDuration(secs), at.Format("15:04:05 UTC"))
+	layout := "15:04:05 UTC"
+	if at.YearDay() != now.UTC().YearDay() {
+		layout = "Jan 2 15:04:05 UTC"
+	}
+	return fmt.Sprintf("in %s (%s)", humanDuration(secs), at.Format(layout))
 }

@@ -123,7 +123,8 @@ func (a *admin) requireSession(next echo.HandlerFunc) echo.HandlerFunc {
 func (a *admin) requireCSRF(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		sess := adminSessionOf(c)
-		if !sess.validCSRF(c.FormValue("csrf")) {
+		// Only the body counts: a token in a URL would end up in logs and history.
+		if !sess.validCSRF(c.Request().PostFormValue("csrf")) {
 			return a.renderError(c, http.StatusForbidden, "Request refused",
 				"This form is out of date or did not come from the admin page, so it was refused. Reload the page and try again.")
 		}

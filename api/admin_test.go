@@ -258,17 +258,23 @@ func TestAdminPageCSRF(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		form   url.Values
+		path   string // default /admin/tiers/free
 		header map[string]string
 	}{
 		{name: "no token", form: form("")},
 		{name: "wrong token", form: form("x" + b.csrf[1:])},
 		{name: "another session's token", form: form(other.csrf)},
+		{name: "token in the URL only", form: form(""), path: "/admin/tiers/free?csrf=" + url.QueryEscape(b.csrf)},
 		{name: "cross-site Sec-Fetch-Site", form: form(b.csrf), header: map[string]string{"Sec-Fetch-Site": "cross-site"}},
 		{name: "same-site Sec-Fetch-Site", form: form(b.csrf), header: map[string]string{"Sec-Fetch-Site": "same-site"}},
 		{name: "foreign Origin", form: form(b.csrf), header: map[string]string{"Origin": "https://evil.example"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rec := e.do(pageRequest{method: http.MethodPost, path: "/admin/tiers/free", form: tc.form, cookie: b.cookie, header: tc.header})
+			path := tc.path
+			if path == "" {
+				path = "/admin/tiers/free"
+			}
+			rec := e.do(pageRequest{method: http.MethodPost, path: path, form: tc.form, cookie: b.cookie, header: tc.header})
 			doc := parsePage(t, rec, http.StatusForbidden)
 			if !strings.Contains(doc.raw, "refused") {
 				t.Errorf("the page does not say the request was refused:\n%s", doc.raw)

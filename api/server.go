@@ -60,6 +60,9 @@ func NewServer(cfg Config) *Server {
 		s.health = func(context.Context) error { return nil }
 	}
 	s.echo.HideBanner, s.echo.HidePort = true, true
+	// Client addresses (sign-in throttle, access log) come from the
+	// connection: X-Forwarded-For is whatever a client wants it to be.
+	s.echo.IPExtractor = echo.ExtractIPDirect()
 	s.echo.HTTPErrorHandler = s.handleError
 	s.echo.Use(
 		middleware.RequestID(),

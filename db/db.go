@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/pressly/goose/v3"
@@ -53,6 +55,7 @@ type options struct {
 	synchronous string
 	readConns   int
 	maxBatch    int
+	busyTimeout time.Duration
 }
 
 // Option configures Open.
@@ -62,6 +65,10 @@ type Option func(*options)
 // SyncNormal.
 func WithSynchronous(mode string) Option { return func(o *options) { o.synchronous = mode } }
 
+// WithBusyTimeout sets how long a statement waits for a lock another
+// connection or process holds before it fails (default 5s).
+func WithBusyTimeout(d time.Duration) Option { return func(o *options) { o.busyTimeout = d } }
+
 // WithMaxBatch sets how many writes the writer commits in one transaction at
 // most (default 256).
 func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
@@ -69,7 +76,7 @@ func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
 // Open opens the database at path, creating it (mode 0600) if it does not
 // exist, and applies every pending migration. Close releases it.
 func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
-	o := options{synchronous: SyncFull, readConns: 4, maxBatch: 256}
+	o := options{synchronous: SyncFull, readConns: 4, maxBatch: 256, busyTimeout: 5 * time.Second}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -85,7 +92,8 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 
-	dsn := path + "?_busy_timeout=5000&_journal_mode=WAL&_synchronous=" + o.synchronous +
+	dsn := path + "?_busy_timeout=" + strconv.FormatInt(o.busyTimeout.Milliseconds(), 10) +
+		"&_journal_mode=WAL&_synchronous=" + o.synchronous +
 		"&_foreign_keys=1&_pragma=temp_store(memory)"
 	sdb, err := sqlx.Open("sqlite", dsn)
 	if err != nil {

@@ -79,6 +79,7 @@ func (s *Server) handleCheck(c echo.Context) error {
 			Day:    windowOf(w[policy.Day]),
 		}
 	}
+	setRateLimitHeaders(c.Response().Header(), d.Windows)
 	status := http.StatusOK
 	switch d.Outcome {
 	case policy.RateLimited:

@@ -1,0 +1,105 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/policyguard/policyguard/policy"
+)
+
+// Header names of the rate-limit fields, in canonical form so they can be
+// stored in an http.Header without canonicalizing each time.
+const (
+	headerRateLimitPolicy = "Ratelimit-Policy"      // RateLimit-Policy
+	headerRateLimit       = "Ratelimit"             // RateLimit
+	headerXLimit          = "X-Ratelimit-Limit"     // X-RateLimit-Limit
+	headerXRemaining      = "X-Ratelimit-Remaining" // X-RateLimit-Remaining
+	headerXReset          = "X-Ratelimit-Reset"     // X-RateLimit-Reset
+)
+
+// setRateLimitHeaders writes the rate-limit fields of a check answer from the
+// user's window state after the check:
+//
+//   - RateLimit-Policy and RateLimit as draft-ietf-httpapi-ratelimit-headers
+//     (revision 11) defines them: one quota policy per window, named
+//     "minute", "hour" and "day", with its quota q (the window's ceiling,
+//     burst included) and length w in seconds; and per policy the requests
+//     still available r and the seconds t within which no more than r are
+//     available, which is until the window next frees a slot, or the whole
+//     window when it is empty (nothing in it will free before then).
+//   - X-RateLimit-Limit, -Remaining and -Reset, the older single-window
+//     fields, for the tightest window: the one with the fewest remaining,
+//     the shorter on a tie. Reset is in seconds from now, as t is, not a
+//     Unix time.
+//
+// The values are formatted into one buffer and share one string, so the
+// fields cost two allocations per answer.
+func setRateLimitHeaders(h http.Header, windows *[len(policy.Windows)]policy.WindowState) {
+	if windows == nil {
+		return
+	}
+	var buf [256]byte
+	b := buf[:0]
+	var ends [5]int
+
+	for i, w := range policy.Windows {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, '"')
+		b = append(b, w.String()...)
+		b = append(b, `";q=`...)
+		b = strconv.AppendInt(b, windows[w].Limit, 10)
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, int64(w.Duration()/time.Second), 10)
+	}
+	ends[0] = len(b)
+
+	tightest := policy.Windows[0]
+	for i, w := range policy.Windows {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, '"')
+		b = append(b, w.String()...)
+		b = append(b, `";r=`...)
+		b = strconv.AppendInt(b, windows[w].Remaining, 10)
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, effectiveWindow(w, windows[w]), 10)
+		if windows[w].Remaining < windows[tightest].Remaining {
+			tightest = w
+		}
+	}
+	ends[1] = len(b)
+
+	b = strconv.AppendInt(b, windows[tightest].Limit, 10)
+	ends[2] = len(b)
+	b = strconv.AppendInt(b, windows[tightest].Remaining, 10)
+	ends[3] = len(b)
+	b = strconv.AppendInt(b, effectiveWindow(tightest, windows[tightest]), 10)
+	ends[4] = len(b)
+
+	s := string(b)
+	vals := make([]string, 5)
+	start := 0
+	for i, end := range ends {
+		vals[i] = s[start:end]
+		start = end
+	}
+	h[headerRateLimitPolicy] = vals[0:1:1]
+	h[headerRateLimit] = vals[1:2:2]
+	h[headerXLimit] = vals[2:3:3]
+	h[headerXRemaining] = vals[3:4:4]
+	h[headerXReset] = vals[4:5:5]
+}
+
+// effectiveWindow returns the seconds within which window w, in state s,
+// admits no more than s.Remaining: until its oldest request leaves it, or its
+// whole length when it holds none.
+func effectiveWindow(w policy.Window, s policy.WindowState) int64 {
+	if s.Count == 0 {
+		return int64(w.Duration() / time.Second)
+	}
+	return s.Reset
+}

@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -43,6 +44,7 @@ type windowResponse struct {
 }
 
 func (s *Server) handleCheck(c echo.Context) error {
+	start := time.Now()
 	dryRun := false
 	if v := c.QueryParam("dry_run"); v != "" {
 		var err error
@@ -60,6 +62,7 @@ func (s *Server) handleCheck(c echo.Context) error {
 		Tier:      body.Context.UserTier,
 		Feature:   body.Context.Feature,
 	}, dryRun)
+	s.metrics.observeCheck(&d, err, dryRun, time.Since(start))
 	if err != nil {
 		return err
 	}

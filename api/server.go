@@ -33,6 +33,12 @@ type Config struct {
 	// Logger receives the access log and internal errors (default
 	// slog.Default()).
 	Logger *slog.Logger
+	// Metrics records checks and is served at GET /metrics (default
+	// NewMetrics(nil): a registry of the server's own).
+	Metrics *Metrics
+	// HideMetrics leaves GET /metrics off this server, for a caller that
+	// serves Metrics.Handler on another address.
+	HideMetrics bool
 }
 
 // Server is the HTTP API. It is an http.Handler and safe for concurrent use.
@@ -42,6 +48,7 @@ type Server struct {
 	health     func(context.Context) error
 	adminToken [sha256.Size]byte
 	log        *slog.Logger
+	metrics    *Metrics
 }
 
 // NewServer returns a Server for cfg with every route registered.
@@ -52,6 +59,10 @@ func NewServer(cfg Config) *Server {
 		health:     cfg.Health,
 		adminToken: sha256.Sum256([]byte(cfg.AdminToken)),
 		log:        cfg.Logger,
+		metrics:    cfg.Metrics,
+	}
+	if s.metrics == nil {
+		s.metrics = NewMetrics(nil)
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -71,6 +82,9 @@ func NewServer(cfg Config) *Server {
 		middleware.BodyLimit("1M"),
 	)
 	s.routes()
+	if !cfg.HideMetrics {
+		s.echo.GET("/metrics", echo.WrapHandler(s.metrics.Handler()))
+	}
 	return s
 }
 
@@ -140,6 +154,7 @@ func (s *Server) handleHealth(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 	defer cancel()
 	if err := s.health(ctx); err != nil {
+		s.metrics.storageError("ping", err)
 		s.log.Error("health check failed", "err", err)
 		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "message": policy.ErrorMessage(err)})
 	}

@@ -1,0 +1,237 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/policyguard/policyguard/policy"
+)
+
+// Outcome label values of policyguard_checks_total.
+const (
+	outcomeAdmitted    = "admitted"     // every guardrail let it through
+	outcomeRateLimited = "rate_limited" // a window is full; the window label says which
+	outcomeDenied      = "denied"       // refused as it stands, such as a feature outside the plan
+	outcomeInvalid     = "invalid"      // no decision: unknown tier or over-long user id
+	outcomeError       = "error"        // no decision: storage or internal failure
+)
+
+// Storage operations counted by policyguard_storage_errors_total.
+var storageOperations = []string{"tier", "tiers", "admit", "view", "forget", "cleanup", "ping"}
+
+// Metrics holds the service's Prometheus metrics, all named policyguard_*.
+// Its methods are safe for concurrent use.
+//
+// Labels never carry a user id: tier names are set by the admin and stay
+// few, and a check that named an unknown tier is counted without one.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	checks        *prometheus.CounterVec
+	checkCounters sync.Map // checkKey -> prometheus.Counter, resolved once per label set
+	checkDuration [2]prometheus.Observer
+	rowsStored    prometheus.Counter
+	rowsDeleted   prometheus.Counter
+	storageErrors map[string]prometheus.Counter
+}
+
+// checkKey is one label set of policyguard_checks_total.
+type checkKey struct {
+	tier, guardrail, outcome string
+	window                   int8 // index into policy.Windows, -1 for none
+	dryRun                   bool
+}
+
+// NewRegistry returns a registry holding the Go runtime and process
+// collectors: a registry of its own rather than Prometheus's global one, so
+// that each Server (and each test) counts only its own requests.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return reg
+}
+
+// NewMetrics registers the service's metrics in reg and returns them. A nil
+// reg means a new one from NewRegistry. It panics if reg already holds them.
+func NewMetrics(reg *prometheus.Registry) *Metrics {
+	if reg == nil {
+		reg = NewRegistry()
+	}
+	m := &Metrics{
+		reg: reg,
+		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "policyguard_checks_total",
+			Help: "Checks answered, by tier, the guardrail that decided, outcome (admitted, rate_limited, denied, invalid, error), the window that was full when rate limited, and whether it was a dry run.",
+		}, []string{"tier", "guardrail", "outcome", "window", "dry_run"}),
+		rowsStored: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "policyguard_rows_stored_total",
+			Help: "Admitted requests recorded in the database (admitted checks that were not dry runs).",
+		}),
+		rowsDeleted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "policyguard_cleanup_rows_deleted_total",
+			Help: "Rows older than the longest window deleted by the background cleanup.",
+		}),
+		storageErrors: make(map[string]prometheus.Counter, len(storageOperations)),
+	}
+	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "policyguard_check_duration_seconds",
+		Help: "Time from receiving a check to its decision, including the durable commit of an admitted request.",
+		// From a cached read to a commit waiting behind a busy disk.
+		Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1, 2, 5},
+	}, []string{"dry_run"})
+	m.checkDuration[0] = duration.WithLabelValues("false")
+	m.checkDuration[1] = duration.WithLabelValues("true")
+	storageErrors := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "policyguard_storage_errors_total",
+		Help: "Storage operations that failed, by operation.",
+	}, []string{"operation"})
+	for _, op := range storageOperations {
+		m.storageErrors[op] = storageErrors.WithLabelValues(op)
+	}
+	reg.MustRegister(m.checks, duration, m.rowsStored, m.rowsDeleted, storageErrors)
+	return m
+}
+
+// Handler returns the handler of GET /metrics for the registry the metrics
+// are in.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// ObserveCleanup counts one cleanup run: the rows it deleted and, when it
+// failed on storage, one storage error. It fits db.Store.PruneEvery.
+func (m *Metrics) ObserveCleanup(deleted int64, err error) {
+	if deleted > 0 {
+		m.rowsDeleted.Add(float64(deleted))
+	}
+	m.storageError("cleanup", err)
+}
+
+// storageError counts err if it is a storage failure. Context ends and
+// domain answers (not found, conflict) are not failures of storage.
+func (m *Metrics) storageError(op string, err error) {
+	if err != nil && policy.ErrorCode(err) == policy.EUNAVAILABLE {
+		m.storageErrors[op].Inc()
+	}
+}
+
+// observeCheck counts one answered check: d when err is nil, otherwise the
+// failure. It costs a lookup of a pre-resolved counter and a few atomic adds.
+func (m *Metrics) observeCheck(d *policy.Decision, err error, dryRun bool, took time.Duration) {
+	k := checkKey{window: -1, dryRun: dryRun}
+	switch {
+	case err != nil:
+		k.outcome = outcomeError
+		if policy.ErrorCode(err) == policy.EINVALID {
+			k.outcome = outcomeInvalid
+		}
+	default:
+		k.tier, k.guardrail = d.Tier, d.Guardrail
+		switch d.Outcome {
+		case policy.Admitted:
+			k.outcome = outcomeAdmitted
+			if !dryRun {
+				m.rowsStored.Inc()
+			}
+		case policy.RateLimited:
+			k.outcome = outcomeRateLimited
+			k.window = blockedWindow(d)
+		default:
+			k.outcome = outcomeDenied
+		}
+	}
+	c, ok := m.checkCounters.Load(k)
+	if !ok {
+		window := ""
+		if k.window >= 0 {
+			window = policy.Windows[k.window].String()
+		}
+		dry := "false"
+		if dryRun {
+			dry = "true"
+		}
+		c, _ = m.checkCounters.LoadOrStore(k, m.checks.WithLabelValues(k.tier, k.guardrail, k.outcome, window, dry))
+	}
+	c.(prometheus.Counter).Inc()
+	if dryRun {
+		m.checkDuration[1].Observe(took.Seconds())
+	} else {
+		m.checkDuration[0].Observe(took.Seconds())
+	}
+}
+
+// rateLimiterName is the name of the guardrail whose refusals name a window.
+var rateLimiterName = (*policy.RateLimiter)(nil).Name()
+
+// blockedWindow returns the index of the window that refused d: the first,
+// in check order, with nothing remaining, as policy.Evaluate picks it. It is
+// -1 when another guardrail refused.
+func blockedWindow(d *policy.Decision) int8 {
+	if d.Guardrail != rateLimiterName || d.Windows == nil {
+		return -1
+	}
+	for i, w := range d.Windows {
+		if w.Remaining == 0 {
+			return int8(i)
+		}
+	}
+	return -1
+}
+
+// MeterStorage returns tiers and requests wrapped so that the storage
+// failures of checks, usage look-ups and tier reads (Tier, Tiers, Admit,
+// View, Forget) count in policyguard_storage_errors_total. Every other
+// method, such as tier changes, passes through uncounted. The wrappers add
+// one call per operation and nothing else.
+func (m *Metrics) MeterStorage(tiers policy.TierStore, requests policy.RequestStore) (policy.TierStore, policy.RequestStore) {
+	return meteredTiers{tiers, m}, meteredRequests{requests, m}
+}
+
+type meteredTiers struct {
+	policy.TierStore
+	m *Metrics
+}
+
+func (s meteredTiers) Tier(ctx context.Context, name string) (policy.Tier, error) {
+	t, err := s.TierStore.Tier(ctx, name)
+	s.m.storageError("tier", err)
+	return t, err
+}
+
+func (s meteredTiers) Tiers(ctx context.Context) ([]policy.Tier, error) {
+	ts, err := s.TierStore.Tiers(ctx)
+	s.m.storageError("tiers", err)
+	return ts, err
+}
+
+type meteredRequests struct {
+	policy.RequestStore
+	m *Metrics
+}
+
+func (s meteredRequests) Admit(ctx context.Context, userID string, decide func(policy.History) (time.Time, bool, error)) error {
+	err := s.RequestStore.Admit(ctx, userID, decide)
+	s.m.storageError("admit", err)
+	return err
+}
+
+func (s meteredRequests) View(ctx context.Context, userID string, fn func(policy.History) error) error {
+	err := s.RequestStore.View(ctx, userID, fn)
+	s.m.storageError("view", err)
+	return err
+}
+
+func (s meteredRequests) Forget(ctx context.Context, userID string) error {
+	err := s.RequestStore.Forget(ctx, userID)
+	s.m.storageError("forget", err)
+	return err
+}

@@ -45,6 +45,7 @@ type config struct {
 	cleanupInterval time.Duration
 	sync            string
 	logFormat       string
+	metricsAddr     string
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -63,6 +64,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&cfg.defaultTier, "default-tier", env("GUARDRAIL_DEFAULT_TIER", policy.DefaultTierName), "tier of requests that name none (GUARDRAIL_DEFAULT_TIER)")
 	fs.StringVar(&cfg.sync, "sync", env("GUARDRAIL_SYNC", db.SyncFull), "SQLite synchronous mode: FULL survives power loss, NORMAL only a process crash (GUARDRAIL_SYNC)")
 	fs.StringVar(&cfg.logFormat, "log-format", env("GUARDRAIL_LOG_FORMAT", "text"), "log format: text or json (GUARDRAIL_LOG_FORMAT)")
+	fs.StringVar(&cfg.metricsAddr, "metrics-addr", env("GUARDRAIL_METRICS_ADDR", ""), "serve GET /metrics on this address instead of the API's (GUARDRAIL_METRICS_ADDR)")
 	interval := env("GUARDRAIL_CLEANUP_INTERVAL", "1m")
 	fs.Func("cleanup-interval", "how often rows older than a day are deleted (GUARDRAIL_CLEANUP_INTERVAL, default 1m)", func(s string) error {
 		interval = s
@@ -106,7 +108,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer store.Close()
 
-	svc := policy.NewService(store, store, policy.WithDefaultTier(cfg.defaultTier))
+	metrics := api.NewMetrics(nil)
+	tiers, requests := metrics.MeterStorage(store, store)
+	svc := policy.NewService(tiers, requests, policy.WithDefaultTier(cfg.defaultTier))
 	if _, err := store.Tier(ctx, cfg.defaultTier); err != nil {
 		return fmt.Errorf("default tier %q does not exist in %s", cfg.defaultTier, cfg.dbPath)
 	}
@@ -121,10 +125,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	srv := &http.Server{
 		Handler: api.NewServer(api.Config{
-			Service:    svc,
-			Health:     store.Ping,
-			AdminToken: cfg.adminToken,
-			Logger:     log,
+			Service:     svc,
+			Health:      store.Ping,
+			AdminToken:  cfg.adminToken,
+			Logger:      log,
+			Metrics:     metrics,
+			HideMetrics: cfg.metricsAddr != "",
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
@@ -132,6 +138,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
+	}
+	if cfg.metricsAddr != "" {
+		// Metrics on their own address can stay inside the network while
+		// the API faces clients.
+		mln, err := net.Listen("tcp", cfg.metricsAddr)
+		if err != nil {
+			return err
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", metrics.Handler())
+		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(handler, slog.LevelWarn)}
+		go func() {
+			if err := msrv.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics server failed", "err", err)
+			}
+		}()
+		defer msrv.Close()
+		fmt.Fprintf(stdout, "metrics on http://%s/metrics\n", mln.Addr())
 	}
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
@@ -146,7 +170,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		store.PruneEvery(bg, cfg.cleanupInterval, policy.Retention, time.Now, log)
+		store.PruneEvery(bg, cfg.cleanupInterval, policy.Retention, time.Now, log, metrics.ObserveCleanup)
 	}()
 
 	serveErr := make(chan error, 1)

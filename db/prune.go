@@ -80,7 +80,9 @@ func pruneStep(tx *writeTx, cursor string, cutoff int64) (deleted int64, next st
 
 // PruneEvery calls Prune every interval with the cutoff retention before
 // now(), until ctx ends. Failures are logged and retried at the next tick.
-func (s *Store) PruneEvery(ctx context.Context, interval, retention time.Duration, now func() time.Time, log *slog.Logger) {
+// observe, when not nil, is told what each run deleted and how it failed
+// (metrics count it; db stays free of them).
+func (s *Store) PruneEvery(ctx context.Context, interval, retention time.Duration, now func() time.Time, log *slog.Logger, observe func(deleted int64, err error)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -91,6 +93,9 @@ func (s *Store) PruneEvery(ctx context.Context, interval, retention time.Duratio
 		}
 		start := time.Now()
 		n, err := s.Prune(ctx, now().Add(-retention))
+		if observe != nil {
+			observe(n, err)
+		}
 		switch {
 		case err != nil && ctx.Err() == nil:
 			log.Error("cleanup failed", "deleted", n, "err", err)

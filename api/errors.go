@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"time"
 
@@ -53,12 +54,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 		}
 	}
 	if status >= 500 {
-		s.log.LogAttrs(c.Request().Context(), slog.LevelError, "request failed",
-			slog.String("id", c.Response().Header().Get(echo.HeaderXRequestID)),
-			slog.String("method", c.Request().Method),
-			slog.String("path", c.Request().URL.Path),
-			slog.Int("status", status),
-			slog.Any("err", err))
+		s.logRequest(c, slog.LevelError, "request failed", slog.Int("status", status), slog.Any("err", err))
 	}
 	if c.Request().Method == http.MethodHead {
 		err = c.NoContent(status)
@@ -66,13 +62,66 @@ func (s *Server) handleError(err error, c echo.Context) {
 		err = c.JSON(status, errorBody{Message: msg})
 	}
 	if err != nil {
-		s.log.Error("write error response", "err", err)
+		s.logRequest(c, slog.LevelError, "write error response", slog.Any("err", err))
 	}
 }
 
 func (s *Server) logPanic(c echo.Context, err error, stack []byte) error {
-	s.log.Error("panic", "path", c.Request().URL.Path, "err", err, "stack", string(stack))
+	s.logRequest(c, slog.LevelError, "panic", slog.Any("err", err), slog.String("stack", string(stack)))
 	return err
+}
+
+// logRequest writes a line about request c. Like the access log line, it
+// carries the request id, so every line about one request can be found
+// from the X-Request-Id its client saw.
+func (s *Server) logRequest(c echo.Context, level slog.Level, msg string, attrs ...slog.Attr) {
+	req := c.Request()
+	s.log.LogAttrs(req.Context(), level, msg, append([]slog.Attr{
+		slog.String("id", c.Response().Header().Get(echo.HeaderXRequestID)),
+		slog.String("method", req.Method),
+		slog.String("path", req.URL.Path),
+	}, attrs...)...)
+}
+
+// requestID gives every request an id, answered in X-Request-Id and logged
+// on each of its lines. An incoming X-Request-Id, such as a proxy's, is kept
+// when it is at most 128 visible ASCII characters; anything else is replaced
+// rather than copied into logs and answers. (Echo's RequestID middleware
+// copies whatever it is sent.)
+func requestID(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		id := c.Request().Header.Get(echo.HeaderXRequestID)
+		if !validRequestID(id) {
+			id = newRequestID()
+		}
+		c.Response().Header()[echo.HeaderXRequestID] = []string{id}
+		return next(c)
+	}
+}
+
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// newRequestID returns 32 random hex digits. The ids need to be unique, not
+// secret, so the fast per-thread generator of math/rand/v2 serves.
+func newRequestID() string {
+	var b [32]byte
+	const digits = "0123456789abcdef"
+	for half, v := range [2]uint64{rand.Uint64(), rand.Uint64()} {
+		for i := range 16 {
+			b[half*16+i] = digits[v>>(60-4*i)&0xf]
+		}
+	}
+	return string(b[:])
 }
 
 // accessLog logs one line per request: never a body, a query string or a

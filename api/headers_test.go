@@ -16,7 +16,7 @@ var rateLimitHeaders = []string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Li
 
 // wantHeaders is the expected value of each rate-limit field.
 type wantHeaders struct {
-	policy, limit             string
+	policy, limit              string
 	xLimit, xRemaining, xReset string
 }
 

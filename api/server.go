@@ -75,10 +75,12 @@ func NewServer(cfg Config) *Server {
 	// connection: X-Forwarded-For is whatever a client wants it to be.
 	s.echo.IPExtractor = echo.ExtractIPDirect()
 	s.echo.HTTPErrorHandler = s.handleError
+	// The access log wraps the panic handler, so a request that panicked
+	// still gets its line.
 	s.echo.Use(
-		middleware.RequestID(),
-		middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true, LogErrorFunc: s.logPanic}),
+		requestID,
 		s.accessLog(),
+		middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true, LogErrorFunc: s.logPanic}),
 		middleware.BodyLimit("1M"),
 	)
 	s.routes()
@@ -155,7 +157,7 @@ func (s *Server) handleHealth(c echo.Context) error {
 	defer cancel()
 	if err := s.health(ctx); err != nil {
 		s.metrics.storageError("ping", err)
-		s.log.Error("health check failed", "err", err)
+		s.logRequest(c, slog.LevelError, "health check failed", slog.Any("err", err))
 		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "message": policy.ErrorMessage(err)})
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})

@@ -1,0 +1,242 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/policyguard/policyguard/api"
+	"github.com/policyguard/policyguard/db"
+	"github.com/policyguard/policyguard/policy"
+)
+
+// logBuffer collects log output; the server logs from one goroutine per
+// request.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// lines returns the JSON log lines written so far.
+func (b *logBuffer) lines(t *testing.T) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(b.String()), "\n") {
+		if l == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// panicGuardrail fails the way a bug in a deployment's own guardrail would.
+type panicGuardrail struct{}
+
+func (panicGuardrail) Name() string  { return "panics" }
+func (panicGuardrail) Priority() int { return 2 }
+func (panicGuardrail) Check(_ context.Context, c *policy.Check) (policy.Decision, error) {
+	if c.UserID == "panic" {
+		panic("guardrail bug")
+	}
+	return policy.Decision{Outcome: policy.Admitted}, nil
+}
+
+// newLogEnv is the service logging JSON into the returned buffer, as
+// -log-format json does.
+func newLogEnv(t *testing.T) (*env, *logBuffer) {
+	t.Helper()
+	store, err := db.Open(context.Background(), filepath.Join(t.TempDir(), "test.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	clk := &testClock{now: t0}
+	logs := &logBuffer{}
+	srv := api.NewServer(api.Config{
+		Service:    policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithGuardrails(panicGuardrail{})),
+		Health:     store.Ping,
+		AdminToken: adminToken,
+		Logger:     slog.New(slog.NewJSONHandler(logs, nil)),
+	})
+	return &env{t: t, srv: srv, store: store, clock: clk}, logs
+}
+
+func send(h http.Handler, method, path, body string, header map[string]string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// TestLogsKeepSecretsOut sends prompts and credentials every way a client
+// can and asserts that none of them reaches the log, while every request
+// still gets its access line.
+func TestLogsKeepSecretsOut(t *testing.T) {
+	e, logs := newLogEnv(t)
+	const (
+		prompt      = "SECRET-PROMPT-the-user-typed-this"
+		bearer      = "SECRET-BEARER-of-an-agent"
+		queryToken  = "SECRET-IN-QUERY"
+		cookieValue = "SECRET-COOKIE"
+	)
+	checkBody := `{"input_text":"` + prompt + `","context":{"user_id":"alice"}}`
+	secretHeaders := map[string]string{
+		"Authorization": "Bearer " + bearer,
+		"Cookie":        "session=" + cookieValue,
+		"X-Api-Key":     bearer,
+		"Content-Type":  "application/json",
+	}
+	requests := []struct {
+		method, path, body string
+		header             map[string]string
+		status             int
+	}{
+		{"POST", "/v1/check", checkBody, secretHeaders, 200},
+		{"POST", "/v1/check?dry_run=true&token=" + queryToken, checkBody, secretHeaders, 200},
+		{"POST", "/v1/check", `{"input_text":"` + prompt + `","context":{"user_id":"alice","feature":"search"}}`, secretHeaders, 403},
+		{"POST", "/v1/check", `{"input_text":"` + prompt + `","context":{"user_tier":"gold"}}`, secretHeaders, 400},
+		{"POST", "/v1/check", `{"input_text":"` + prompt + `","context":{"user_id":"panic"}}`, secretHeaders, 500},
+		{"GET", "/v1/tiers", "", map[string]string{"Authorization": "Bearer " + adminToken}, 200},
+		{"GET", "/v1/tiers", "", map[string]string{"Authorization": "Bearer " + bearer}, 401},
+		{"POST", "/admin/login", url.Values{"token": {adminToken}}.Encode(), map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 303},
+	}
+	for _, r := range requests {
+		if rec := send(e.srv, r.method, r.path, r.body, r.header); rec.Code != r.status {
+			t.Fatalf("%s %s: %d %s, want %d", r.method, r.path, rec.Code, rec.Body, r.status)
+		}
+	}
+	// A storage failure logs the error, still without the prompt.
+	e.store.Close()
+	if rec := send(e.srv, "POST", "/v1/check", checkBody, secretHeaders); rec.Code != 503 {
+		t.Fatalf("check on a closed store: %d", rec.Code)
+	}
+
+	out := logs.String()
+	for _, secret := range []string{prompt, bearer, queryToken, cookieValue, adminToken, "input_text"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("log contains %q:\n%s", secret, out)
+		}
+	}
+	var access, failures int
+	for _, l := range logs.lines(t) {
+		switch l["msg"] {
+		case "request":
+			access++
+		case "request failed":
+			failures++
+		}
+	}
+	if got, want := access, len(requests)+1; got != want {
+		t.Errorf("%d access log lines, want %d:\n%s", got, want, out)
+	}
+	if got, want := failures, 2; got != want { // the panic and the storage failure
+		t.Errorf("%d failure lines, want %d:\n%s", got, want, out)
+	}
+}
+
+// TestRequestIDOnEveryLine follows one request id from the client through
+// every line logged about its request, failures included.
+func TestRequestIDOnEveryLine(t *testing.T) {
+	e, logs := newLogEnv(t)
+	generated := regexp.MustCompile(`^[0-9a-f]{32}$`)
+	for _, tc := range []struct {
+		name, sent string
+		keep       bool
+		body       string
+		status     int
+		lines      []string // messages logged with the id, in order
+	}{
+		{"kept", "req-42.proxy:7/a_b", true, `{}`, 200, []string{"request"}},
+		{"generated", "", false, `{}`, 200, []string{"request"}},
+		{"too long", strings.Repeat("a", 129), false, `{}`, 200, []string{"request"}},
+		{"space", "two words", false, `{}`, 200, []string{"request"}},
+		{"control character", "id\x01", false, `{}`, 200, []string{"request"}},
+		{"not ASCII", "idé", false, `{}`, 200, []string{"request"}},
+		{"panic", "panic-id", true, `{"context":{"user_id":"panic"}}`, 500, []string{"panic", "request failed", "request"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(logs.lines(t))
+			header := map[string]string{}
+			if tc.sent != "" {
+				header["X-Request-Id"] = tc.sent
+			}
+			rec := send(e.srv, "POST", "/v1/check", tc.body, header)
+			if rec.Code != tc.status {
+				t.Fatalf("%d %s, want %d", rec.Code, rec.Body, tc.status)
+			}
+			id := rec.Header().Get("X-Request-Id")
+			if tc.keep && id != tc.sent {
+				t.Fatalf("X-Request-Id = %q, want the one sent, %q", id, tc.sent)
+			}
+			if !tc.keep && !generated.MatchString(id) {
+				t.Fatalf("X-Request-Id = %q, want 32 hex digits in place of %q", id, tc.sent)
+			}
+			lines := logs.lines(t)[before:]
+			var msgs []string
+			for _, l := range lines {
+				msgs = append(msgs, l["msg"].(string))
+				if l["id"] != id {
+					t.Errorf("line %q has id %v, want %q", l["msg"], l["id"], id)
+				}
+			}
+			if strings.Join(msgs, ",") != strings.Join(tc.lines, ",") {
+				t.Errorf("lines %q, want %q", msgs, tc.lines)
+			}
+		})
+	}
+
+	// Storage failures: the check's error line and the health check's.
+	e.store.Close()
+	for _, path := range []string{"/v1/check", "/healthz"} {
+		before := len(logs.lines(t))
+		method := "POST"
+		if path == "/healthz" {
+			method = "GET"
+		}
+		rec := send(e.srv, method, path, `{}`, map[string]string{"X-Request-Id": "failing-" + path})
+		if rec.Code != 503 {
+			t.Fatalf("%s on a closed store: %d", path, rec.Code)
+		}
+		lines := logs.lines(t)[before:]
+		if len(lines) != 2 {
+			t.Fatalf("%s: %d lines, want an error line and an access line: %v", path, len(lines), lines)
+		}
+		for _, l := range lines {
+			if l["id"] != "failing-"+path {
+				t.Errorf("%s: line %q has id %v", path, l["msg"], l["id"])
+			}
+		}
+		if l := lines[0]; l["level"] != "ERROR" || l["status"] == nil && path == "/v1/check" {
+			t.Errorf("%s: first line %v, want the error", path, l)
+		}
+	}
+}

@@ -97,6 +97,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.Serv
 func (s *Server) routes() {
 	e := s.echo
 	e.GET("/healthz", s.handleHealth)
+	e.GET("/openapi.yaml", s.handleOpenAPI)
 	e.POST("/v1/check", s.handleCheck)
 
 	// Admin routes carry their middleware one by one: a group with
@@ -109,6 +110,23 @@ func (s *Server) routes() {
 	e.GET("/v1/usage/:user_id", s.handleGetUsage, admin)
 	e.DELETE("/v1/usage/:user_id", s.handleDeleteUsage, admin)
 	s.adminRoutes()
+}
+
+// Route is one method and path the server answers. Path parameters are
+// written as Echo writes them: /v1/tiers/:name.
+type Route struct {
+	Method, Path string
+}
+
+// Routes returns every route the server answers, including those Echo adds
+// for its own purposes (their method names no HTTP method).
+func (s *Server) Routes() []Route {
+	routes := s.echo.Routes()
+	out := make([]Route, len(routes))
+	for i, r := range routes {
+		out[i] = Route{Method: r.Method, Path: r.Path}
+	}
+	return out
 }
 
 // requireAdmin lets through requests with "Authorization: Bearer <token>"

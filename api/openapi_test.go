@@ -1,0 +1,404 @@
+package api_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"mime"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"go.yaml.in/yaml/v3"
+)
+
+// undocumented lists the path prefixes the OpenAPI description leaves out,
+// and why. Every other route must be described, and every description must
+// have a route.
+var undocumented = map[string]string{
+	"/admin": "the admin page: HTML forms for browsers, not an API",
+}
+
+var httpMethods = []string{"get", "put", "post", "delete", "patch", "head", "options", "trace"}
+
+// specURL is where the description is filed in the schema compiler.
+const specURL = "https://policyguard.invalid/openapi.json"
+
+// spec is the OpenAPI description the server serves, parsed.
+type spec struct {
+	doc      any
+	compiler *jsonschema.Compiler
+	schemas  map[string]*jsonschema.Schema
+}
+
+func loadSpec(t *testing.T, h http.Handler) *spec {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/openapi.yaml", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /openapi.yaml: %d", rec.Code)
+	}
+	if ct := rec.Header().Get("Content-Type"); ct != "application/yaml" {
+		t.Fatalf("GET /openapi.yaml: Content-Type %q", ct)
+	}
+	var y any
+	if err := yaml.Unmarshal(rec.Body.Bytes(), &y); err != nil {
+		t.Fatalf("openapi.yaml: %v", err)
+	}
+	// Through JSON, so that numbers and maps have the types the schema
+	// validator expects.
+	j, err := json.Marshal(y)
+	if err != nil {
+		t.Fatalf("openapi.yaml as JSON: %v", err)
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(j))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020) // OpenAPI 3.1's dialect
+	c.AssertFormat()
+	if err := c.AddResource(specURL, doc); err != nil {
+		t.Fatal(err)
+	}
+	return &spec{doc: doc, compiler: c, schemas: map[string]*jsonschema.Schema{}}
+}
+
+// at returns the node at JSON pointer ptr ("" is the root).
+func (s *spec) at(ptr string) (any, bool) {
+	node := s.doc
+	if ptr == "" {
+		return node, true
+	}
+	for _, tok := range strings.Split(ptr[1:], "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		m, ok := node.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if node, ok = m[tok]; !ok {
+			return nil, false
+		}
+	}
+	return node, true
+}
+
+// resolve follows OpenAPI reference objects from ptr to the object they
+// name, returning it and its own pointer.
+func (s *spec) resolve(t *testing.T, ptr string) (map[string]any, string) {
+	t.Helper()
+	for range 10 {
+		node, ok := s.at(ptr)
+		if !ok {
+			t.Fatalf("openapi.yaml has nothing at %s", ptr)
+		}
+		m, ok := node.(map[string]any)
+		if !ok {
+			t.Fatalf("openapi.yaml: %s is not an object", ptr)
+		}
+		ref, ok := m["$ref"].(string)
+		if !ok {
+			return m, ptr
+		}
+		if !strings.HasPrefix(ref, "#/") {
+			t.Fatalf("openapi.yaml: %s refers outside the document: %s", ptr, ref)
+		}
+		ptr = ref[1:]
+	}
+	t.Fatalf("openapi.yaml: references loop at %s", ptr)
+	return nil, ""
+}
+
+// schema compiles the schema at ptr.
+func (s *spec) schema(t *testing.T, ptr string) *jsonschema.Schema {
+	t.Helper()
+	if sch, ok := s.schemas[ptr]; ok {
+		return sch
+	}
+	sch, err := s.compiler.Compile(specURL + "#" + (&url.URL{Fragment: ptr}).EscapedFragment())
+	if err != nil {
+		t.Fatalf("openapi.yaml: schema at %s: %v", ptr, err)
+	}
+	s.schemas[ptr] = sch
+	return sch
+}
+
+func pointer(tokens ...string) string {
+	var b strings.Builder
+	for _, tok := range tokens {
+		b.WriteByte('/')
+		b.WriteString(strings.ReplaceAll(strings.ReplaceAll(tok, "~", "~0"), "/", "~1"))
+	}
+	return b.String()
+}
+
+// operations returns "METHOD /path" of every operation described.
+func (s *spec) operations(t *testing.T) []string {
+	t.Helper()
+	paths, ok := s.doc.(map[string]any)["paths"].(map[string]any)
+	if !ok {
+		t.Fatal("openapi.yaml has no paths")
+	}
+	var ops []string
+	for path, item := range paths {
+		for method := range item.(map[string]any) {
+			if slices.Contains(httpMethods, method) {
+				ops = append(ops, strings.ToUpper(method)+" "+path)
+			}
+		}
+	}
+	sort.Strings(ops)
+	return ops
+}
+
+var echoParam = regexp.MustCompile(`:([A-Za-z_][A-Za-z0-9_]*)`)
+
+func TestOpenAPIDescribesEveryRoute(t *testing.T) {
+	e := newEnv(t)
+	s := loadSpec(t, e.srv)
+	var routes []string
+	for _, r := range e.srv.Routes() {
+		if !slices.Contains(httpMethods, strings.ToLower(r.Method)) {
+			continue // Echo's own entries, such as its not-found handlers
+		}
+		skip := false
+		for prefix := range undocumented {
+			skip = skip || r.Path == prefix || strings.HasPrefix(r.Path, prefix+"/")
+		}
+		if !skip {
+			routes = append(routes, r.Method+" "+echoParam.ReplaceAllString(r.Path, "{$1}"))
+		}
+	}
+	sort.Strings(routes)
+	if len(routes) < 5 {
+		t.Fatalf("only %d routes: %v", len(routes), routes)
+	}
+	ops := s.operations(t)
+	for _, r := range routes {
+		if !slices.Contains(ops, r) {
+			t.Errorf("route %s is not described in api/openapi.yaml", r)
+		}
+	}
+	for _, op := range ops {
+		if !slices.Contains(routes, op) {
+			t.Errorf("api/openapi.yaml describes %s, which has no route", op)
+		}
+	}
+}
+
+// TestOpenAPIDocument checks what a code generator relies on: the version,
+// an operationId and summary on every operation, a success answer on each,
+// every reference resolving and every schema compiling.
+func TestOpenAPIDocument(t *testing.T) {
+	s := loadSpec(t, newEnv(t).srv)
+	root := s.doc.(map[string]any)
+	if v, _ := root["openapi"].(string); !strings.HasPrefix(v, "3.1.") {
+		t.Errorf("openapi = %q, want 3.1.x", v)
+	}
+	ids := map[string]string{}
+	for _, op := range s.operations(t) {
+		method, path, _ := strings.Cut(op, " ")
+		o, _ := s.resolve(t, pointer("paths", path, strings.ToLower(method)))
+		id, _ := o["operationId"].(string)
+		if id == "" || ids[id] != "" {
+			t.Errorf("%s: operationId %q missing or also on %s", op, id, ids[id])
+		}
+		ids[id] = op
+		if sum, _ := o["summary"].(string); sum == "" {
+			t.Errorf("%s has no summary", op)
+		}
+		responses, _ := o["responses"].(map[string]any)
+		ok2xx := false
+		for status := range responses {
+			ok2xx = ok2xx || strings.HasPrefix(status, "2")
+		}
+		if !ok2xx {
+			t.Errorf("%s describes no success answer", op)
+		}
+	}
+	var walk func(ptr string, node any)
+	walk = func(ptr string, node any) {
+		switch n := node.(type) {
+		case map[string]any:
+			if ref, ok := n["$ref"].(string); ok {
+				if _, found := s.at(strings.TrimPrefix(ref, "#")); !strings.HasPrefix(ref, "#/") || !found {
+					t.Errorf("%s: $ref %q does not resolve", ptr, ref)
+				}
+			}
+			for k, v := range n {
+				walk(ptr+pointer(k), v)
+			}
+		case []any:
+			for i, v := range n {
+				walk(ptr+"/"+strconv.Itoa(i), v)
+			}
+		}
+	}
+	walk("", s.doc)
+	schemas, _ := s.at("/components/schemas")
+	for name := range schemas.(map[string]any) {
+		s.schema(t, pointer("components", "schemas", name))
+	}
+}
+
+// answerCase is one request whose answer is checked against the
+// description of its operation and status.
+type answerCase struct {
+	method, template, path, body string
+	admin                        bool
+	status                       int
+}
+
+// TestOpenAPIAnswersMatch sends requests that produce every answer the
+// description lists, and validates each against it: status, media type,
+// body schema and required headers. A status described but never produced
+// here fails too.
+func TestOpenAPIAnswersMatch(t *testing.T) {
+	e := newEnv(t)
+	s := loadSpec(t, e.srv)
+	e.putTier("one", `{"requests_per_minute":1,"requests_per_hour":10,"requests_per_day":10,"burst_allowance":0}`)
+	limits := `"requests_per_minute":3,"requests_per_hour":30,"requests_per_day":300,"burst_allowance":1`
+	big := `{"input_text":"` + strings.Repeat("a", 1<<20) + `"}`
+	cases := []answerCase{
+		{"POST", "/v1/check", "/v1/check", `{"input_text":"hi","context":{"user_id":"oa","user_tier":"pro","feature":"search"}}`, false, 200},
+		{"POST", "/v1/check", "/v1/check?dry_run=true", `{"context":{"user_id":"oa"}}`, false, 200},
+		{"POST", "/v1/check", "/v1/check", `{"context":null,"input_text":null,"extra":[1]}`, false, 200},
+		{"POST", "/v1/check", "/v1/check", `{"context":{"user_tier":"gold"}}`, false, 400},
+		{"POST", "/v1/check", "/v1/check", `{"context":{"feature":"search"}}`, false, 403},
+		{"POST", "/v1/check", "/v1/check", big, false, 413},
+		{"POST", "/v1/check", "/v1/check", `{"context":{"user_id":"o1","user_tier":"one"}}`, false, 200},
+		{"POST", "/v1/check", "/v1/check", `{"context":{"user_id":"o1","user_tier":"one"}}`, false, 429},
+		{"GET", "/v1/tiers", "/v1/tiers", "", true, 200},
+		{"GET", "/v1/tiers", "/v1/tiers", "", false, 401},
+		{"GET", "/v1/tiers/{name}", "/v1/tiers/pro", "", true, 200},
+		{"GET", "/v1/tiers/{name}", "/v1/tiers/one", "", true, 200}, // with updated_at
+		{"GET", "/v1/tiers/{name}", "/v1/tiers/pro", "", false, 401},
+		{"GET", "/v1/tiers/{name}", "/v1/tiers/gold", "", true, 404},
+		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{` + limits + `,"features":["chat"],"description":"Team"}`, true, 201},
+		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{"name":"team",` + limits + `}`, true, 200},
+		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{"requests_per_minute":-1}`, true, 400},
+		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{}`, false, 401},
+		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", big, true, 413},
+		{"DELETE", "/v1/tiers/{name}", "/v1/tiers/team", "", true, 204},
+		{"DELETE", "/v1/tiers/{name}", "/v1/tiers/team", "", false, 401},
+		{"DELETE", "/v1/tiers/{name}", "/v1/tiers/team", "", true, 404},
+		{"DELETE", "/v1/tiers/{name}", "/v1/tiers/free", "", true, 409},
+		{"GET", "/v1/usage/{user_id}", "/v1/usage/oa", "", true, 200},
+		{"GET", "/v1/usage/{user_id}", "/v1/usage/oa?tier=pro", "", true, 200},
+		{"GET", "/v1/usage/{user_id}", "/v1/usage/oa?tier=gold", "", true, 400},
+		{"GET", "/v1/usage/{user_id}", "/v1/usage/oa", "", false, 401},
+		{"DELETE", "/v1/usage/{user_id}", "/v1/usage/oa", "", true, 204},
+		{"DELETE", "/v1/usage/{user_id}", "/v1/usage/" + strings.Repeat("u", 257), "", true, 400},
+		{"DELETE", "/v1/usage/{user_id}", "/v1/usage/oa", "", false, 401},
+		{"GET", "/healthz", "/healthz", "", false, 200},
+		{"GET", "/metrics", "/metrics", "", false, 200},
+		{"GET", "/openapi.yaml", "/openapi.yaml", "", false, 200},
+		// Storage gone: the answers that say so.
+		{"close", "", "", "", false, 0},
+		{"POST", "/v1/check", "/v1/check", `{}`, false, 503},
+		{"GET", "/v1/usage/{user_id}", "/v1/usage/oa", "", true, 503},
+		{"DELETE", "/v1/usage/{user_id}", "/v1/usage/oa", "", true, 503},
+		{"GET", "/healthz", "/healthz", "", false, 503},
+	}
+	seen := map[string]bool{}
+	for _, tc := range cases {
+		if tc.method == "close" {
+			e.store.Close()
+			continue
+		}
+		rec := e.do(tc.method, tc.path, tc.body, tc.admin)
+		name := fmt.Sprintf("%s %s → %d", tc.method, tc.path, tc.status)
+		if len(name) > 80 {
+			name = name[:80]
+		}
+		if rec.Code != tc.status {
+			t.Errorf("%s: got %d %.200s", name, rec.Code, rec.Body)
+			continue
+		}
+		status := strconv.Itoa(rec.Code)
+		seen[tc.method+" "+tc.template+" "+status] = true
+		s.checkAnswer(t, name, tc.method, tc.template, rec)
+	}
+	for _, op := range s.operations(t) {
+		method, path, _ := strings.Cut(op, " ")
+		o, _ := s.resolve(t, pointer("paths", path, strings.ToLower(method)))
+		for status := range o["responses"].(map[string]any) {
+			if status != "default" && !seen[op+" "+status] {
+				t.Errorf("%s %s is described but no case here produces it", op, status)
+			}
+		}
+	}
+}
+
+// checkAnswer validates rec against the description of method template's
+// answer with rec's status (or the default answer).
+func (s *spec) checkAnswer(t *testing.T, name, method, template string, rec *httptest.ResponseRecorder) {
+	t.Helper()
+	responses := pointer("paths", template, strings.ToLower(method), "responses")
+	ptr := responses + pointer(strconv.Itoa(rec.Code))
+	if _, ok := s.at(ptr); !ok {
+		ptr = responses + pointer("default")
+	}
+	res, ptr := s.resolve(t, ptr)
+
+	content, _ := res["content"].(map[string]any)
+	if len(content) == 0 {
+		if rec.Body.Len() != 0 {
+			t.Errorf("%s: body %.100q where the description has none", name, rec.Body)
+		}
+	} else {
+		mt, _, err := mime.ParseMediaType(rec.Header().Get("Content-Type"))
+		if err != nil || content[mt] == nil {
+			t.Errorf("%s: Content-Type %q, described: %v", name, rec.Header().Get("Content-Type"), keys(content))
+		} else {
+			var body any = rec.Body.String()
+			if mt == "application/json" {
+				if body, err = jsonschema.UnmarshalJSON(bytes.NewReader(rec.Body.Bytes())); err != nil {
+					t.Errorf("%s: body is not JSON: %v", name, err)
+				}
+			}
+			if err := s.schema(t, ptr+pointer("content", mt, "schema")).Validate(body); err != nil {
+				t.Errorf("%s: body %.300s does not match the description: %v", name, rec.Body, err)
+			}
+		}
+	}
+
+	headers, _ := res["headers"].(map[string]any)
+	for h := range headers {
+		hdr, hptr := s.resolve(t, ptr+pointer("headers", h))
+		values := rec.Header().Values(h)
+		if len(values) == 0 {
+			if req, _ := hdr["required"].(bool); req {
+				t.Errorf("%s: lacks header %s", name, h)
+			}
+			continue
+		}
+		// A header is text; one that reads as a JSON number is validated
+		// as that number, so integer schemas apply.
+		var v any = values[0]
+		if n, err := jsonschema.UnmarshalJSON(strings.NewReader(values[0])); err == nil {
+			if _, isNum := n.(json.Number); isNum {
+				v = n
+			}
+		}
+		if err := s.schema(t, hptr+"/schema").Validate(v); err != nil {
+			t.Errorf("%s: header %s: %q does not match the description: %v", name, h, values[0], err)
+		}
+	}
+}
+
+func keys(m map[string]any) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -52,8 +52,8 @@ func (a *admin) handleUsagePage(c echo.Context) error {
 	case !asked:
 	case user == "":
 		errs["user_id"] = "Enter a user id."
-	case len(user) > policy.MaxUserIDBytes:
-		errs["user_id"] = fmt.Sprintf("user_id must be at most %d bytes", policy.MaxUserIDBytes)
+	case policy.ValidateUserID(user) != nil:
+		errs["user_id"] = policy.ErrorMessage(policy.ValidateUserID(user))
 	default:
 		now := a.s.svc.Now()
 		states, err := a.s.svc.Usage(ctx, user, tierName)

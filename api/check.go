@@ -56,13 +56,17 @@ func (s *Server) handleCheck(c echo.Context) error {
 	if err := decodeJSON(c.Request().Body, &body, false); err != nil {
 		return err
 	}
-	d, err := s.svc.Check(c.Request().Context(), policy.Request{
+	req := policy.Request{
 		InputText: body.InputText,
 		UserID:    body.Context.UserID,
 		Tier:      body.Context.UserTier,
 		Feature:   body.Context.Feature,
-	}, dryRun)
+	}
+	d, err := s.svc.Check(c.Request().Context(), req, dryRun)
 	s.metrics.observeCheck(&d, err, dryRun, time.Since(start))
+	if policy.ErrorCode(err) == policy.EUNAVAILABLE {
+		return s.checkStorageFailed(c, req, err)
+	}
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,9 @@ func decodeJSON(body io.Reader, v any, strict bool) error {
 	if data[0] != '{' {
 		return policy.Errorf(policy.EINVALID, "request body must be a JSON object")
 	}
+	if err := checkJSON(data); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if strict {
 		dec.DisallowUnknownFields()

@@ -39,6 +39,12 @@ type Config struct {
 	// HideMetrics leaves GET /metrics off this server, for a caller that
 	// serves Metrics.Handler on another address.
 	HideMetrics bool
+	// APIToken, when set, is the bearer token every POST /v1/check must
+	// carry; empty leaves checks open to whoever can reach the address.
+	APIToken string
+	// FailOpen admits a check that storage cannot decide instead of
+	// refusing it with 503; every such admission is counted and logged.
+	FailOpen bool
 }
 
 // Server is the HTTP API. It is an http.Handler and safe for concurrent use.
@@ -49,6 +55,8 @@ type Server struct {
 	adminToken [sha256.Size]byte
 	log        *slog.Logger
 	metrics    *Metrics
+	apiToken   *[sha256.Size]byte // nil: checks need no token
+	failOpen   failOpen
 }
 
 // NewServer returns a Server for cfg with every route registered.
@@ -70,6 +78,11 @@ func NewServer(cfg Config) *Server {
 	if s.health == nil {
 		s.health = func(context.Context) error { return nil }
 	}
+	if cfg.APIToken != "" {
+		h := sha256.Sum256([]byte(cfg.APIToken))
+		s.apiToken = &h
+	}
+	s.failOpen.enabled = cfg.FailOpen
 	s.echo.HideBanner, s.echo.HidePort = true, true
 	// Client addresses (sign-in throttle, access log) come from the
 	// connection: X-Forwarded-For is whatever a client wants it to be.
@@ -81,7 +94,7 @@ func NewServer(cfg Config) *Server {
 		requestID,
 		s.accessLog(),
 		middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true, LogErrorFunc: s.logPanic}),
-		middleware.BodyLimit("1M"),
+		middleware.BodyLimit("1MiB"), // MaxBodyBytes; Echo reads "1M" as 1,000,000
 	)
 	s.routes()
 	if !cfg.HideMetrics {
@@ -98,14 +111,14 @@ func (s *Server) routes() {
 	e := s.echo
 	e.GET("/healthz", s.handleHealth)
 	e.GET("/openapi.yaml", s.handleOpenAPI)
-	e.POST("/v1/check", s.handleCheck)
+	e.POST("/v1/check", s.handleCheck, refuseCrossSite, s.requireAPIToken, requireJSON)
 
 	// Admin routes carry their middleware one by one: a group with
 	// middleware would also answer unknown /v1 paths with 401.
 	admin := s.requireAdmin
 	e.GET("/v1/tiers", s.handleListTiers, admin)
 	e.GET("/v1/tiers/:name", s.handleGetTier, admin)
-	e.PUT("/v1/tiers/:name", s.handlePutTier, admin)
+	e.PUT("/v1/tiers/:name", s.handlePutTier, admin, requireJSON)
 	e.DELETE("/v1/tiers/:name", s.handleDeleteTier, admin)
 	e.GET("/v1/usage/:user_id", s.handleGetUsage, admin)
 	e.DELETE("/v1/usage/:user_id", s.handleDeleteUsage, admin)

@@ -71,8 +71,8 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 	if req.UserID == "" {
 		req.UserID = AnonymousUser
 	}
-	if len(req.UserID) > MaxUserIDBytes {
-		return Decision{}, Errorf(EINVALID, "user_id must be at most %d bytes", MaxUserIDBytes)
+	if err := ValidateUserID(req.UserID); err != nil {
+		return Decision{}, err
 	}
 	if req.Tier == "" {
 		req.Tier = s.defaultTier
@@ -103,8 +103,8 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 // Usage returns userID's window state. With a tier name, each window also
 // carries that tier's limit, remaining quota and reset; otherwise only counts.
 func (s *Service) Usage(ctx context.Context, userID, tierName string) ([len(Windows)]WindowState, error) {
-	if len(userID) > MaxUserIDBytes {
-		return [len(Windows)]WindowState{}, Errorf(EINVALID, "user_id must be at most %d bytes", MaxUserIDBytes)
+	if err := ValidateUserID(userID); err != nil {
+		return [len(Windows)]WindowState{}, err
 	}
 	var tier *Tier
 	if tierName != "" {
@@ -121,8 +121,8 @@ func (s *Service) Usage(ctx context.Context, userID, tierName string) ([len(Wind
 
 // Forget deletes userID's recorded requests.
 func (s *Service) Forget(ctx context.Context, userID string) error {
-	if len(userID) > MaxUserIDBytes {
-		return Errorf(EINVALID, "user_id must be at most %d bytes", MaxUserIDBytes)
+	if err := ValidateUserID(userID); err != nil {
+		return err
 	}
 	return s.limiter.Store.Forget(ctx, userID)
 }

@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -16,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -46,6 +48,10 @@ type config struct {
 	sync            string
 	logFormat       string
 	metricsAddr     string
+	failOpen        bool
+	apiToken        string
+	tlsCert         string
+	tlsKey          string
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -65,6 +71,14 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&cfg.sync, "sync", env("GUARDRAIL_SYNC", db.SyncFull), "SQLite synchronous mode: FULL survives power loss, NORMAL only a process crash (GUARDRAIL_SYNC)")
 	fs.StringVar(&cfg.logFormat, "log-format", env("GUARDRAIL_LOG_FORMAT", "text"), "log format: text or json (GUARDRAIL_LOG_FORMAT)")
 	fs.StringVar(&cfg.metricsAddr, "metrics-addr", env("GUARDRAIL_METRICS_ADDR", ""), "serve GET /metrics on this address instead of the API's (GUARDRAIL_METRICS_ADDR)")
+	failOpen, err := strconv.ParseBool(env("GUARDRAIL_FAIL_OPEN", "false"))
+	if err != nil {
+		return cfg, fmt.Errorf("GUARDRAIL_FAIL_OPEN %q: must be true or false", getenv("GUARDRAIL_FAIL_OPEN"))
+	}
+	fs.BoolVar(&cfg.failOpen, "fail-open", failOpen, "admit checks when storage fails instead of refusing them with 503; each is counted and logged (GUARDRAIL_FAIL_OPEN)")
+	fs.StringVar(&cfg.apiToken, "api-token", env("GUARDRAIL_API_TOKEN", ""), "bearer token every POST /v1/check must carry; empty leaves checks open (GUARDRAIL_API_TOKEN)")
+	fs.StringVar(&cfg.tlsCert, "tls-cert", env("GUARDRAIL_TLS_CERT", ""), "serve HTTPS with this PEM certificate (chain); needs -tls-key (GUARDRAIL_TLS_CERT)")
+	fs.StringVar(&cfg.tlsKey, "tls-key", env("GUARDRAIL_TLS_KEY", ""), "PEM private key of -tls-cert (GUARDRAIL_TLS_KEY)")
 	interval := env("GUARDRAIL_CLEANUP_INTERVAL", "1m")
 	fs.Func("cleanup-interval", "how often rows older than a day are deleted (GUARDRAIL_CLEANUP_INTERVAL, default 1m)", func(s string) error {
 		interval = s
@@ -84,7 +98,38 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if cfg.logFormat != "text" && cfg.logFormat != "json" {
 		return cfg, fmt.Errorf("log format %q: must be text or json", cfg.logFormat)
 	}
+	if (cfg.tlsCert == "") != (cfg.tlsKey == "") {
+		return cfg, errors.New("TLS needs both -tls-cert and -tls-key (GUARDRAIL_TLS_CERT, GUARDRAIL_TLS_KEY)")
+	}
 	return cfg, nil
+}
+
+// newHTTPServer returns the server for h. Every phase of a connection has a
+// deadline, so slow or stalled clients cannot hold connections open.
+func newHTTPServer(h http.Handler, tlsCfg *tls.Config, logs slog.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		TLSConfig:         tlsCfg,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      15 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(logs, slog.LevelWarn),
+	}
+}
+
+// tlsConfig loads the certificate and key, so that a bad pair stops the
+// service at start-up rather than at the first client.
+func tlsConfig(certFile, keyFile string) (*tls.Config, error) {
+	if certFile == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("TLS certificate %s and key %s: %w", certFile, keyFile, err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }
 
 // run starts the service and blocks until ctx ends, then shuts down
@@ -101,6 +146,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		handler = slog.NewJSONHandler(stderr, nil)
 	}
 	log := slog.New(handler)
+	tlsCfg, err := tlsConfig(cfg.tlsCert, cfg.tlsKey)
+	if err != nil {
+		return err
+	}
 
 	store, err := db.Open(ctx, cfg.dbPath, db.WithSynchronous(cfg.sync))
 	if err != nil {
@@ -123,22 +172,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stdout, "admin token (generated; set -admin-token or GUARDRAIL_ADMIN_TOKEN to choose one): %s\n", cfg.adminToken)
 	}
 
-	srv := &http.Server{
-		Handler: api.NewServer(api.Config{
-			Service:     svc,
-			Health:      store.Ping,
-			AdminToken:  cfg.adminToken,
-			Logger:      log,
-			Metrics:     metrics,
-			HideMetrics: cfg.metricsAddr != "",
-		}),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      15 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
-	}
+	srv := newHTTPServer(api.NewServer(api.Config{
+		Service:     svc,
+		Health:      store.Ping,
+		AdminToken:  cfg.adminToken,
+		Logger:      log,
+		Metrics:     metrics,
+		HideMetrics: cfg.metricsAddr != "",
+		APIToken:    cfg.apiToken,
+		FailOpen:    cfg.failOpen,
+	}), tlsCfg, handler)
 	if cfg.metricsAddr != "" {
 		// Metrics on their own address can stay inside the network while
 		// the API faces clients.
@@ -162,8 +205,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	url := "http://" + ln.Addr().String()
+	if tlsCfg != nil {
+		url = "https://" + ln.Addr().String()
+	}
 	fmt.Fprintf(stdout, "policyguard listening on %s (database %s)\n", url, cfg.dbPath)
-	log.Info("serving", "addr", ln.Addr().String(), "db", cfg.dbPath, "default_tier", cfg.defaultTier, "sync", strings.ToUpper(cfg.sync))
+	log.Info("serving", "addr", ln.Addr().String(), "db", cfg.dbPath, "default_tier", cfg.defaultTier, "sync", strings.ToUpper(cfg.sync),
+		"tls", tlsCfg != nil, "api_token", cfg.apiToken != "", "fail_open", cfg.failOpen)
+	if cfg.apiToken == "" && !loopback(ln.Addr()) {
+		log.Warn("checks need no API token on an address beyond loopback: anyone who reaches it can spend any user's quota; set -api-token")
+	}
+	if cfg.failOpen {
+		log.Warn("fail-open: checks that storage cannot decide are admitted unrecorded")
+	}
 
 	bg, stopBG := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -174,7 +227,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}()
 
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() {
+		if tlsCfg != nil {
+			serveErr <- srv.ServeTLS(ln, "", "")
+		} else {
+			serveErr <- srv.Serve(ln)
+		}
+	}()
 	select {
 	case err = <-serveErr:
 	case <-ctx.Done():
@@ -189,4 +248,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		err = nil
 	}
 	return errors.Join(err, store.Close())
+}
+
+// loopback reports whether addr is a loopback address, reachable only from
+// this machine.
+func loopback(addr net.Addr) bool {
+	tcp, ok := addr.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
 }

@@ -2,12 +2,16 @@ package api_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -17,6 +21,10 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/policyguard/policyguard/api"
+	"github.com/policyguard/policyguard/db"
+	"github.com/policyguard/policyguard/policy"
 )
 
 // undocumented lists the path prefixes the OpenAPI description leaves out,
@@ -254,6 +262,8 @@ type answerCase struct {
 	method, template, path, body string
 	admin                        bool
 	status                       int
+	header                       map[string]string // beyond Content-Type: application/json
+	srv                          string            // "" the main server, "token" one with an API token, "failopen" one failing open on a closed store
 }
 
 // TestOpenAPIAnswersMatch sends requests that produce every answer the
@@ -263,49 +273,76 @@ type answerCase struct {
 func TestOpenAPIAnswersMatch(t *testing.T) {
 	e := newEnv(t)
 	s := loadSpec(t, e.srv)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	servers := map[string]http.Handler{
+		"": e.srv,
+		"token": api.NewServer(api.Config{
+			Service:    policy.NewService(e.store, e.store, policy.WithClock(e.clock.Now)),
+			AdminToken: adminToken,
+			APIToken:   "check-token",
+			Logger:     quiet,
+		}),
+	}
+	broken, err := db.Open(context.Background(), filepath.Join(t.TempDir(), "broken.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken.Close()
+	servers["failopen"] = api.NewServer(api.Config{
+		Service:    policy.NewService(broken, broken),
+		AdminToken: adminToken,
+		FailOpen:   true,
+		Logger:     quiet,
+	})
 	e.putTier("one", `{"requests_per_minute":1,"requests_per_hour":10,"requests_per_day":10,"burst_allowance":0}`)
 	limits := `"requests_per_minute":3,"requests_per_hour":30,"requests_per_day":300,"burst_allowance":1`
 	big := `{"input_text":"` + strings.Repeat("a", 1<<20) + `"}`
 	cases := []answerCase{
-		{"POST", "/v1/check", "/v1/check", `{"input_text":"hi","context":{"user_id":"oa","user_tier":"pro","feature":"search"}}`, false, 200},
-		{"POST", "/v1/check", "/v1/check?dry_run=true", `{"context":{"user_id":"oa"}}`, false, 200},
-		{"POST", "/v1/check", "/v1/check", `{"context":null,"input_text":null,"extra":[1]}`, false, 200},
-		{"POST", "/v1/check", "/v1/check", `{"context":{"user_tier":"gold"}}`, false, 400},
-		{"POST", "/v1/check", "/v1/check", `{"context":{"feature":"search"}}`, false, 403},
-		{"POST", "/v1/check", "/v1/check", big, false, 413},
-		{"POST", "/v1/check", "/v1/check", `{"context":{"user_id":"o1","user_tier":"one"}}`, false, 200},
-		{"POST", "/v1/check", "/v1/check", `{"context":{"user_id":"o1","user_tier":"one"}}`, false, 429},
-		{"GET", "/v1/tiers", "/v1/tiers", "", true, 200},
-		{"GET", "/v1/tiers", "/v1/tiers", "", false, 401},
-		{"GET", "/v1/tiers/{name}", "/v1/tiers/pro", "", true, 200},
-		{"GET", "/v1/tiers/{name}", "/v1/tiers/one", "", true, 200}, // with updated_at
-		{"GET", "/v1/tiers/{name}", "/v1/tiers/pro", "", false, 401},
-		{"GET", "/v1/tiers/{name}", "/v1/tiers/gold", "", true, 404},
-		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{` + limits + `,"features":["chat"],"description":"Team"}`, true, 201},
-		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{"name":"team",` + limits + `}`, true, 200},
-		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{"requests_per_minute":-1}`, true, 400},
-		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{}`, false, 401},
-		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", big, true, 413},
-		{"DELETE", "/v1/tiers/{name}", "/v1/tiers/team", "", true, 204},
-		{"DELETE", "/v1/tiers/{name}", "/v1/tiers/team", "", false, 401},
-		{"DELETE", "/v1/tiers/{name}", "/v1/tiers/team", "", true, 404},
-		{"DELETE", "/v1/tiers/{name}", "/v1/tiers/free", "", true, 409},
-		{"GET", "/v1/usage/{user_id}", "/v1/usage/oa", "", true, 200},
-		{"GET", "/v1/usage/{user_id}", "/v1/usage/oa?tier=pro", "", true, 200},
-		{"GET", "/v1/usage/{user_id}", "/v1/usage/oa?tier=gold", "", true, 400},
-		{"GET", "/v1/usage/{user_id}", "/v1/usage/oa", "", false, 401},
-		{"DELETE", "/v1/usage/{user_id}", "/v1/usage/oa", "", true, 204},
-		{"DELETE", "/v1/usage/{user_id}", "/v1/usage/" + strings.Repeat("u", 257), "", true, 400},
-		{"DELETE", "/v1/usage/{user_id}", "/v1/usage/oa", "", false, 401},
-		{"GET", "/healthz", "/healthz", "", false, 200},
-		{"GET", "/metrics", "/metrics", "", false, 200},
-		{"GET", "/openapi.yaml", "/openapi.yaml", "", false, 200},
+		{"POST", "/v1/check", "/v1/check", `{"input_text":"hi","context":{"user_id":"oa","user_tier":"pro","feature":"search"}}`, false, 200, nil, ""},
+		{"POST", "/v1/check", "/v1/check?dry_run=true", `{"context":{"user_id":"oa"}}`, false, 200, nil, ""},
+		{"POST", "/v1/check", "/v1/check", `{"context":null,"input_text":null,"extra":[1]}`, false, 200, nil, ""},
+		{"POST", "/v1/check", "/v1/check", `{}`, false, 200, nil, "failopen"},
+		{"POST", "/v1/check", "/v1/check", `{}`, false, 200, map[string]string{"Authorization": "Bearer check-token"}, "token"},
+		{"POST", "/v1/check", "/v1/check", `{}`, false, 401, map[string]string{"Authorization": "Bearer wrong"}, "token"},
+		{"POST", "/v1/check", "/v1/check", `{"context":{"user_tier":"gold"}}`, false, 400, nil, ""},
+		{"POST", "/v1/check", "/v1/check", `{"context":{"feature":"search"}}`, false, 403, nil, ""},
+		{"POST", "/v1/check", "/v1/check", `{}`, false, 403, map[string]string{"Sec-Fetch-Site": "cross-site"}, ""},
+		{"POST", "/v1/check", "/v1/check", big, false, 413, nil, ""},
+		{"POST", "/v1/check", "/v1/check", `{}`, false, 415, map[string]string{"Content-Type": "text/plain"}, ""},
+		{"POST", "/v1/check", "/v1/check", `{"context":{"user_id":"o1","user_tier":"one"}}`, false, 200, nil, ""},
+		{"POST", "/v1/check", "/v1/check", `{"context":{"user_id":"o1","user_tier":"one"}}`, false, 429, nil, ""},
+		{"GET", "/v1/tiers", "/v1/tiers", "", true, 200, nil, ""},
+		{"GET", "/v1/tiers", "/v1/tiers", "", false, 401, nil, ""},
+		{"GET", "/v1/tiers/{name}", "/v1/tiers/pro", "", true, 200, nil, ""},
+		{"GET", "/v1/tiers/{name}", "/v1/tiers/one", "", true, 200, nil, ""}, // with updated_at
+		{"GET", "/v1/tiers/{name}", "/v1/tiers/pro", "", false, 401, nil, ""},
+		{"GET", "/v1/tiers/{name}", "/v1/tiers/gold", "", true, 404, nil, ""},
+		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{` + limits + `,"features":["chat"],"description":"Team"}`, true, 201, nil, ""},
+		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{"name":"team",` + limits + `}`, true, 200, nil, ""},
+		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{"requests_per_minute":-1}`, true, 400, nil, ""},
+		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{}`, false, 401, nil, ""},
+		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", big, true, 413, nil, ""},
+		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{` + limits + `}`, true, 415, map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, ""},
+		{"DELETE", "/v1/tiers/{name}", "/v1/tiers/team", "", true, 204, nil, ""},
+		{"DELETE", "/v1/tiers/{name}", "/v1/tiers/team", "", false, 401, nil, ""},
+		{"DELETE", "/v1/tiers/{name}", "/v1/tiers/team", "", true, 404, nil, ""},
+		{"DELETE", "/v1/tiers/{name}", "/v1/tiers/free", "", true, 409, nil, ""},
+		{"GET", "/v1/usage/{user_id}", "/v1/usage/oa", "", true, 200, nil, ""},
+		{"GET", "/v1/usage/{user_id}", "/v1/usage/oa?tier=pro", "", true, 200, nil, ""},
+		{"GET", "/v1/usage/{user_id}", "/v1/usage/oa?tier=gold", "", true, 400, nil, ""},
+		{"GET", "/v1/usage/{user_id}", "/v1/usage/oa", "", false, 401, nil, ""},
+		{"DELETE", "/v1/usage/{user_id}", "/v1/usage/oa", "", true, 204, nil, ""},
+		{"DELETE", "/v1/usage/{user_id}", "/v1/usage/" + strings.Repeat("u", 257), "", true, 400, nil, ""},
+		{"DELETE", "/v1/usage/{user_id}", "/v1/usage/oa", "", false, 401, nil, ""},
+		{"GET", "/healthz", "/healthz", "", false, 200, nil, ""},
+		{"GET", "/metrics", "/metrics", "", false, 200, nil, ""},
+		{"GET", "/openapi.yaml", "/openapi.yaml", "", false, 200, nil, ""},
 		// Storage gone: the answers that say so.
-		{"close", "", "", "", false, 0},
-		{"POST", "/v1/check", "/v1/check", `{}`, false, 503},
-		{"GET", "/v1/usage/{user_id}", "/v1/usage/oa", "", true, 503},
-		{"DELETE", "/v1/usage/{user_id}", "/v1/usage/oa", "", true, 503},
-		{"GET", "/healthz", "/healthz", "", false, 503},
+		{"close", "", "", "", false, 0, nil, ""},
+		{"POST", "/v1/check", "/v1/check", `{}`, false, 503, nil, ""},
+		{"GET", "/v1/usage/{user_id}", "/v1/usage/oa", "", true, 503, nil, ""},
+		{"DELETE", "/v1/usage/{user_id}", "/v1/usage/oa", "", true, 503, nil, ""},
+		{"GET", "/healthz", "/healthz", "", false, 503, nil, ""},
 	}
 	seen := map[string]bool{}
 	for _, tc := range cases {
@@ -313,7 +350,14 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 			e.store.Close()
 			continue
 		}
-		rec := e.do(tc.method, tc.path, tc.body, tc.admin)
+		header := map[string]string{"Content-Type": "application/json"}
+		if tc.admin {
+			header["Authorization"] = "Bearer " + adminToken
+		}
+		for k, v := range tc.header {
+			header[k] = v
+		}
+		rec := send(servers[tc.srv], tc.method, tc.path, tc.body, header)
 		name := fmt.Sprintf("%s %s → %d", tc.method, tc.path, tc.status)
 		if len(name) > 80 {
 			name = name[:80]

@@ -44,8 +44,10 @@ type Store struct {
 	db     *sqlx.DB
 	writer *writer
 
-	tiers    atomic.Pointer[tierCache]
-	reloadMu sync.Mutex // serializes tier cache reloads
+	tiers       atomic.Pointer[tierCache]
+	reloadMu    sync.Mutex    // serializes tier cache reloads
+	tierVersion versionReader // tells whether the tier cache is stale; see tiers.go
+	now         func() time.Time
 
 	closeOnce sync.Once
 	closeErr  error
@@ -56,6 +58,7 @@ type options struct {
 	readConns   int
 	maxBatch    int
 	busyTimeout time.Duration
+	now         func() time.Time
 }
 
 // Option configures Open.
@@ -69,6 +72,11 @@ func WithSynchronous(mode string) Option { return func(o *options) { o.synchrono
 // connection or process holds before it fails (default 5s).
 func WithBusyTimeout(d time.Duration) Option { return func(o *options) { o.busyTimeout = d } }
 
+// WithClock sets the clock that stamps the tier deletions made through the
+// store's own DeleteTier (default time.Now). A policy.Service stamps its
+// changes with its own clock.
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
 // WithMaxBatch sets how many writes the writer commits in one transaction at
 // most (default 256).
 func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
@@ -76,7 +84,7 @@ func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
 // Open opens the database at path, creating it (mode 0600) if it does not
 // exist, and applies every pending migration. Close releases it.
 func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
-	o := options{synchronous: SyncFull, readConns: 4, maxBatch: 256, busyTimeout: 5 * time.Second}
+	o := options{synchronous: SyncFull, readConns: 4, maxBatch: 256, busyTimeout: 5 * time.Second, now: time.Now}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -103,7 +111,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	sdb.SetMaxOpenConns(o.readConns + 1)
 	sdb.SetMaxIdleConns(o.readConns + 1)
 
-	s := &Store{db: sdb}
+	s := &Store{db: sdb, now: o.now}
 	if err := s.migrate(ctx); err != nil {
 		sdb.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -112,7 +120,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		sdb.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if err := s.reloadTiers(ctx); err != nil {
+	if err := s.initTiers(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

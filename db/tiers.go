@@ -2,9 +2,14 @@ package db
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/policyguard/policyguard/policy"
@@ -13,8 +18,11 @@ import (
 // tierCache holds every tier in memory, so the hot path reads no table.
 // It is replaced whole after each write, never modified.
 type tierCache struct {
-	byName map[string]policy.Tier
-	sorted []policy.Tier
+	// version is tier_version.version when the tiers were read: the cache is
+	// current while the table holds the same number.
+	version int64
+	byName  map[string]policy.Tier
+	sorted  []policy.Tier
 }
 
 type tierRow struct {
@@ -47,17 +55,45 @@ func (r *tierRow) tier() (policy.Tier, error) {
 	return t, nil
 }
 
-// reloadTiers replaces the cache with the table's contents. Reloads are
-// serialized so that a slower reload of an older snapshot never replaces a
-// newer one.
-func (s *Store) reloadTiers(ctx context.Context) error {
+const tierColumns = `name, requests_per_minute, requests_per_hour, requests_per_day, burst_allowance, features, description, updated_at`
+
+// initTiers loads the tier cache and prepares the statement that tells
+// whether it is stale.
+func (s *Store) initTiers(ctx context.Context) error {
+	st, err := s.db.PrepareContext(ctx, `SELECT version FROM tier_version WHERE id = 1`)
+	if err != nil {
+		return err
+	}
+	s.tierVersion.query = func(ctx context.Context) (v int64, err error) {
+		return v, st.QueryRowContext(ctx).Scan(&v)
+	}
+	return s.reloadTiers(ctx, 0)
+}
+
+// reloadTiers replaces the cache with the table's contents unless the cache
+// already holds version min or later. Reloads are serialized, and the version
+// and the tiers are read in one transaction, so a slower reload of an older
+// snapshot never replaces a newer one.
+func (s *Store) reloadTiers(ctx context.Context, min int64) error {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
-	var rows []tierRow
-	if err := s.db.SelectContext(ctx, &rows, `SELECT * FROM tiers ORDER BY name`); err != nil {
+	if c := s.tiers.Load(); c != nil && min > 0 && c.version >= min {
+		return nil // another caller reloaded meanwhile
+	}
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
 		return unavailable(err)
 	}
-	c := &tierCache{byName: make(map[string]policy.Tier, len(rows)), sorted: make([]policy.Tier, 0, len(rows))}
+	defer tx.Rollback() //nolint:errcheck // read-only: nothing to lose
+	c := &tierCache{}
+	if err := tx.GetContext(ctx, &c.version, `SELECT version FROM tier_version WHERE id = 1`); err != nil {
+		return unavailable(err)
+	}
+	var rows []tierRow
+	if err := tx.SelectContext(ctx, &rows, `SELECT `+tierColumns+` FROM tiers ORDER BY name`); err != nil {
+		return unavailable(err)
+	}
+	c.byName, c.sorted = make(map[string]policy.Tier, len(rows)), make([]policy.Tier, 0, len(rows))
 	for i := range rows {
 		t, err := rows[i].tier()
 		if err != nil {
@@ -71,43 +107,237 @@ func (s *Store) reloadTiers(ctx context.Context) error {
 	return nil
 }
 
-// Tier implements policy.TierStore from memory. The returned Features slice
-// is shared and must not be modified.
-func (s *Store) Tier(_ context.Context, name string) (policy.Tier, error) {
-	t, ok := s.tiers.Load().byName[name]
+// freshTiers returns the tier cache after making sure it holds every tier
+// write committed before the call, by this process or any other: it reads
+// tier_version (which triggers bump on every write to tiers) and reloads
+// when the cache is older. That read costs one short read transaction,
+// shared by the calls that arrive while one is in flight (see versionReader).
+func (s *Store) freshTiers(ctx context.Context) (*tierCache, error) {
+	v, err := s.tierVersion.read(ctx)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	if c := s.tiers.Load(); c.version == v {
+		return c, nil
+	}
+	if err := s.reloadTiers(ctx, v); err != nil {
+		return nil, err
+	}
+	return s.tiers.Load(), nil
+}
+
+// versionReader reads tier_version for many concurrent callers with few
+// queries. A caller needs a read that started after it arrived (an earlier
+// one could miss a write that committed just before the call), so a caller
+// that finds a read in flight waits for the next one, which then serves
+// every caller that arrived meanwhile: under load one read serves a whole
+// crowd of checks, as one commit does in the writer. It is safe for
+// concurrent use.
+type versionReader struct {
+	query func(context.Context) (int64, error)
+
+	mu       sync.Mutex
+	cond     sync.Cond // signalled when a read finishes
+	reading  bool
+	waiting  int    // callers waiting for a read to finish
+	started  uint64 // reads started so far
+	finished uint64 // number of the last read finished
+	version  int64  // its result
+	err      error
+}
+
+func (r *versionReader) read(ctx context.Context) (int64, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cond.L == nil {
+		r.cond.L = &r.mu
+	}
+	need := r.started + 1 // the first read that starts after this call
+	for r.finished < need {
+		if r.reading {
+			r.waiting++
+			r.cond.Wait()
+			r.waiting--
+			continue
+		}
+		r.reading = true
+		r.started++
+		n := r.started
+		r.mu.Unlock()
+		// Other callers wait on this read: one caller going away must not
+		// fail theirs.
+		v, err := r.query(context.WithoutCancel(ctx))
+		r.mu.Lock()
+		r.reading = false
+		r.finished, r.version, r.err = n, v, err
+		r.cond.Broadcast()
+	}
+	return r.version, r.err
+}
+
+// Tier implements policy.TierStore from memory, after making sure the
+// cache is current. The returned Features slice is shared and must not be
+// modified.
+func (s *Store) Tier(ctx context.Context, name string) (policy.Tier, error) {
+	c, err := s.freshTiers(ctx)
+	if err != nil {
+		return policy.Tier{}, err
+	}
+	t, ok := c.byName[name]
 	if !ok {
 		return policy.Tier{}, policy.Errorf(policy.ENOTFOUND, "tier %q not found", name)
 	}
 	return t, nil
 }
 
-// Tiers implements policy.TierStore from memory.
-func (s *Store) Tiers(context.Context) ([]policy.Tier, error) {
-	return append([]policy.Tier(nil), s.tiers.Load().sorted...), nil
+// Tiers implements policy.TierStore from memory, after making sure the
+// cache is current.
+func (s *Store) Tiers(ctx context.Context) ([]policy.Tier, error) {
+	c, err := s.freshTiers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Clone(c.sorted), nil
 }
 
-// PutTier implements policy.TierStore. t must be valid; its UpdatedAt is
-// stored as given.
+// PutTier creates or replaces t and reports whether it was created. t must
+// be valid; its UpdatedAt is stored as given and is the time the audit log
+// records, with the source ctx carries (policy.WithChangeSource).
 func (s *Store) PutTier(ctx context.Context, t policy.Tier) (bool, error) {
-	if err := t.Validate(); err != nil {
-		return false, err
-	}
-	features := t.Features
-	if features == nil {
-		features = []string{}
-	}
-	fj, err := json.Marshal(features)
+	changes, err := s.UpdateTiers(ctx, policy.TierUpdate{At: t.UpdatedAt, Source: policy.ChangeSource(ctx), Put: []policy.Tier{t}})
 	if err != nil {
 		return false, err
 	}
-	var created bool
-	err = s.writer.do(ctx, func(tx *writeTx) error {
-		var n int
-		if err := tx.queryRowSQL(`SELECT count(*) FROM tiers WHERE name = ?`, t.Name).Scan(&n); err != nil {
-			return unavailable(err)
+	return changes[0].Created(), nil
+}
+
+// DeleteTier removes the named tier, or returns an ENOTFOUND error. The audit
+// log records it at the store's clock (WithClock) with the source ctx
+// carries.
+func (s *Store) DeleteTier(ctx context.Context, name string) error {
+	_, err := s.UpdateTiers(ctx, policy.TierUpdate{At: s.now(), Source: policy.ChangeSource(ctx), Delete: []string{name}})
+	return err
+}
+
+// UpdateTiers implements policy.TierStore. It runs in one writer
+// transaction: the audit rows commit with the changes they describe, and
+// the comparisons of SkipUnchanged and Prune see the table as it is then,
+// whatever another process changed since this one last read it.
+func (s *Store) UpdateTiers(ctx context.Context, u policy.TierUpdate) ([]policy.TierChange, error) {
+	listed := make(map[string]bool, len(u.Put))
+	for i := range u.Put {
+		if err := u.Put[i].Validate(); err != nil {
+			return nil, err
 		}
-		created = n == 0
-		_, err := tx.execSQL(`INSERT INTO tiers (name, requests_per_minute, requests_per_hour, requests_per_day, burst_allowance, features, description, updated_at)
+		if listed[u.Put[i].Name] {
+			return nil, policy.Errorf(policy.EINVALID, "tier %q is listed twice", u.Put[i].Name)
+		}
+		listed[u.Put[i].Name] = true
+	}
+	for _, name := range u.Delete {
+		if listed[name] {
+			return nil, policy.Errorf(policy.EINVALID, "tier %q is both put and deleted", name)
+		}
+	}
+	at := u.At.UTC().Truncate(time.Microsecond)
+	var changes []policy.TierChange
+	err := s.writer.do(ctx, func(tx *writeTx) error {
+		changes = changes[:0] // a job may run again after a neighbour failed
+		current, err := tiersInTx(tx)
+		if err != nil {
+			return err
+		}
+		record := func(name string, old, new *policy.Tier) error {
+			var id int64
+			err := tx.queryRowSQL(`INSERT INTO tier_changes (at, tier, source, old, new) VALUES (?, ?, ?, ?, ?) RETURNING id`,
+				at.UnixMicro(), name, u.Source, auditJSON(old), auditJSON(new)).Scan(&id)
+			if err != nil {
+				return unavailable(err)
+			}
+			changes = append(changes, policy.TierChange{ID: id, At: at, Tier: name, Source: u.Source, Old: old, New: new})
+			return nil
+		}
+		for _, t := range u.Put {
+			old, exists := current[t.Name]
+			if exists && u.SkipUnchanged && policy.SameLimits(&old, &t) {
+				continue
+			}
+			t.UpdatedAt = at
+			if t.Features == nil {
+				t.Features = []string{}
+			}
+			if err := upsertTier(tx, &t); err != nil {
+				return err
+			}
+			var oldp *policy.Tier
+			if exists {
+				oldp = &old
+			}
+			if err := record(t.Name, oldp, &t); err != nil {
+				return err
+			}
+		}
+		deletions := slices.Clone(u.Delete)
+		if u.Prune {
+			for _, name := range slices.Sorted(maps.Keys(current)) {
+				if !listed[name] {
+					deletions = append(deletions, name)
+				}
+			}
+		}
+		for _, name := range deletions {
+			old, exists := current[name]
+			if !exists {
+				return policy.Errorf(policy.ENOTFOUND, "tier %q not found", name)
+			}
+			if _, err := tx.execSQL(`DELETE FROM tiers WHERE name = ?`, name); err != nil {
+				return unavailable(err)
+			}
+			delete(current, name)
+			if err := record(name, &old, nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(changes) == 0 {
+		return changes, nil
+	}
+	return changes, s.reloadTiers(ctx, 0)
+}
+
+// tiersInTx reads every tier inside the writer's transaction.
+func tiersInTx(tx *writeTx) (map[string]policy.Tier, error) {
+	rows, err := tx.conn.QueryContext(tx.ctx, `SELECT `+tierColumns+` FROM tiers`)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	defer rows.Close()
+	tiers := make(map[string]policy.Tier)
+	for rows.Next() {
+		var r tierRow
+		if err := rows.Scan(&r.Name, &r.RequestsPerMinute, &r.RequestsPerHour, &r.RequestsPerDay, &r.BurstAllowance,
+			&r.Features, &r.Description, &r.UpdatedAt); err != nil {
+			return nil, unavailable(err)
+		}
+		t, err := r.tier()
+		if err != nil {
+			return nil, err
+		}
+		tiers[t.Name] = t
+	}
+	return tiers, unavailable(rows.Err())
+}
+
+func upsertTier(tx *writeTx, t *policy.Tier) error {
+	fj, err := json.Marshal(t.Features)
+	if err != nil {
+		return err
+	}
+	_, err = tx.execSQL(`INSERT INTO tiers (`+tierColumns+`)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (name) DO UPDATE SET
 				requests_per_minute = excluded.requests_per_minute,
@@ -117,29 +347,79 @@ func (s *Store) PutTier(ctx context.Context, t policy.Tier) (bool, error) {
 				features            = excluded.features,
 				description         = excluded.description,
 				updated_at          = excluded.updated_at`,
-			t.Name, t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay, t.BurstAllowance, string(fj), t.Description, t.UpdatedAt.UnixMicro())
-		return unavailable(err)
-	})
-	if err != nil {
-		return false, err
-	}
-	return created, s.reloadTiers(ctx)
+		t.Name, t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay, t.BurstAllowance, string(fj), t.Description, t.UpdatedAt.UnixMicro())
+	return unavailable(err)
 }
 
-// DeleteTier implements policy.TierStore.
-func (s *Store) DeleteTier(ctx context.Context, name string) error {
-	err := s.writer.do(ctx, func(tx *writeTx) error {
-		res, err := tx.execSQL(`DELETE FROM tiers WHERE name = ?`, name)
-		if err != nil {
-			return unavailable(err)
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return policy.Errorf(policy.ENOTFOUND, "tier %q not found", name)
-		}
+// auditTier is a tier as the audit log stores it: the API's field names,
+// without updated_at, which is the entry's own time.
+type auditTier struct {
+	Name              string   `json:"name"`
+	RequestsPerMinute int64    `json:"requests_per_minute"`
+	RequestsPerHour   int64    `json:"requests_per_hour"`
+	RequestsPerDay    int64    `json:"requests_per_day"`
+	BurstAllowance    int64    `json:"burst_allowance"`
+	Features          []string `json:"features"`
+	Description       string   `json:"description"`
+}
+
+// auditJSON returns t as the audit log stores it, or nil (NULL) for no tier.
+func auditJSON(t *policy.Tier) any {
+	if t == nil {
 		return nil
-	})
-	if err != nil {
-		return err
 	}
-	return s.reloadTiers(ctx)
+	b, _ := json.Marshal(auditTier{t.Name, t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay, t.BurstAllowance, t.Features, t.Description})
+	return string(b)
+}
+
+// tierFromAudit reads a tier the audit log stored, or nil for NULL. Its
+// UpdatedAt is unknown: the log keeps only the time of its own entries.
+func tierFromAudit(s sql.NullString) (*policy.Tier, error) {
+	if !s.Valid {
+		return nil, nil
+	}
+	var a auditTier
+	if err := json.NewDecoder(strings.NewReader(s.String)).Decode(&a); err != nil {
+		return nil, fmt.Errorf("tier_changes: %w", err)
+	}
+	if a.Features == nil {
+		a.Features = []string{}
+	}
+	return &policy.Tier{Name: a.Name, RequestsPerMinute: a.RequestsPerMinute, RequestsPerHour: a.RequestsPerHour,
+		RequestsPerDay: a.RequestsPerDay, BurstAllowance: a.BurstAllowance, Features: a.Features, Description: a.Description}, nil
+}
+
+// TierChanges implements policy.TierStore.
+func (s *Store) TierChanges(ctx context.Context, limit int) ([]policy.TierChange, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	var rows []struct {
+		ID     int64          `db:"id"`
+		At     int64          `db:"at"`
+		Tier   string         `db:"tier"`
+		Source string         `db:"source"`
+		Old    sql.NullString `db:"old"`
+		New    sql.NullString `db:"new"`
+	}
+	if err := s.db.SelectContext(ctx, &rows, `SELECT id, at, tier, source, old, new FROM tier_changes ORDER BY id DESC LIMIT ?`, limit); err != nil {
+		return nil, unavailable(err)
+	}
+	out := make([]policy.TierChange, len(rows))
+	for i, r := range rows {
+		at := time.UnixMicro(r.At).UTC()
+		old, err := tierFromAudit(r.Old)
+		if err != nil {
+			return nil, err
+		}
+		new, err := tierFromAudit(r.New)
+		if err != nil {
+			return nil, err
+		}
+		if new != nil {
+			new.UpdatedAt = at
+		}
+		out[i] = policy.TierChange{ID: r.ID, At: at, Tier: r.Tier, Source: r.Source, Old: old, New: new}
+	}
+	return out, nil
 }

@@ -2,6 +2,8 @@ package policy_test
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -33,6 +35,7 @@ type memStore struct {
 	mu    sync.Mutex
 	users map[string]memHistory
 	tiers map[string]policy.Tier
+	log   []policy.TierChange
 }
 
 func newMemStore(tiers ...policy.Tier) *memStore {
@@ -92,22 +95,58 @@ func (s *memStore) Tiers(context.Context) ([]policy.Tier, error) {
 	return out, nil
 }
 
-func (s *memStore) PutTier(_ context.Context, t policy.Tier) (bool, error) {
+// UpdateTiers applies u under the lock: all or none, as a transaction.
+func (s *memStore) UpdateTiers(_ context.Context, u policy.TierUpdate) ([]policy.TierChange, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, exists := s.tiers[t.Name]
-	s.tiers[t.Name] = t
-	return !exists, nil
+	next := maps.Clone(s.tiers)
+	var changes []policy.TierChange
+	change := func(name string, old, new *policy.Tier) {
+		changes = append(changes, policy.TierChange{At: u.At, Tier: name, Source: u.Source, Old: old, New: new})
+	}
+	listed := map[string]bool{}
+	for _, t := range u.Put {
+		listed[t.Name] = true
+		old, ok := next[t.Name]
+		if ok && u.SkipUnchanged && policy.SameLimits(&old, &t) {
+			continue
+		}
+		t.UpdatedAt = u.At
+		next[t.Name] = t
+		if ok {
+			change(t.Name, &old, &t)
+		} else {
+			change(t.Name, nil, &t)
+		}
+	}
+	for _, name := range u.Delete {
+		old, ok := next[name]
+		if !ok {
+			return nil, policy.Errorf(policy.ENOTFOUND, "tier %q not found", name)
+		}
+		delete(next, name)
+		change(name, &old, nil)
+	}
+	if u.Prune {
+		for _, name := range slices.Sorted(maps.Keys(next)) {
+			if !listed[name] {
+				old := next[name]
+				delete(next, name)
+				change(name, &old, nil)
+			}
+		}
+	}
+	s.tiers = next
+	s.log = append(s.log, changes...)
+	return changes, nil
 }
 
-func (s *memStore) DeleteTier(_ context.Context, name string) error {
+func (s *memStore) TierChanges(_ context.Context, limit int) ([]policy.TierChange, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.tiers[name]; !ok {
-		return policy.Errorf(policy.ENOTFOUND, "tier %q not found", name)
-	}
-	delete(s.tiers, name)
-	return nil
+	out := slices.Clone(s.log[max(len(s.log)-limit, 0):])
+	slices.Reverse(out)
+	return out, nil
 }
 
 // clock is a manual clock for tests: time moves only when told.

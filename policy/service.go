@@ -136,7 +136,8 @@ func (s *Service) Tier(ctx context.Context, name string) (Tier, error) {
 }
 
 // PutTier validates t, stamps it with the current time and creates or
-// replaces it. The change applies to the very next check.
+// replaces it. The change applies to the very next check and is recorded in
+// the audit log with the source ctx carries (see WithChangeSource).
 func (s *Service) PutTier(ctx context.Context, t Tier) (Tier, bool, error) {
 	if err := t.Validate(); err != nil {
 		return Tier{}, false, err
@@ -145,8 +146,11 @@ func (s *Service) PutTier(ctx context.Context, t Tier) (Tier, bool, error) {
 		t.Features = []string{}
 	}
 	t.UpdatedAt = s.now().UTC().Truncate(Resolution)
-	created, err := s.tiers.PutTier(ctx, t)
-	return t, created, err
+	changes, err := s.tiers.UpdateTiers(ctx, TierUpdate{At: t.UpdatedAt, Source: ChangeSource(ctx), Put: []Tier{t}})
+	if err != nil {
+		return Tier{}, false, err
+	}
+	return t, len(changes) == 1 && changes[0].Created(), nil
 }
 
 // DeleteTier removes the named tier. The default tier cannot be deleted:
@@ -155,5 +159,42 @@ func (s *Service) DeleteTier(ctx context.Context, name string) error {
 	if name == s.defaultTier {
 		return Errorf(ECONFLICT, "tier %s is the default tier and cannot be deleted", quote(name))
 	}
-	return s.tiers.DeleteTier(ctx, name)
+	_, err := s.tiers.UpdateTiers(ctx, TierUpdate{At: s.now().UTC().Truncate(Resolution), Source: ChangeSource(ctx), Delete: []string{name}})
+	return err
+}
+
+// ImportTiers makes the stored tiers match tiers in one transaction: it
+// creates the tiers that are missing, replaces those whose limits, features
+// or description differ and, with prune, deletes every tier not listed. It
+// checks every tier before changing anything, refuses to prune the default
+// tier, and returns the changes made, recorded with SourceImport. Tiers that
+// are already as listed are left alone, so importing the same list twice
+// changes nothing the second time.
+func (s *Service) ImportTiers(ctx context.Context, tiers []Tier, prune bool) ([]TierChange, error) {
+	at := s.now().UTC().Truncate(Resolution)
+	put := make([]Tier, len(tiers))
+	seen := make(map[string]bool, len(tiers))
+	for i, t := range tiers {
+		if err := t.Validate(); err != nil {
+			return nil, Errorf(EINVALID, "tier %d (%s): %s", i+1, quote(t.Name), ErrorMessage(err))
+		}
+		if seen[t.Name] {
+			return nil, Errorf(EINVALID, "tier %s is listed twice", quote(t.Name))
+		}
+		seen[t.Name] = true
+		if t.Features == nil {
+			t.Features = []string{}
+		}
+		t.UpdatedAt = at
+		put[i] = t
+	}
+	if prune && !seen[s.defaultTier] {
+		return nil, Errorf(ECONFLICT, "tier %s is the default tier: pruning would delete it, so list it or import without pruning", quote(s.defaultTier))
+	}
+	return s.tiers.UpdateTiers(ctx, TierUpdate{At: at, Source: SourceImport, Put: put, Prune: prune, SkipUnchanged: true})
+}
+
+// TierChanges returns the latest limit changes to tiers, newest first.
+func (s *Service) TierChanges(ctx context.Context, limit int) ([]TierChange, error) {
+	return s.tiers.TierChanges(ctx, limit)
 }

@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"regexp"
+	"slices"
 	"time"
 	"unicode/utf8"
 )
@@ -142,15 +143,97 @@ func quote(s string) string {
 	return string(append(b, '"'))
 }
 
-// TierStore keeps tiers. Implementations are safe for concurrent use; a
-// change is visible to the very next Tier call.
+// Sources of tier changes: the path a change came through, as the audit log
+// records it.
+const (
+	SourceAPI     = "api"     // the JSON API
+	SourceAdmin   = "admin"   // the admin page
+	SourceImport  = "import"  // an import of a tiers file (policyguard tiers import)
+	SourceLibrary = "library" // a Go program calling the service or the store
+)
+
+type sourceKey struct{}
+
+// WithChangeSource returns a copy of ctx under which tier changes are
+// recorded as coming from source (one of the Source constants). The source
+// travels with the request like the identity of its caller, so the layers
+// between the handler and the store need not pass it along.
+func WithChangeSource(ctx context.Context, source string) context.Context {
+	return context.WithValue(ctx, sourceKey{}, source)
+}
+
+// ChangeSource returns the source set on ctx by WithChangeSource, or
+// SourceLibrary when there is none.
+func ChangeSource(ctx context.Context) string {
+	if s, ok := ctx.Value(sourceKey{}).(string); ok && s != "" {
+		return s
+	}
+	return SourceLibrary
+}
+
+// TierChange is one change to one tier, as the audit log keeps it.
+type TierChange struct {
+	// ID orders the audit log; 0 until the change is stored.
+	ID     int64
+	At     time.Time
+	Tier   string
+	Source string
+	// Old is the tier before the change, nil when the change created it.
+	Old *Tier
+	// New is the tier after the change, nil when the change deleted it.
+	New *Tier
+}
+
+// Created reports whether the change created its tier.
+func (c *TierChange) Created() bool { return c.Old == nil && c.New != nil }
+
+// Deleted reports whether the change deleted its tier.
+func (c *TierChange) Deleted() bool { return c.New == nil }
+
+// SameLimits reports whether a and b have the same limits, features and
+// description: whether replacing one by the other would change any answer.
+// Names and UpdatedAt are not compared.
+func SameLimits(a, b *Tier) bool {
+	return a.RequestsPerMinute == b.RequestsPerMinute &&
+		a.RequestsPerHour == b.RequestsPerHour &&
+		a.RequestsPerDay == b.RequestsPerDay &&
+		a.BurstAllowance == b.BurstAllowance &&
+		a.Description == b.Description &&
+		slices.Equal(a.Features, b.Features)
+}
+
+// TierUpdate is a set of tier changes a TierStore applies together.
+type TierUpdate struct {
+	// At is the time of the change: the UpdatedAt of every tier put and the
+	// time the audit log records.
+	At time.Time
+	// Source is recorded with every change (one of the Source constants).
+	Source string
+	// Put lists tiers to create or replace, each valid and named once.
+	Put []Tier
+	// Delete lists tiers to remove; each must exist.
+	Delete []string
+	// Prune removes every tier not named in Put.
+	Prune bool
+	// SkipUnchanged leaves alone a tier of Put whose stored limits, features
+	// and description are the same (SameLimits), so neither its UpdatedAt
+	// nor the audit log shows a change that changed nothing.
+	SkipUnchanged bool
+}
+
+// TierStore keeps tiers and the audit log of their changes. Implementations
+// are safe for concurrent use; a change is visible to the very next Tier
+// call, including a change made by another process sharing the storage.
 type TierStore interface {
 	// Tier returns the named tier, or an ENOTFOUND error.
 	Tier(ctx context.Context, name string) (Tier, error)
 	// Tiers returns every tier ordered by name.
 	Tiers(ctx context.Context) ([]Tier, error)
-	// PutTier creates or replaces t and reports whether it was created.
-	PutTier(ctx context.Context, t Tier) (created bool, err error)
-	// DeleteTier removes the named tier, or returns an ENOTFOUND error.
-	DeleteTier(ctx context.Context, name string) error
+	// UpdateTiers applies u in one transaction, all of it or none, records
+	// each change in the audit log, and returns the changes in the order
+	// made: puts, then deletions, then prunings by name.
+	UpdateTiers(ctx context.Context, u TierUpdate) ([]TierChange, error)
+	// TierChanges returns the latest limit entries of the audit log, newest
+	// first.
+	TierChanges(ctx context.Context, limit int) ([]TierChange, error)
 }

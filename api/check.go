@@ -1,7 +1,6 @@
 package api
 
 import (
-	"net/http"
 	"strconv"
 	"time"
 
@@ -70,32 +69,7 @@ func (s *Server) handleCheck(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	res := decisionResponse{
-		Allowed:    d.Allowed(),
-		RetryAfter: d.RetryAfter,
-		Tier:       d.Tier,
-		Guardrail:  d.Guardrail,
-	}
-	if d.Reason != "" {
-		res.Reason = &d.Reason
-	}
-	if w := d.Windows; w != nil {
-		res.Windows = windowsResponse{
-			Minute: windowOf(w[policy.Minute]),
-			Hour:   windowOf(w[policy.Hour]),
-			Day:    windowOf(w[policy.Day]),
-		}
-	}
-	setRateLimitHeaders(c.Response().Header(), d.Windows)
-	status := http.StatusOK
-	switch d.Outcome {
-	case policy.RateLimited:
-		status = http.StatusTooManyRequests
-		c.Response().Header().Set("Retry-After", strconv.FormatInt(d.RetryAfter, 10))
-	case policy.Denied:
-		status = http.StatusForbidden
-	}
-	return c.JSON(status, res)
+	return writeDecision(c, &d)
 }
 
 func windowOf(w policy.WindowState) windowResponse {

@@ -38,20 +38,21 @@ type adminView struct {
 	Flash string // what the last change did
 	Alert string // an error about the page as a whole
 
-	LoginError string          // login
-	Tiers      []adminTierRow  // tiers
-	Form       *adminTierForm  // tiers (create), tier (edit)
-	Tier       string          // delete: the tier in question
-	CanDelete  bool            // delete
-	Usage      *adminUsageView // usage
-	Message    string          // error
+	LoginError string           // login
+	Tiers      []adminTierRow   // tiers
+	Changes    []adminChangeRow // tiers: the latest entries of the audit log
+	Form       *adminTierForm   // tiers (create), tier (edit)
+	Tier       string           // delete: the tier in question
+	CanDelete  bool             // delete
+	Usage      *adminUsageView  // usage
+	Message    string           // error
 }
 
 // adminRoutes registers the admin page. Every page and form except sign-in
 // needs a session; the JSON API under /v1 keeps its bearer token.
 func (s *Server) adminRoutes() {
 	a := &admin{s: s, origin: http.NewCrossOriginProtection()}
-	g := s.echo.Group("/admin", a.headers, a.sameOrigin)
+	g := s.echo.Group("/admin", a.headers, a.sameOrigin, a.attribute)
 	static := http.StripPrefix("/admin/static/", http.FileServerFS(web.Static))
 	g.GET("/static/*", echo.WrapHandler(static))
 	g.GET("/login", a.handleLoginPage)
@@ -83,6 +84,16 @@ func (a *admin) headers(next echo.HandlerFunc) echo.HandlerFunc {
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Referrer-Policy", "same-origin")
 		h.Set("Cache-Control", "no-store")
+		return next(c)
+	}
+}
+
+// attribute records every tier change made through the admin page as such
+// in the audit log.
+func (a *admin) attribute(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		c.SetRequest(r.WithContext(policy.WithChangeSource(r.Context(), policy.SourceAdmin)))
 		return next(c)
 	}
 }

@@ -185,6 +185,9 @@ func (a *admin) tiersView(c echo.Context, form *adminTierForm) (adminView, error
 	}
 	v := a.view(c, "Tiers", "tiers")
 	v.Form = form
+	if v.Changes, err = a.recentChanges(c.Request().Context()); err != nil {
+		return adminView{}, err
+	}
 	v.Tiers = make([]adminTierRow, len(tiers))
 	for i, t := range tiers {
 		v.Tiers[i] = adminTierRow{

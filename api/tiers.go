@@ -153,7 +153,7 @@ func (s *Server) handlePutTier(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	t, created, err := s.svc.PutTier(c.Request().Context(), t)
+	t, created, err := s.svc.PutTier(policy.WithChangeSource(c.Request().Context(), policy.SourceAPI), t)
 	if err != nil {
 		return err
 	}
@@ -169,7 +169,7 @@ func (s *Server) handleDeleteTier(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.svc.DeleteTier(c.Request().Context(), name); err != nil {
+	if err := s.svc.DeleteTier(policy.WithChangeSource(c.Request().Context(), policy.SourceAPI), name); err != nil {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)

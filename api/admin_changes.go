@@ -1,0 +1,118 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/policyguard/policyguard/policy"
+)
+
+// adminRecentChanges is how many entries of the audit log the tiers page
+// shows.
+const adminRecentChanges = 20
+
+// adminChangeRow is one entry of the audit log as the tiers page shows it.
+type adminChangeRow struct {
+	When, WhenISO string
+	Tier          string
+	Kind          string   // "created", "updated" or "deleted"
+	Source        string   // "api", "admin", "import" or "library"
+	Details       []string // what changed, one line per field
+	Old, New      string   // the tier before and after as JSON; empty for none
+}
+
+// recentChanges returns the latest entries of the audit log, newest first.
+func (a *admin) recentChanges(ctx context.Context) ([]adminChangeRow, error) {
+	changes, err := a.s.svc.TierChanges(ctx, adminRecentChanges)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]adminChangeRow, len(changes))
+	for i, ch := range changes {
+		r := adminChangeRow{
+			When:    ch.At.UTC().Format("2006-01-02 15:04:05 UTC"),
+			WhenISO: ch.At.UTC().Format(time.RFC3339),
+			Tier:    ch.Tier,
+			Source:  ch.Source,
+			Old:     auditTierJSON(ch.Old),
+			New:     auditTierJSON(ch.New),
+		}
+		switch {
+		case ch.Created():
+			r.Kind, r.Details = "created", []string{tierSummary(ch.New)}
+		case ch.Deleted():
+			r.Kind, r.Details = "deleted", []string{"was " + tierSummary(ch.Old)}
+		default:
+			r.Kind, r.Details = "updated", tierDiff(ch.Old, ch.New)
+		}
+		rows[i] = r
+	}
+	return rows, nil
+}
+
+// auditTierJSON returns t as the JSON API shows it, without updated_at, or
+// "" for no tier.
+func auditTierJSON(t *policy.Tier) string {
+	if t == nil {
+		return ""
+	}
+	j := tierToJSON(*t)
+	j.UpdatedAt = nil
+	b, err := json.Marshal(j)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// tierSummary describes a tier's limits and features in one line.
+func tierSummary(t *policy.Tier) string {
+	features := "no features"
+	if len(t.Features) > 0 {
+		features = strings.Join(t.Features, ", ")
+	}
+	return fmt.Sprintf("%s/min (+%s burst), %s/hour, %s/day; %s",
+		groupDigits(t.RequestsPerMinute), groupDigits(t.BurstAllowance),
+		groupDigits(t.RequestsPerHour), groupDigits(t.RequestsPerDay), features)
+}
+
+// tierDiff lists the fields that differ between old and new, by their API
+// names.
+func tierDiff(old, new *policy.Tier) []string {
+	var out []string
+	for _, l := range []struct {
+		field    string
+		old, new int64
+	}{
+		{"requests_per_minute", old.RequestsPerMinute, new.RequestsPerMinute},
+		{"requests_per_hour", old.RequestsPerHour, new.RequestsPerHour},
+		{"requests_per_day", old.RequestsPerDay, new.RequestsPerDay},
+		{"burst_allowance", old.BurstAllowance, new.BurstAllowance},
+	} {
+		if l.old != l.new {
+			out = append(out, fmt.Sprintf("%s: %s → %s", l.field, groupDigits(l.old), groupDigits(l.new)))
+		}
+	}
+	if of, nf := strings.Join(old.Features, ", "), strings.Join(new.Features, ", "); of != nf {
+		out = append(out, fmt.Sprintf("features: [%s] → [%s]", of, nf))
+	}
+	if old.Description != new.Description {
+		out = append(out, fmt.Sprintf("description: %s → %s", shorten(old.Description), shorten(new.Description)))
+	}
+	if len(out) == 0 {
+		out = append(out, "saved without a change")
+	}
+	return out
+}
+
+// shorten quotes s, cut to a length that fits a table cell.
+func shorten(s string) string {
+	const max = 60
+	if r := []rune(s); len(r) > max {
+		s = string(r[:max]) + "…"
+	}
+	return fmt.Sprintf("%q", s)
+}

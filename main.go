@@ -133,8 +133,12 @@ func tlsConfig(certFile, keyFile string) (*tls.Config, error) {
 }
 
 // run starts the service and blocks until ctx ends, then shuts down
-// gracefully: in-flight checks finish and their writes commit.
+// gracefully: in-flight checks finish and their writes commit. With "tiers"
+// as its first argument it runs that command instead (see runTiers).
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "tiers" {
+		return runTiers(ctx, args[1:], getenv, stdout, stderr)
+	}
 	cfg, err := parseConfig(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil

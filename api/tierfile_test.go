@@ -1,0 +1,142 @@
+package api_test
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/policyguard/policyguard/api"
+	"github.com/policyguard/policyguard/policy"
+)
+
+func TestTiersFileRoundTrip(t *testing.T) {
+	tiers := []policy.Tier{
+		{Name: "pro", RequestsPerMinute: 60, RequestsPerHour: 2000, RequestsPerDay: 20000, BurstAllowance: 10, Features: []string{"chat", "*"}, Description: "Pro <plan> & more"},
+		{Name: "free", RequestsPerMinute: 10, RequestsPerHour: 100, RequestsPerDay: 1000, UpdatedAt: t0},
+	}
+	var buf bytes.Buffer
+	if err := api.WriteTiersFile(&buf, tiers); err != nil {
+		t.Fatal(err)
+	}
+	want := `{
+  "tiers": [
+    {
+      "name": "free",
+      "requests_per_minute": 10,
+      "requests_per_hour": 100,
+      "requests_per_day": 1000,
+      "burst_allowance": 0,
+      "features": [],
+      "description": ""
+    },
+    {
+      "name": "pro",
+      "requests_per_minute": 60,
+      "requests_per_hour": 2000,
+      "requests_per_day": 20000,
+      "burst_allowance": 10,
+      "features": [
+        "chat",
+        "*"
+      ],
+      "description": "Pro <plan> & more"
+    }
+  ]
+}
+`
+	if got := buf.String(); got != want {
+		t.Fatalf("file:\n%s\nwant:\n%s", got, want)
+	}
+	read, err := api.ReadTiersFile(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Sorted by name; updated_at is not in the file, and features is [].
+	if got, want := fmt.Sprint(read), fmt.Sprint([]policy.Tier{{Name: "free", RequestsPerMinute: 10, RequestsPerHour: 100, RequestsPerDay: 1000, Features: []string{}}, tiers[0]}); got != want {
+		t.Fatalf("read back\n%s\nwant\n%s", got, want)
+	}
+}
+
+// The answer of GET /v1/tiers, updated_at and all, is a tiers file.
+func TestTiersFileAcceptsTheListAnswer(t *testing.T) {
+	e := newEnv(t)
+	rec := e.do(http.MethodGet, "/v1/tiers", "", true)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /v1/tiers: %d", rec.Code)
+	}
+	tiers, err := api.ReadTiersFile(rec.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tiers) != 3 || tiers[0].Name != "enterprise" || !tiers[0].UpdatedAt.IsZero() {
+		t.Fatalf("tiers = %+v", tiers)
+	}
+}
+
+func TestTiersFileReportsEveryProblem(t *testing.T) {
+	for _, tc := range []struct {
+		name, file string
+		want       []string
+	}{
+		{"not an object", `[]`, []string{`not a tiers file: it must be a JSON object`}},
+		{"no tiers", `{}`, []string{`not a tiers file: it needs a "tiers" array`}},
+		{"unknown top-level field", `{"tiers": [], "tier": []}`, []string{`not a tiers file: unknown field "tier"`}},
+		{"malformed", `{"tiers": [`, []string{`not a tiers file: malformed JSON`}},
+		{"every bad tier", `{"tiers": [
+			{"name": "ok", "requests_per_minute": 1, "requests_per_hour": 1, "requests_per_day": 1, "burst_allowance": 0},
+			{"name": "frac", "requests_per_minute": 1.5, "requests_per_hour": 1, "requests_per_day": 1, "burst_allowance": 0},
+			{"requests_per_minute": 1, "requests_per_hour": 1, "requests_per_day": 1, "burst_allowance": 0},
+			{"name": "Bad Name", "requests_per_minute": 1, "requests_per_hour": 1, "requests_per_day": 1, "burst_allowance": 0},
+			{"name": "extra", "requests_per_minute": 1, "requests_per_hour": 1, "requests_per_day": 1, "burst_allowance": 0, "rpm": 3},
+			{"name": "ok", "requests_per_minute": 2, "requests_per_hour": 1, "requests_per_day": 1, "burst_allowance": 0},
+			{"name": "nohour", "requests_per_minute": 1, "requests_per_day": 1, "burst_allowance": 0},
+			{"name": "feat", "requests_per_minute": 1, "requests_per_hour": 1, "requests_per_day": 1, "burst_allowance": 0, "features": ["chat", "chat"]},
+			"free"
+		]}`, []string{
+			`tier 2 ("frac"): requests_per_minute must be an integer from 0 to 2147483647`,
+			`tier 3: name is required`,
+			`tier 4 ("Bad Name"): tier name must match [a-z0-9][a-z0-9_-]{0,62}`,
+			`tier 5: unknown field "rpm"`,
+			`tier 6 ("ok"): listed twice, first as tier 1`,
+			`tier 7 ("nohour"): requests_per_hour is required`,
+			`tier 8 ("feat"): feature "chat" is listed twice`,
+			`tier 9: must be a JSON object`,
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tiers, err := api.ReadTiersFile(strings.NewReader(tc.file))
+			if policy.ErrorCode(err) != policy.EINVALID || tiers != nil {
+				t.Fatalf("ReadTiersFile = %v, %v; want an EINVALID error", tiers, err)
+			}
+			lines := strings.Split(policy.ErrorMessage(err), "\n")
+			if len(lines) != len(tc.want) {
+				t.Fatalf("problems:\n%s\nwant %d", policy.ErrorMessage(err), len(tc.want))
+			}
+			for i, w := range tc.want {
+				if !strings.HasPrefix(lines[i], w) {
+					t.Errorf("problem %d %q, want %q", i+1, lines[i], w)
+				}
+			}
+		})
+	}
+}
+
+func TestDescribeTierChange(t *testing.T) {
+	pro := policy.Tier{Name: "pro", RequestsPerMinute: 60, RequestsPerHour: 2000, RequestsPerDay: 20000, BurstAllowance: 10, Features: []string{"chat"}}
+	faster := pro
+	faster.RequestsPerMinute, faster.Features = 100, []string{"chat", "search"}
+	for _, tc := range []struct {
+		c    policy.TierChange
+		want string
+	}{
+		{policy.TierChange{Tier: "pro", New: &pro}, "created pro: 60/min (+10 burst), 2,000/hour, 20,000/day; chat"},
+		{policy.TierChange{Tier: "pro", Old: &pro, New: &faster}, "updated pro: requests_per_minute: 60 → 100; features: [chat] → [chat, search]"},
+		{policy.TierChange{Tier: "pro", Old: &pro}, "deleted pro"},
+	} {
+		if got := api.DescribeTierChange(tc.c); got != tc.want {
+			t.Errorf("got %q, want %q", got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,326 @@
+// Package client is a typed Go client for the policyguard HTTP API: checks,
+// tiers and usage. It uses only the standard library and imports nothing
+// else of this module, so a program that only calls the service does not
+// compile the service in.
+//
+// A refusal is an answer, not an error: Check returns a Decision with
+// Allowed false for a 429 or a 403. Every other answer outside 2xx is an
+// *Error carrying the status code and the server's message.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// maxAnswerBytes bounds how much of an answer is read; policyguard's
+// largest, the list of tiers, is far smaller.
+const maxAnswerBytes = 4 << 20
+
+// Client calls one policyguard service. Its zero value is not usable; call
+// New. It is safe for concurrent use.
+type Client struct {
+	base       *url.URL
+	hc         *http.Client
+	adminToken string
+	apiToken   string
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient sets the HTTP client requests go through (default
+// http.DefaultClient), for timeouts, proxies and TLS settings.
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithAdminToken sets the bearer token of the admin API, which Tiers, Tier,
+// PutTier, DeleteTier, Usage and ForgetUser need.
+func WithAdminToken(token string) Option { return func(c *Client) { c.adminToken = token } }
+
+// WithAPIToken sets the bearer token checks carry, for a service started
+// with -api-token.
+func WithAPIToken(token string) Option { return func(c *Client) { c.apiToken = token } }
+
+// New returns a Client of the service at baseURL, such as
+// "http://127.0.0.1:8080".
+func New(baseURL string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(strings.TrimSuffix(baseURL, "/"))
+	if err != nil {
+		return nil, fmt.Errorf("policyguard client: base URL: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("policyguard client: base URL %q: want http://host:port or https://host:port", baseURL)
+	}
+	c := &Client{base: u, hc: http.DefaultClient}
+	for _, opt := range opts {
+		opt(c)
+	}
+	return c, nil
+}
+
+// Error is an answer of the service that is neither a success nor a
+// decision: a bad request (400), a missing or wrong token (401), an unknown
+// tier (404), a conflict (409), failed storage (503). Use errors.As to
+// reach it.
+type Error struct {
+	// StatusCode is the HTTP status of the answer.
+	StatusCode int
+	// Message is the service's explanation, or the status text when the
+	// answer carried none (from a proxy, say).
+	Message string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("policyguard: %d %s: %s", e.StatusCode, http.StatusText(e.StatusCode), e.Message)
+}
+
+// StatusCode returns the status code of the *Error in err's chain, or 0
+// when there is none (the request did not get an answer).
+func StatusCode(err error) int {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.StatusCode
+	}
+	return 0
+}
+
+// CheckRequest is what a check asks about. Every field may be empty: the
+// user is then "anonymous", the tier the service's default, and no feature
+// is checked.
+type CheckRequest struct {
+	UserID  string
+	Tier    string
+	Feature string
+	// InputText is the prompt. The service neither stores nor logs it.
+	InputText string
+}
+
+// Decision is the service's answer to a check.
+type Decision struct {
+	// Allowed reports whether the request may go to the model.
+	Allowed bool `json:"allowed"`
+	// Reason says why the request was refused; empty when admitted.
+	Reason string `json:"reason"`
+	// RetryAfter is the whole seconds after which the same request would be
+	// admitted when rate-limited; 0 otherwise.
+	RetryAfter int64 `json:"retry_after"`
+	// Tier is the tier the request was checked under.
+	Tier string `json:"tier"`
+	// Guardrail names the guardrail that refused, or the last that ran.
+	Guardrail string  `json:"guardrail"`
+	Windows   Windows `json:"windows"`
+	// StatusCode is the answer's status: 200 admitted, 429 rate-limited,
+	// 403 not in the plan.
+	StatusCode int `json:"-"`
+}
+
+// RateLimited reports whether the request was refused because a window is
+// full; retrying after RetryAfter seconds can succeed.
+func (d *Decision) RateLimited() bool { return d.StatusCode == http.StatusTooManyRequests }
+
+// Windows is a user's state in each rolling window after a check.
+type Windows struct {
+	Minute Window `json:"minute"`
+	Hour   Window `json:"hour"`
+	Day    Window `json:"day"`
+}
+
+// Window is one rolling window's state.
+type Window struct {
+	// Limit is the window's ceiling (the minute's includes the burst).
+	Limit int64 `json:"limit"`
+	// Remaining is how many more requests the window admits.
+	Remaining int64 `json:"remaining"`
+	// Reset is the whole seconds until the window next frees a slot.
+	Reset int64 `json:"reset"`
+}
+
+// Check asks whether req may go to the model now and, when admitted,
+// records it. A refusal is a Decision with Allowed false, not an error.
+func (c *Client) Check(ctx context.Context, req CheckRequest) (Decision, error) {
+	return c.check(ctx, req, false)
+}
+
+// CheckDryRun answers exactly as Check would and records nothing, for
+// showing a user's remaining quota.
+func (c *Client) CheckDryRun(ctx context.Context, req CheckRequest) (Decision, error) {
+	return c.check(ctx, req, true)
+}
+
+func (c *Client) check(ctx context.Context, req CheckRequest, dryRun bool) (Decision, error) {
+	body := map[string]any{
+		"input_text": req.InputText,
+		"context":    map[string]string{"user_id": req.UserID, "user_tier": req.Tier, "feature": req.Feature},
+	}
+	path := "/v1/check"
+	if dryRun {
+		path += "?dry_run=true"
+	}
+	var d Decision
+	status, err := c.do(ctx, http.MethodPost, path, c.apiToken, body, &d,
+		http.StatusOK, http.StatusTooManyRequests, http.StatusForbidden)
+	if err != nil {
+		return Decision{}, err
+	}
+	d.StatusCode = status
+	return d, nil
+}
+
+// Tier is a subscription plan: the limits of its rolling windows and the
+// features it includes.
+type Tier struct {
+	Name              string   `json:"name"`
+	RequestsPerMinute int64    `json:"requests_per_minute"`
+	RequestsPerHour   int64    `json:"requests_per_hour"`
+	RequestsPerDay    int64    `json:"requests_per_day"`
+	BurstAllowance    int64    `json:"burst_allowance"`
+	Features          []string `json:"features"`
+	Description       string   `json:"description"`
+	// UpdatedAt is the time of the last change; zero for a seeded tier
+	// never changed. The service sets it; PutTier does not send it.
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
+}
+
+// Tiers returns every tier, ordered by name.
+func (c *Client) Tiers(ctx context.Context) ([]Tier, error) {
+	var out struct {
+		Tiers []Tier `json:"tiers"`
+	}
+	_, err := c.do(ctx, http.MethodGet, "/v1/tiers", c.adminToken, nil, &out, http.StatusOK)
+	return out.Tiers, err
+}
+
+// Tier returns the named tier; an unknown one is an *Error with status 404.
+func (c *Client) Tier(ctx context.Context, name string) (Tier, error) {
+	var t Tier
+	_, err := c.do(ctx, http.MethodGet, "/v1/tiers/"+url.PathEscape(name), c.adminToken, nil, &t, http.StatusOK)
+	return t, err
+}
+
+// PutTier creates or replaces t.Name and returns the tier as stored and
+// whether it was created. The change applies to the very next check.
+func (c *Client) PutTier(ctx context.Context, t Tier) (Tier, bool, error) {
+	t.UpdatedAt = time.Time{}
+	if t.Features == nil {
+		t.Features = []string{}
+	}
+	var out Tier
+	status, err := c.do(ctx, http.MethodPut, "/v1/tiers/"+url.PathEscape(t.Name), c.adminToken, t, &out,
+		http.StatusOK, http.StatusCreated)
+	return out, status == http.StatusCreated, err
+}
+
+// DeleteTier removes the named tier. The service refuses (409) to delete
+// its default tier.
+func (c *Client) DeleteTier(ctx context.Context, name string) error {
+	_, err := c.do(ctx, http.MethodDelete, "/v1/tiers/"+url.PathEscape(name), c.adminToken, nil, nil, http.StatusNoContent)
+	return err
+}
+
+// Usage is a user's recorded requests in each window.
+type Usage struct {
+	UserID string `json:"user_id"`
+	// Tier is the tier the limits are of; empty when none was asked for.
+	Tier    string `json:"tier"`
+	Windows struct {
+		Minute UsageWindow `json:"minute"`
+		Hour   UsageWindow `json:"hour"`
+		Day    UsageWindow `json:"day"`
+	} `json:"windows"`
+}
+
+// UsageWindow is one window of a Usage. Limit, Remaining and Reset are set
+// only when Usage was asked with a tier.
+type UsageWindow struct {
+	Count     int64 `json:"count"`
+	Limit     int64 `json:"limit"`
+	Remaining int64 `json:"remaining"`
+	Reset     int64 `json:"reset"`
+}
+
+// Usage returns userID's counts in each window and, with a tier name, that
+// tier's limits, remaining quota and reset.
+func (c *Client) Usage(ctx context.Context, userID, tier string) (Usage, error) {
+	path := "/v1/usage/" + url.PathEscape(userID)
+	if tier != "" {
+		path += "?tier=" + url.QueryEscape(tier)
+	}
+	var u Usage
+	_, err := c.do(ctx, http.MethodGet, path, c.adminToken, nil, &u, http.StatusOK)
+	return u, err
+}
+
+// ForgetUser deletes userID's recorded requests: its quota starts afresh.
+func (c *Client) ForgetUser(ctx context.Context, userID string) error {
+	_, err := c.do(ctx, http.MethodDelete, "/v1/usage/"+url.PathEscape(userID), c.adminToken, nil, nil, http.StatusNoContent)
+	return err
+}
+
+// do sends one request with in as its JSON body (none when nil) and decodes
+// the answer into out when its status is one of ok. Any other status is an
+// *Error.
+func (c *Client) do(ctx context.Context, method, path, token string, in, out any, ok ...int) (int, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return 0, fmt.Errorf("policyguard client: %w", err)
+		}
+		body = bytes.NewReader(b)
+	}
+	// The path is already escaped; appending it to the base keeps a base
+	// path such as https://gateway/policyguard.
+	u, err := url.Parse(c.base.String() + path)
+	if err != nil {
+		return 0, fmt.Errorf("policyguard client: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return 0, fmt.Errorf("policyguard client: %w", err)
+	}
+	req.Header.Set("Accept", "application/json")
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := c.hc.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("policyguard client: %s %s: %w", method, path, err)
+	}
+	defer res.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(res.Body, maxAnswerBytes))
+	if err != nil {
+		return res.StatusCode, fmt.Errorf("policyguard client: %s %s: reading the answer: %w", method, path, err)
+	}
+	for _, s := range ok {
+		if res.StatusCode != s {
+			continue
+		}
+		if out != nil {
+			if err := json.Unmarshal(data, out); err != nil {
+				return res.StatusCode, fmt.Errorf("policyguard client: %s %s: decoding the answer: %w", method, path, err)
+			}
+		}
+		return res.StatusCode, nil
+	}
+	e := &Error{StatusCode: res.StatusCode}
+	var msg struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(data, &msg) == nil && msg.Message != "" {
+		e.Message = msg.Message
+	} else {
+		e.Message = http.StatusText(res.StatusCode)
+	}
+	return res.StatusCode, e
+}

@@ -134,11 +134,11 @@ func readTiersFile(path string) ([]policy.Tier, error) {
 	}
 	tiers, err := api.ReadTiersFile(r)
 	if err != nil {
-		msg := policy.ErrorMessage(err)
-		if strings.Contains(msg, "\n") {
-			msg = "\n  " + strings.ReplaceAll(msg, "\n", "\n  ")
+		msg := " " + policy.ErrorMessage(err)
+		if strings.Contains(msg, "\n") { // one problem a line, indented
+			msg = strings.ReplaceAll("\n"+msg[1:], "\n", "\n  ")
 		}
-		return nil, fmt.Errorf("%s: nothing imported: %s", path, msg)
+		return nil, fmt.Errorf("%s: nothing imported:%s", path, msg)
 	}
 	return tiers, nil
 }

@@ -23,7 +23,7 @@ const (
 )
 
 // Storage operations counted by policyguard_storage_errors_total.
-var storageOperations = []string{"tier", "tiers", "admit", "view", "forget", "cleanup", "ping"}
+var storageOperations = []string{"tier", "tiers", "update_tiers", "tier_changes", "admit", "view", "forget", "cleanup", "ping"}
 
 // Metrics holds the service's Prometheus metrics, all named policyguard_*.
 // Its methods are safe for concurrent use.
@@ -188,10 +188,10 @@ func blockedWindow(d *policy.Decision) int8 {
 }
 
 // MeterStorage returns tiers and requests wrapped so that the storage
-// failures of checks, usage look-ups and tier reads (Tier, Tiers, Admit,
-// View, Forget) count in policyguard_storage_errors_total. Every other
-// method, such as tier changes, passes through uncounted. The wrappers add
-// one call per operation and nothing else.
+// failures of each of their methods count in
+// policyguard_storage_errors_total, by operation. Methods a later version of
+// the interfaces adds pass through uncounted. The wrappers add one call per
+// operation and nothing else.
 func (m *Metrics) MeterStorage(tiers policy.TierStore, requests policy.RequestStore) (policy.TierStore, policy.RequestStore) {
 	return meteredTiers{tiers, m}, meteredRequests{requests, m}
 }
@@ -211,6 +211,18 @@ func (s meteredTiers) Tiers(ctx context.Context) ([]policy.Tier, error) {
 	ts, err := s.TierStore.Tiers(ctx)
 	s.m.storageError("tiers", err)
 	return ts, err
+}
+
+func (s meteredTiers) UpdateTiers(ctx context.Context, u policy.TierUpdate) ([]policy.TierChange, error) {
+	changes, err := s.TierStore.UpdateTiers(ctx, u)
+	s.m.storageError("update_tiers", err)
+	return changes, err
+}
+
+func (s meteredTiers) TierChanges(ctx context.Context, limit int) ([]policy.TierChange, error) {
+	changes, err := s.TierStore.TierChanges(ctx, limit)
+	s.m.storageError("tier_changes", err)
+	return changes, err
 }
 
 type meteredRequests struct {

@@ -148,6 +148,9 @@ func TestMetricsCountChecks(t *testing.T) {
 	if rec := e.do(http.MethodGet, "/healthz", "", false); rec.Code != 503 {
 		t.Fatalf("health on a closed store: %d", rec.Code)
 	}
+	if rec := e.do(http.MethodPut, "/v1/tiers/new", `{"requests_per_minute":1,"requests_per_hour":1,"requests_per_day":1,"burst_allowance":0}`, true); rec.Code != 503 {
+		t.Fatalf("tier change on a closed store: %d %s", rec.Code, rec.Body)
+	}
 
 	m := scrape(t, e.srv)
 	for _, want := range []struct {
@@ -171,6 +174,7 @@ func TestMetricsCountChecks(t *testing.T) {
 		// Admitted real checks, each one row.
 		{"policyguard_rows_stored_total", nil, 4},
 		{"policyguard_storage_errors_total", map[string]string{"operation": "ping"}, 1},
+		{"policyguard_storage_errors_total", map[string]string{"operation": "update_tiers"}, 1},
 		{"policyguard_storage_errors_total", map[string]string{"operation": "forget"}, 0},
 		{"policyguard_cleanup_rows_deleted_total", nil, 0},
 	} {

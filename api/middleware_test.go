@@ -234,4 +234,3 @@ func TestGuardNeedsServiceAndRequest(t *testing.T) {
 	}()
 	api.Guard(api.GuardConfig{Service: policy.NewService(nil, nil)})
 }
-

@@ -4,6 +4,7 @@ package db
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -43,6 +44,7 @@ const (
 type Store struct {
 	db     *sqlx.DB
 	writer *writer
+	reads  [numQueries]*sql.Stmt // View's statements on the read pool (see readQueries)
 
 	tiers       atomic.Pointer[tierCache]
 	reloadMu    sync.Mutex    // serializes tier cache reloads
@@ -124,6 +126,10 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		s.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	if err := s.prepareReads(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	return s, nil
 }
 
@@ -175,6 +181,11 @@ func (s *Store) Close() error {
 		var err error
 		if s.writer != nil {
 			err = s.writer.close()
+		}
+		for _, st := range s.reads {
+			if st != nil {
+				err = errors.Join(err, st.Close())
+			}
 		}
 		s.closeErr = errors.Join(err, s.db.Close())
 	})

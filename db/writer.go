@@ -6,12 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/policyguard/policyguard/policy"
 )
 
 // errClosed is returned by writes submitted after Close.
 var errClosed = &policy.Error{Code: policy.EUNAVAILABLE, Message: "storage failed: store is closed"}
+
+// maxLastRows bounds the writer's cache of each user's newest request, so
+// a day with very many users costs at most a few megabytes.
+const maxLastRows = 1 << 17
 
 // writer owns the only connection that writes. Jobs queue up while a
 // transaction commits and then run together in the next one, so a burst of
@@ -23,45 +28,104 @@ type writer struct {
 	stmts    [numQueries]*sql.Stmt
 	maxBatch int
 
+	// last caches each user's newest row, so an admission needs no query
+	// to find it. Only the writer goroutine touches it. It stays right
+	// because every write to requests goes through this writer, which
+	// updates it, except writes by other processes, which change
+	// data_version and empty it (see try).
+	last        map[string]lastRow
+	dataVersion int64
+
 	mu     sync.RWMutex // guards closed against sends on a closed channel
 	closed bool
 	jobs   chan *job
 	done   chan struct{}
 }
 
-// job is one unit of writing. run may execute any statements through tx; if
-// it fails, the whole transaction is rolled back and every other job of the
-// batch runs again in a new one, so run must only read and write through tx
-// and keep no state that a second run would not overwrite.
-type job struct {
-	ctx  context.Context
-	run  func(tx *writeTx) error
-	errc chan error
+// lastRow is a user's newest row; any is false when the user has none.
+type lastRow struct {
+	ts, seq int64
+	any     bool
 }
+
+// job is one unit of writing: an admission (user and decide) or any other
+// write (run). If it fails, the whole transaction is rolled back and every
+// other job of the batch runs again in a new one, so a job must only read
+// and write through the transaction and keep no state that a second run
+// would not overwrite. Jobs are pooled: a job belongs to the writer from
+// submission until its answer is sent, and to nobody after it is received.
+type job struct {
+	ctx    context.Context
+	run    func(tx *writeTx) error
+	user   string
+	decide func(policy.History) (time.Time, bool, error)
+	errc   chan error
+}
+
+var jobPool = sync.Pool{New: func() any { return &job{errc: make(chan error, 1)} }}
 
 // writeTx is what a job sees of the open transaction.
 type writeTx struct {
 	ctx   context.Context
 	conn  *sql.Conn
 	stmts *[numQueries]*sql.Stmt
+	w     *writer
+	// touched lists the users whose cached last row this transaction set:
+	// a rollback forgets them, since what was cached may not have happened.
+	touched []string
+	hist    history // reused by each admission of the batch
 }
 
 func (tx *writeTx) queryRow(q query, args ...any) *sql.Row {
 	return tx.stmts[q].QueryRowContext(tx.ctx, args...)
 }
 
+func (tx *writeTx) query(q query, args ...any) (*sql.Rows, error) {
+	return tx.stmts[q].QueryContext(tx.ctx, args...)
+}
+
 func (tx *writeTx) exec(q query, args ...any) (sql.Result, error) {
 	return tx.stmts[q].ExecContext(tx.ctx, args...)
 }
+
+// cachedLast returns the cached newest row of user.
+func (tx *writeTx) cachedLast(user string) (lastRow, bool) {
+	r, ok := tx.w.last[user]
+	return r, ok
+}
+
+// setLast caches r as user's newest row.
+func (tx *writeTx) setLast(user string, r lastRow) {
+	m := tx.w.last
+	if _, ok := m[user]; !ok && len(m) >= maxLastRows {
+		for k := range m { // evict one entry, effectively at random
+			delete(m, k)
+			break
+		}
+	}
+	m[user] = r
+	tx.touched = append(tx.touched, user)
+}
+
+// forgetLast drops user's cached newest row, after a write that may have
+// deleted it.
+func (tx *writeTx) forgetLast(user string) { delete(tx.w.last, user) }
 
 func newWriter(ctx context.Context, db *sql.DB, maxBatch int) (*writer, error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return nil, err
 	}
-	w := &writer{conn: conn, maxBatch: max(maxBatch, 1), jobs: make(chan *job, 1024), done: make(chan struct{})}
+	w := &writer{
+		conn:     conn,
+		maxBatch: max(maxBatch, 1),
+		last:     make(map[string]lastRow),
+		jobs:     make(chan *job, 1024),
+		done:     make(chan struct{}),
+	}
 	for q, text := range queries {
 		if w.stmts[q], err = conn.PrepareContext(ctx, text); err != nil {
+			w.closeStmts()
 			conn.Close()
 			return nil, fmt.Errorf("prepare %q: %w", text, err)
 		}
@@ -73,7 +137,25 @@ func newWriter(ctx context.Context, db *sql.DB, maxBatch int) (*writer, error) {
 // do runs fn in the writer's next transaction and returns once that
 // transaction has committed (nil) or failed.
 func (w *writer) do(ctx context.Context, fn func(tx *writeTx) error) error {
-	j := &job{ctx: ctx, run: fn, errc: make(chan error, 1)}
+	j := jobPool.Get().(*job)
+	j.ctx, j.run = ctx, fn
+	return w.submit(j)
+}
+
+// admit runs an admission of user in the writer's next transaction: decide
+// reads the user's history and says whether and when to record a request.
+// It returns once that transaction has committed (nil) or failed.
+func (w *writer) admit(ctx context.Context, user string, decide func(policy.History) (time.Time, bool, error)) error {
+	j := jobPool.Get().(*job)
+	j.ctx, j.user, j.decide = ctx, user, decide
+	return w.submit(j)
+}
+
+func (w *writer) submit(j *job) error {
+	defer func() {
+		*j = job{errc: j.errc}
+		jobPool.Put(j)
+	}()
 	w.mu.RLock()
 	if w.closed {
 		w.mu.RUnlock()
@@ -81,9 +163,9 @@ func (w *writer) do(ctx context.Context, fn func(tx *writeTx) error) error {
 	}
 	select {
 	case w.jobs <- j:
-	case <-ctx.Done():
+	case <-j.ctx.Done():
 		w.mu.RUnlock()
-		return ctx.Err()
+		return j.ctx.Err()
 	}
 	w.mu.RUnlock()
 	// Wait for the outcome even if ctx ends meanwhile: the job may already
@@ -94,6 +176,7 @@ func (w *writer) do(ctx context.Context, fn func(tx *writeTx) error) error {
 func (w *writer) loop() {
 	defer close(w.done)
 	batch := make([]*job, 0, w.maxBatch)
+	tx := &writeTx{conn: w.conn, stmts: &w.stmts, w: w}
 	for j := range w.jobs {
 		batch = append(batch[:0], j)
 	fill:
@@ -108,14 +191,15 @@ func (w *writer) loop() {
 				break fill
 			}
 		}
-		w.commit(batch)
+		w.commit(tx, batch)
+		clear(batch) // answered jobs belong to their callers again
 	}
 }
 
 // commit runs batch in one transaction. A failing job is answered with its
 // error and the others are retried without it, so one bad job cannot fail
 // its neighbours.
-func (w *writer) commit(batch []*job) {
+func (w *writer) commit(tx *writeTx, batch []*job) {
 	// A caller that gave up before its job started gets nothing written.
 	live := batch[:0]
 	for _, j := range batch {
@@ -127,7 +211,7 @@ func (w *writer) commit(batch []*job) {
 	}
 	batch = live
 	for len(batch) > 0 {
-		failed, err := w.try(batch)
+		failed, err := w.try(tx, batch)
 		if failed < 0 {
 			for _, j := range batch {
 				j.errc <- err
@@ -141,25 +225,47 @@ func (w *writer) commit(batch []*job) {
 
 // try runs batch in one transaction. It returns -1 and the commit's outcome,
 // or the index and error of the first job that failed (after rolling back).
-func (w *writer) try(batch []*job) (int, error) {
+func (w *writer) try(tx *writeTx, batch []*job) (int, error) {
 	ctx := context.Background() // a caller going away must not abort others' commit
-	if _, err := w.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+	tx.ctx, tx.touched = ctx, tx.touched[:0]
+	if _, err := w.stmts[qBegin].ExecContext(ctx); err != nil {
 		return -1, unavailable(err)
 	}
+	// Another process that wrote the file (data_version counts commits by
+	// other connections) may have changed any user's rows.
+	var v int64
+	if err := w.stmts[qDataVersion].QueryRowContext(ctx).Scan(&v); err != nil {
+		w.rollback(tx)
+		return -1, unavailable(err)
+	}
+	if v != w.dataVersion {
+		clear(w.last)
+		w.dataVersion = v
+	}
 	for i, j := range batch {
-		if err := j.run(&writeTx{ctx: ctx, conn: w.conn, stmts: &w.stmts}); err != nil {
-			w.rollback()
+		var err error
+		if j.run != nil {
+			err = j.run(tx)
+		} else {
+			err = tx.admit(j.user, j.decide)
+		}
+		if err != nil {
+			w.rollback(tx)
 			return i, err
 		}
 	}
-	if _, err := w.conn.ExecContext(ctx, "COMMIT"); err != nil {
-		w.rollback()
+	if _, err := w.stmts[qCommit].ExecContext(ctx); err != nil {
+		w.rollback(tx)
 		return -1, unavailable(err)
 	}
 	return -1, nil
 }
 
-func (w *writer) rollback() {
+func (w *writer) rollback(tx *writeTx) {
+	for _, u := range tx.touched {
+		delete(w.last, u)
+	}
+	tx.touched = tx.touched[:0]
 	// SQLite may already have rolled back (disk full, I/O error); the error
 	// of a ROLLBACK without a transaction says nothing new.
 	_, _ = w.conn.ExecContext(context.Background(), "ROLLBACK")
@@ -177,13 +283,17 @@ func (w *writer) close() error {
 	close(w.jobs)
 	w.mu.Unlock()
 	<-w.done
+	return errors.Join(w.closeStmts(), w.conn.Close())
+}
+
+func (w *writer) closeStmts() error {
 	var errs []error
 	for _, st := range w.stmts {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
 	}
-	return errors.Join(append(errs, w.conn.Close())...)
+	return errors.Join(errs...)
 }
 
 // queryRowSQL and execSQL run statements outside the prepared set, for rare

@@ -65,6 +65,28 @@ type History interface {
 	NthAfter(t time.Time, k int64) (time.Time, error)
 }
 
+// Prefetcher is implemented by a History that answers several cutoffs
+// faster together than one by one, such as a store that can look them up in
+// one query. Evaluate and Usage call Prefetch with every window's cutoff
+// (now minus the window's length, in the order of Windows) before asking
+// about any of them. Prefetch changes no answer, only its cost.
+type Prefetcher interface {
+	Prefetch(cutoffs *[len(Windows)]time.Time) error
+}
+
+// prefetch announces the cutoffs of the windows ending at now to h.
+func prefetch(h History, now time.Time) error {
+	p, ok := h.(Prefetcher)
+	if !ok {
+		return nil
+	}
+	var cutoffs [len(Windows)]time.Time
+	for _, w := range Windows {
+		cutoffs[w] = now.Add(-w.Duration())
+	}
+	return p.Prefetch(&cutoffs)
+}
+
 // RequestStore records admitted requests. Implementations are safe for
 // concurrent use.
 type RequestStore interface {
@@ -130,6 +152,9 @@ func Evaluate(h History, t *Tier, now time.Time) (Evaluation, error) {
 	if any && !last.Before(now) {
 		ev.RecordAt = last.Add(Resolution)
 	}
+	if err := prefetch(h, now); err != nil {
+		return ev, err
+	}
 
 	var counts [len(Windows)]int64
 	ev.Allowed = true
@@ -181,6 +206,9 @@ func Evaluate(h History, t *Tier, now time.Time) (Evaluation, error) {
 func Usage(h History, t *Tier, now time.Time) ([len(Windows)]WindowState, error) {
 	now = now.Truncate(Resolution)
 	var states [len(Windows)]WindowState
+	if err := prefetch(h, now); err != nil {
+		return states, err
+	}
 	for _, w := range Windows {
 		cutoff := now.Add(-w.Duration())
 		n, err := h.CountAfter(cutoff)

@@ -1,0 +1,148 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/policyguard/policyguard/policy"
+)
+
+var w0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func openTestStore(t *testing.T, path string) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func admitAt(at time.Time) func(policy.History) (time.Time, bool, error) {
+	return func(policy.History) (time.Time, bool, error) { return at, true, nil }
+}
+
+// dayCount is what the store counts for user after w0-1h, on a read
+// connection that never sees the writer's cache.
+func dayCount(t *testing.T, s *Store, user string) int64 {
+	t.Helper()
+	var n int64
+	err := s.View(context.Background(), user, func(h policy.History) (err error) {
+		n, err = h.CountAfter(w0.Add(-time.Hour))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestWriterCacheFollowsOtherConnections writes one user's requests from two
+// stores on one file, as two processes would. Each store's writer caches the
+// user's newest row; a write by the other must not leave it stale, or the
+// next admission would number its row wrongly and every count would be off.
+func TestWriterCacheFollowsOtherConnections(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "shared.db")
+	a, b := openTestStore(t, path), openTestStore(t, path)
+	ctx := context.Background()
+	at := w0
+	for i, s := range []*Store{a, a, b, a, b, b, a} {
+		at = at.Add(time.Second)
+		if err := s.Admit(ctx, "u", admitAt(at)); err != nil {
+			t.Fatalf("admission %d: %v", i, err)
+		}
+		for _, s := range []*Store{a, b} {
+			if got, want := dayCount(t, s, "u"), int64(i+1); got != want {
+				t.Fatalf("after admission %d: %d counted, want %d", i, got, want)
+			}
+		}
+	}
+	if err := b.Forget(ctx, "u"); err != nil {
+		t.Fatal(err)
+	}
+	// a still caches the newest row b just deleted; history restarts
+	// earlier than it.
+	if err := a.Admit(ctx, "u", admitAt(w0)); err != nil {
+		t.Fatalf("admission after the other store's Forget: %v", err)
+	}
+	if got := dayCount(t, a, "u"); got != 1 {
+		t.Fatalf("after Forget and one admission: %d counted, want 1", got)
+	}
+}
+
+// TestWriterCacheSurvivesRollback runs an admission and a failing job in one
+// batch. The failure rolls the batch back and the admission runs again in a
+// new transaction: it must not see its own rolled-back row as the newest.
+func TestWriterCacheSurvivesRollback(t *testing.T) {
+	s := openTestStore(t, filepath.Join(t.TempDir(), "test.db"))
+	ctx := context.Background()
+	if err := s.Admit(ctx, "u", admitAt(w0)); err != nil {
+		t.Fatal(err)
+	}
+
+	// Hold the writer busy so that the next two jobs queue up and form one batch.
+	started, release := make(chan struct{}), make(chan struct{})
+	go s.writer.do(ctx, func(*writeTx) error { close(started); <-release; return nil })
+	<-started
+	admitted := make(chan error, 1)
+	go func() { admitted <- s.Admit(ctx, "u", admitAt(w0.Add(time.Second))) }()
+	waitFor(t, func() bool { return len(s.writer.jobs) == 1 })
+	boom := errors.New("boom")
+	failed := make(chan error, 1)
+	go func() {
+		failed <- s.writer.do(ctx, func(tx *writeTx) error { return boom })
+	}()
+	waitFor(t, func() bool { return len(s.writer.jobs) == 2 })
+	close(release)
+
+	if err := <-failed; !errors.Is(err, boom) {
+		t.Fatalf("failing job: %v", err)
+	}
+	if err := <-admitted; err != nil {
+		t.Fatalf("admission batched with a failing job: %v", err)
+	}
+	if got := dayCount(t, s, "u"); got != 2 {
+		t.Fatalf("%d counted, want 2", got)
+	}
+}
+
+// waitFor yields until cond holds: it waits for the test's goroutines to
+// reach a point, not for time to pass.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("goroutines stuck")
+		}
+		runtime.Gosched()
+	}
+}
+
+// TestWriterCacheForgetsPrunedRows prunes every row of a user: the writer
+// must not go on reporting the deleted newest row as the user's last.
+func TestWriterCacheForgetsPrunedRows(t *testing.T) {
+	s := openTestStore(t, filepath.Join(t.TempDir(), "test.db"))
+	ctx := context.Background()
+	if err := s.Admit(ctx, "u", admitAt(w0.Add(time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Prune(ctx, w0.Add(2*time.Hour)); err != nil || n != 1 {
+		t.Fatalf("prune: %d, %v", n, err)
+	}
+	err := s.Admit(ctx, "u", func(h policy.History) (time.Time, bool, error) {
+		last, ok, err := h.Last()
+		if ok {
+			return w0, false, errors.New("Last() = " + last.String() + " after every row was deleted")
+		}
+		return w0, true, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -160,6 +160,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer store.Close()
+	if err := store.Writable(ctx); err != nil {
+		return fmt.Errorf("%s cannot be written: %s", cfg.dbPath, policy.ErrorMessage(err))
+	}
 
 	metrics := api.NewMetrics(nil)
 	tiers, requests := metrics.MeterStorage(store, store)

@@ -1,0 +1,411 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// runInProcess starts run() with args and env and returns its URL, its
+// log, and a stop function that returns run's error.
+func runInProcess(t *testing.T, args []string, env map[string]string) (string, *faultBuffer, func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	logs := &faultBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, args, func(k string) string { return env[k] }, pw, logs)
+		pw.Close()
+	}()
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			if m := faultServingRE.FindStringSubmatch(sc.Text()); m != nil {
+				found <- m[1]
+			}
+		}
+	}()
+	var u string
+	select {
+	case u = <-found:
+	case err := <-done:
+		cancel()
+		t.Fatalf("run: %v\n%s", err, logs)
+	case <-time.After(30 * time.Second):
+		t.Fatal("service did not start")
+	}
+	stopped := false
+	var stopErr error
+	stop := func() error {
+		if !stopped {
+			stopped = true
+			cancel()
+			stopErr = <-done
+		}
+		return stopErr
+	}
+	t.Cleanup(func() { stop() })
+	return u, logs, stop
+}
+
+// selfSigned writes a certificate for 127.0.0.1 and localhost and its key,
+// and returns their files and a pool that trusts the certificate.
+func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "policyguard test"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:     []string{"localhost"},
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
+
+// TestTLS serves HTTPS from a certificate and key given by flags or by
+// environment variables, and refuses plain HTTP, old TLS and bad key pairs.
+func TestTLS(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t)
+	for _, how := range []struct {
+		name string
+		args []string
+		env  map[string]string
+	}{
+		{"flags", []string{"-tls-cert", certFile, "-tls-key", keyFile}, nil},
+		{"environment", nil, map[string]string{"GUARDRAIL_TLS_CERT": certFile, "GUARDRAIL_TLS_KEY": keyFile}},
+	} {
+		t.Run(how.name, func(t *testing.T) {
+			args := append([]string{"-addr", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "tls.db"), "-admin-token", token}, how.args...)
+			u, _, stop := runInProcess(t, args, how.env)
+			if !strings.HasPrefix(u, "https://") {
+				t.Fatalf("URL %q, want https", u)
+			}
+			client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+			res, err := faultPost(client, u+"/v1/check", `{"context":{"user_id":"tls"}}`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if res.StatusCode != http.StatusOK || res.TLS == nil || res.TLS.Version < tls.VersionTLS12 {
+				t.Fatalf("check over TLS: %d %+v", res.StatusCode, res.TLS)
+			}
+			// Plain HTTP to the TLS port is refused.
+			plain := "http://" + strings.TrimPrefix(u, "https://")
+			if res, err := faultPost(http.DefaultClient, plain+"/v1/check", `{}`); err == nil {
+				res.Body.Close()
+				if res.StatusCode != http.StatusBadRequest {
+					t.Fatalf("plain HTTP to the TLS port: %d", res.StatusCode)
+				}
+			}
+			// TLS 1.1 is refused; so is a client that does not trust the
+			// certificate.
+			old := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MaxVersion: tls.VersionTLS11}}}
+			if _, err := old.Get(u + "/healthz"); err == nil {
+				t.Fatal("TLS 1.1 accepted")
+			}
+			if _, err := http.Get(u + "/healthz"); err == nil || !strings.Contains(err.Error(), "certificate") {
+				t.Fatalf("an untrusted certificate was accepted: %v", err)
+			}
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage.pem")
+	os.WriteFile(garbage, []byte("not PEM"), 0o600)
+	_, otherKey, _ := selfSigned(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"cert without key", []string{"-tls-cert", certFile}, "TLS needs both -tls-cert and -tls-key"},
+		{"key without cert", []string{"-tls-key", keyFile}, "TLS needs both"},
+		{"missing file", []string{"-tls-cert", filepath.Join(dir, "none.pem"), "-tls-key", keyFile}, "TLS certificate"},
+		{"not PEM", []string{"-tls-cert", garbage, "-tls-key", keyFile}, "TLS certificate"},
+		{"key of another certificate", []string{"-tls-cert", certFile, "-tls-key", otherKey}, "private key does not match public key"},
+	} {
+		dbPath := filepath.Join(dir, "never.db")
+		args := append([]string{"-addr", "127.0.0.1:0", "-db", dbPath}, tc.args...)
+		err := run(context.Background(), args, func(string) string { return "" }, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", tc.name, err, tc.want)
+		}
+		if _, err := os.Stat(dbPath); err == nil {
+			t.Errorf("%s: a TLS mistake created the database before stopping", tc.name)
+		}
+	}
+}
+
+// TestAPITokenFlag: -api-token and GUARDRAIL_API_TOKEN make checks need
+// the token.
+func TestAPITokenFlag(t *testing.T) {
+	for _, how := range []struct {
+		name string
+		args []string
+		env  map[string]string
+	}{
+		{"flag", []string{"-api-token", "agents-key"}, nil},
+		{"environment", nil, map[string]string{"GUARDRAIL_API_TOKEN": "agents-key"}},
+		{"flag over environment", []string{"-api-token", "agents-key"}, map[string]string{"GUARDRAIL_API_TOKEN": "other-key"}},
+	} {
+		t.Run(how.name, func(t *testing.T) {
+			args := append([]string{"-addr", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "key.db"), "-admin-token", token}, how.args...)
+			u, logs, stop := runInProcess(t, args, how.env)
+			for _, tc := range []struct {
+				auth   string
+				status int
+			}{{"", 401}, {"Bearer other-key", 401}, {"Bearer agents-key", 200}} {
+				req, _ := http.NewRequest("POST", u+"/v1/check", strings.NewReader(`{}`))
+				req.Header.Set("Content-Type", "application/json")
+				if tc.auth != "" {
+					req.Header.Set("Authorization", tc.auth)
+				}
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				res.Body.Close()
+				if res.StatusCode != tc.status {
+					t.Fatalf("%q: %d, want %d", tc.auth, res.StatusCode, tc.status)
+				}
+			}
+			stop()
+			if strings.Contains(logs.String(), "agents-key") {
+				t.Fatalf("the log carries the API token:\n%s", logs)
+			}
+		})
+	}
+}
+
+// TestWarnsWithoutAPITokenBeyondLoopback: a service that anyone on the
+// network can reach says so when checks need no token.
+func TestWarnsWithoutAPITokenBeyondLoopback(t *testing.T) {
+	for _, tc := range []struct {
+		addr  string
+		token string
+		warn  bool
+	}{{"127.0.0.1:0", "", false}, {"0.0.0.0:0", "", true}, {"0.0.0.0:0", "k", false}} {
+		args := []string{"-addr", tc.addr, "-db", filepath.Join(t.TempDir(), "w.db"), "-admin-token", token, "-api-token", tc.token}
+		_, logs, stop := runInProcess(t, args, nil)
+		stop()
+		if got := strings.Contains(logs.String(), "set -api-token"); got != tc.warn {
+			t.Errorf("%s with token %q: warned %v, want %v\n%s", tc.addr, tc.token, got, tc.warn, logs)
+		}
+	}
+}
+
+// TestFailOpenSetting: -fail-open and GUARDRAIL_FAIL_OPEN reach the server;
+// a variable that is not a boolean stops the service.
+func TestFailOpenSetting(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want bool
+	}{
+		{nil, nil, false},
+		{[]string{"-fail-open"}, nil, true},
+		{nil, map[string]string{"GUARDRAIL_FAIL_OPEN": "true"}, true},
+		{[]string{"-fail-open=false"}, map[string]string{"GUARDRAIL_FAIL_OPEN": "1"}, false},
+	} {
+		cfg, err := parseConfig(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+		if err != nil || cfg.failOpen != tc.want {
+			t.Errorf("%v %v: fail-open %v (%v), want %v", tc.args, tc.env, cfg.failOpen, err, tc.want)
+		}
+	}
+	_, err := parseConfig(nil, func(k string) string { return map[string]string{"GUARDRAIL_FAIL_OPEN": "sometimes"}[k] }, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `GUARDRAIL_FAIL_OPEN "sometimes": must be true or false`) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestHTTPServerLimits checks the server's limits: each phase of a
+// connection has a deadline, headers are bounded, and both hold on the
+// running service: an oversized header is refused with 431 and a client
+// that never finishes its headers is cut off.
+func TestHTTPServerLimits(t *testing.T) {
+	srv := newHTTPServer(http.NotFoundHandler(), nil, slog.DiscardHandler)
+	for name, d := range map[string]time.Duration{
+		"ReadHeaderTimeout": srv.ReadHeaderTimeout, "ReadTimeout": srv.ReadTimeout,
+		"WriteTimeout": srv.WriteTimeout, "IdleTimeout": srv.IdleTimeout,
+	} {
+		if d <= 0 || d > 2*time.Minute {
+			t.Errorf("%s = %v: want a deadline, of at most two minutes", name, d)
+		}
+	}
+	if srv.MaxHeaderBytes <= 0 || srv.MaxHeaderBytes > 1<<20 {
+		t.Errorf("MaxHeaderBytes = %d", srv.MaxHeaderBytes)
+	}
+
+	u, _, _ := runInProcess(t, []string{"-addr", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "limits.db"), "-admin-token", token}, nil)
+	req, _ := http.NewRequest("POST", u+"/v1/check", strings.NewReader(`{}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Padding", strings.Repeat("p", 100<<10))
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("100 KiB header: %d, want 431", res.StatusCode)
+	}
+
+	if testing.Short() {
+		return
+	}
+	// A client that sends half a request line and stops is disconnected
+	// once ReadHeaderTimeout passes (a real wait of a few seconds: this is
+	// the server's clock, not a rate-limit window).
+	addr, _ := url.Parse(u)
+	conn, err := net.Dial("tcp", addr.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	conn.Write([]byte("POST /v1/check HTTP/1.1\r\nHost: x\r\n"))
+	conn.SetReadDeadline(time.Now().Add(srv.ReadHeaderTimeout + 10*time.Second))
+	_, err = io.ReadAll(conn)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("slow client still connected after %v: %v", took, err)
+	}
+	if took < srv.ReadHeaderTimeout-time.Second || took > srv.ReadHeaderTimeout+5*time.Second {
+		t.Fatalf("slow client cut off after %v, want about %v", took, srv.ReadHeaderTimeout)
+	}
+}
+
+// TestSecretsStayOutOfLogs runs the service, signs in to the admin page
+// with wrong and right tokens, calls the admin API and checks with right,
+// wrong and misplaced tokens, and then searches everything the service
+// wrote and answered: neither token appears in its output, its log, an
+// answer's body or a redirect, and a token in a URL signs nobody in.
+func TestSecretsStayOutOfLogs(t *testing.T) {
+	const adminSecret, apiSecret = "ADMIN-SECRET-8c1f0e", "API-SECRET-77d2aa"
+	guesses := []string{adminSecret[:len(adminSecret)-1], adminSecret + "0", apiSecret[:len(apiSecret)-1]}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stdout, logs := &faultBuffer{}, &faultBuffer{}
+	done := make(chan error, 1)
+	args := []string{"-addr", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "secrets.db"), "-admin-token", adminSecret, "-api-token", apiSecret}
+	go func() { done <- run(ctx, args, func(string) string { return "" }, stdout, logs) }()
+	var u string
+	faultWaitFor(t, "start-up", 30*time.Second, func() bool {
+		m := faultServingRE.FindStringSubmatch(stdout.String())
+		if m != nil {
+			u = m[1]
+		}
+		return m != nil
+	})
+
+	var answers strings.Builder
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	send := func(method, path, contentType, body string, header map[string]string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(method, u+path, strings.NewReader(body))
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		res, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		answers.Write(b)
+		for k, vs := range res.Header {
+			if k != "Set-Cookie" { // the session cookie is a secret of its own, not a token
+				answers.WriteString(k + ": " + strings.Join(vs, ",") + "\n")
+			}
+		}
+		return res
+	}
+	form := "application/x-www-form-urlencoded"
+	for _, g := range guesses {
+		if res := send("POST", "/admin/login", form, url.Values{"token": {g}}.Encode(), nil); res.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("sign-in with a guess: %d", res.StatusCode)
+		}
+	}
+	res := send("POST", "/admin/login", form, url.Values{"token": {adminSecret}}.Encode(), nil)
+	if res.StatusCode != http.StatusTooManyRequests && res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign-in with the token: %d", res.StatusCode)
+	}
+	// A token in the URL signs nobody in.
+	if res := send("GET", "/admin/login?token="+adminSecret, "", "", nil); len(res.Cookies()) != 0 {
+		t.Fatal("a token in the URL set a session cookie")
+	}
+	if res := send("GET", "/admin?token="+adminSecret, "", "", nil); res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/admin/login" {
+		t.Fatalf("admin page with the token in the URL: %d %s", res.StatusCode, res.Header.Get("Location"))
+	}
+	for _, auth := range append([]string{adminSecret, apiSecret}, guesses...) {
+		send("GET", "/v1/tiers", "", "", map[string]string{"Authorization": "Bearer " + auth})
+		send("GET", "/v1/tiers?token="+auth, "", "", nil)
+		send("POST", "/v1/check", "application/json", `{"context":{"user_id":"s"}}`, map[string]string{"Authorization": "Bearer " + auth})
+		send("POST", "/v1/check?api_key="+auth, "application/json", `{"context":{`, map[string]string{"X-Api-Key": auth})
+		send("PUT", "/v1/tiers/secrets", "application/json", `{"requests_per_minute":-1}`, map[string]string{"Authorization": "Bearer " + auth})
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for where, text := range map[string]string{"stdout": stdout.String(), "log": logs.String(), "answers": answers.String()} {
+		for _, secret := range append([]string{adminSecret, apiSecret}, guesses...) {
+			if strings.Contains(text, secret) || strings.Contains(strings.ToLower(text), strings.ToLower(secret)) {
+				t.Errorf("%s contains %q", where, secret)
+			}
+		}
+	}
+	if !strings.Contains(logs.String(), "path=/v1/check") {
+		t.Fatalf("the log has no access lines to search:\n%s", logs)
+	}
+}

@@ -1,0 +1,736 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/policyguard/policyguard/db"
+	"github.com/policyguard/policyguard/policy"
+)
+
+// The load benchmark runs the real service binary and a do-nothing Echo
+// handler as separate processes on loopback and drives both with the same
+// load generator, in alternating rounds. It is opt-in:
+//
+//	POLICYGUARD_LOAD=1 go test -run '^TestLoad$' -v -timeout 900s .
+//
+// POLICYGUARD_LOAD=short runs every phase briefly with smaller data, for CI.
+// Targets are printed beside the figures; only failures (errors, wrong
+// answers, a cleanup that never finishes) fail the test.
+
+// loadConfig sizes one run.
+type loadConfig struct {
+	round      time.Duration // length of a timed round
+	rounds     int           // rounds per target, alternated
+	conns      int           // connections of the throughput rounds
+	users      int           // rotating users
+	heavy      int           // day-window size of the flatness test's heavy user
+	flatChecks int           // checks per flatness round
+	bigUsers   int           // users of the cleanup and memory phase
+	bigPerUser int           // expired rows per big user
+}
+
+func loadConfigFromEnv() (loadConfig, bool) {
+	switch os.Getenv("POLICYGUARD_LOAD") {
+	case "":
+		return loadConfig{}, false
+	case "short":
+		return loadConfig{round: time.Second, rounds: 1, conns: 64, users: 10_000, heavy: 10_000,
+			flatChecks: 500, bigUsers: 1_000, bigPerUser: 100}, true
+	default:
+		return loadConfig{round: 5 * time.Second, rounds: 3, conns: 64, users: 10_000, heavy: 100_000,
+			flatChecks: 3_000, bigUsers: 10_000, bigPerUser: 100}, true
+	}
+}
+
+const loadTier = "bench"
+
+func TestLoad(t *testing.T) {
+	cfg, ok := loadConfigFromEnv()
+	if !ok {
+		t.Skip("set POLICYGUARD_LOAD=1 (or short) to run the load benchmark")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "policyguard")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	out := os.Stdout
+	fmt.Fprintf(out, "\nload benchmark: %s, %d CPUs (%s), GOMAXPROCS %d, %s\n",
+		cpuModel(), runtime.NumCPU(), runtime.GOARCH, runtime.GOMAXPROCS(0), runtime.Version())
+	fmt.Fprintf(out, "rounds of %v, %d per target, alternated; %d connections; %d rotating users\n\n",
+		cfg.round, cfg.rounds, cfg.conns, cfg.users)
+
+	// The flatness test's heavy user is seeded before the FULL service starts.
+	fullDB := filepath.Join(dir, "full.db")
+	start := time.Now()
+	seed(t, fullDB, []string{"heavy"}, cfg.heavy, time.Now().Add(-24*time.Hour+time.Minute), (24*time.Hour-2*time.Minute)/time.Duration(cfg.heavy))
+	fmt.Fprintf(out, "seeded %d requests for the heavy user in %v\n", cfg.heavy, time.Since(start).Round(time.Millisecond))
+
+	full := startService(t, bin, dir, fullDB, "FULL", time.Hour)
+	normal := startService(t, bin, dir, filepath.Join(dir, "normal.db"), "NORMAL", time.Hour)
+	base := startBaseline(t)
+	users := make([]string, cfg.users)
+	for i := range users {
+		users[i] = fmt.Sprintf("user-%05d", i)
+	}
+	bodies := checkRequests(users)
+
+	// Throughput and latency at cfg.conns connections.
+	targets := []*target{base, full, normal}
+	for _, tg := range targets {
+		tg.run(t, cfg.conns, time.Second, 0, bodies) // warm up
+	}
+	results := map[*target][]result{}
+	for range cfg.rounds {
+		for _, tg := range targets {
+			results[tg] = append(results[tg], tg.run(t, cfg.conns, cfg.round, 0, bodies))
+		}
+	}
+	fmt.Fprintf(out, "\nPOST /v1/check, %d connections, %d rotating users (median of %d rounds)\n", cfg.conns, cfg.users, cfg.rounds)
+	fmt.Fprintf(out, "%-22s %10s %8s %8s %8s %8s %8s\n", "target", "req/s", "p50", "p90", "p99", "p99.9", "max")
+	for _, tg := range targets {
+		m := medianResult(results[tg])
+		fmt.Fprintf(out, "%-22s %10.0f %8s %8s %8s %8s %8s\n", tg.name, m.rps, ms(m.p50), ms(m.p90), ms(m.p99), ms(m.p999), ms(m.max))
+	}
+	ratio := medianRatio(results[full], results[base])
+	fmt.Fprintf(out, "service FULL / baseline:   %.3fx per round %v   target >= 0.45x: %s\n",
+		ratio, ratios(results[full], results[base]), verdict(ratio >= 0.45))
+	nratio := medianRatio(results[normal], results[base])
+	fmt.Fprintf(out, "service NORMAL / baseline: %.3fx per round %v\n", nratio, ratios(results[normal], results[base]))
+	cost := 1 - medianRatio(results[full], results[normal])
+	fmt.Fprintf(out, "FULL costs %.1f%% of NORMAL's throughput   target <= 10%%: %s\n", 100*cost, verdict(cost <= 0.10))
+	p99 := medianResult(results[full]).p99
+	fmt.Fprintf(out, "FULL p99 at %d connections: %s   target < 25 ms: %s\n", cfg.conns, ms(p99), verdict(p99 < 25*time.Millisecond))
+
+	// One client: latency of a lone check.
+	single := map[*target][]result{}
+	for range cfg.rounds {
+		for _, tg := range targets {
+			single[tg] = append(single[tg], tg.run(t, 1, cfg.round/2, 0, bodies))
+		}
+	}
+	fmt.Fprintf(out, "\nPOST /v1/check, 1 connection (median of %d rounds)\n", cfg.rounds)
+	fmt.Fprintf(out, "%-22s %10s %8s %8s %8s\n", "target", "req/s", "p50", "p99", "max")
+	for _, tg := range targets {
+		m := medianResult(single[tg])
+		fmt.Fprintf(out, "%-22s %10.0f %8s %8s %8s\n", tg.name, m.rps, ms(m.p50), ms(m.p99), ms(m.max))
+	}
+	p50 := medianResult(single[full]).p50
+	fmt.Fprintf(out, "FULL single-client median: %s   target < 1 ms: %s\n", ms(p50), verdict(p50 < time.Millisecond))
+
+	flatness(t, out, cfg, full)
+	full.stop(t)
+	normal.stop(t)
+	base.stop(t)
+
+	cleanupAndMemory(t, out, cfg, bin, dir, bodies)
+}
+
+// flatness compares checks of a user with cfg.heavy requests in the day
+// window against a user with 10, serially and at cfg.conns connections.
+// Each light round uses a new user seeded with 10 checks; the light user
+// gains the round's checks as it runs, so the comparison favours it.
+func flatness(t *testing.T, out io.Writer, cfg loadConfig, full *target) {
+	heavy := checkRequests([]string{"heavy"})
+	before := full.dayCount(t, "heavy")
+	var res [2][2][]result // [conns=1, conns=N][light, heavy]
+	for r := range cfg.rounds {
+		for ci, conns := range []int{1, cfg.conns} {
+			light := fmt.Sprintf("light-%d-%d", r, conns)
+			lightReq := checkRequests([]string{light})
+			full.run(t, 1, 0, 10, lightReq)
+			res[ci][0] = append(res[ci][0], full.run(t, conns, 0, cfg.flatChecks, lightReq))
+			res[ci][1] = append(res[ci][1], full.run(t, conns, 0, cfg.flatChecks, heavy))
+		}
+	}
+	after := full.dayCount(t, "heavy")
+	fmt.Fprintf(out, "\nFlat in history: %d checks per round, light user starts at 10 requests, heavy at %d (%d at the end)\n",
+		cfg.flatChecks, before, after)
+	fmt.Fprintf(out, "%-26s %10s %8s %8s\n", "", "req/s", "p50", "p99")
+	for ci, conns := range []int{1, cfg.conns} {
+		for hi, name := range []string{"light", "heavy"} {
+			m := medianResult(res[ci][hi])
+			fmt.Fprintf(out, "%-26s %10.0f %8s %8s\n", fmt.Sprintf("%s, %d conn", name, conns), m.rps, ms(m.p50), ms(m.p99))
+		}
+		r := 1 / medianRatio(res[ci][1], res[ci][0])
+		fmt.Fprintf(out, "heavy/light cost, %d conn: %.3fx per round %v   target <= 1.3x: %s\n",
+			conns, r, ratios(res[ci][0], res[ci][1]), verdict(r <= 1.3))
+	}
+}
+
+// cleanupAndMemory runs a service over cfg.bigUsers users each with
+// cfg.bigPerUser expired requests, checks those users at cfg.conns
+// connections, and lets the cleanup job delete the expired rows in the
+// middle of the load. It compares p99 before and during the cleanup and
+// reports the peak resident memory.
+func cleanupAndMemory(t *testing.T, out io.Writer, cfg loadConfig, bin, dir string, bodies [][]byte) {
+	path := filepath.Join(dir, "big.db")
+	users := make([]string, cfg.bigUsers)
+	for i := range users {
+		users[i] = fmt.Sprintf("user-%05d", i)
+	}
+	start := time.Now()
+	seed(t, path, users, cfg.bigPerUser, start.Add(-26*time.Hour), time.Hour/time.Duration(cfg.bigPerUser))
+	expired := int64(cfg.bigUsers * cfg.bigPerUser)
+	fmt.Fprintf(out, "\nseeded %d expired requests across %d users in %v\n",
+		expired, cfg.bigUsers, time.Since(start).Round(time.Millisecond))
+
+	// The first cleanup runs one interval after start: after a warm-up and
+	// a full round without it.
+	interval := cfg.round + 3*time.Second
+	svc := startService(t, bin, dir, path, "FULL", interval)
+	defer svc.stop(t)
+	loadStart := time.Now()
+	warm := loadStart.Add(time.Second)
+
+	var mem memSampler
+	mem.start(svc.pid())
+	// Load in slices until the cleanup has finished and a round has run after it.
+	var samples []sample
+	var deleted int64
+	var cleanStart, cleanEnd time.Time
+	deadline := loadStart.Add(interval + 2*time.Minute)
+	for time.Now().Before(deadline) {
+		res := svc.run(t, cfg.conns, 500*time.Millisecond, 0, bodies)
+		samples = append(samples, res.samples...)
+		if cleanEnd.IsZero() {
+			deleted, cleanStart, cleanEnd = svc.cleanupLogged(t)
+		} else if time.Since(cleanEnd) > cfg.round {
+			break
+		}
+	}
+	peak := mem.stop()
+	if cleanEnd.IsZero() {
+		t.Fatalf("cleanup did not finish within %v of starting", 2*time.Minute)
+	}
+	if deleted != expired {
+		t.Errorf("cleanup deleted %d rows, want %d", deleted, expired)
+	}
+	var before, during, after []time.Duration
+	for _, s := range samples {
+		switch {
+		case s.start.Before(warm):
+		case s.start.Before(cleanStart):
+			before = append(before, s.latency)
+		case s.start.Before(cleanEnd):
+			during = append(during, s.latency)
+		default:
+			after = append(after, s.latency)
+		}
+	}
+	fmt.Fprintf(out, "cleanup deleted %d expired rows in %v while checks ran   target < 1 min: %s\n",
+		deleted, cleanEnd.Sub(cleanStart).Round(time.Millisecond), verdict(cleanEnd.Sub(cleanStart) < time.Minute))
+	fmt.Fprintf(out, "%-24s %8s %10s %8s %8s %8s\n", "checks", "count", "req/s", "p50", "p99", "max")
+	for _, p := range []struct {
+		name string
+		lat  []time.Duration
+		span time.Duration
+	}{
+		{"before cleanup", before, cleanStart.Sub(warm)},
+		{"during cleanup", during, cleanEnd.Sub(cleanStart)},
+		{"after cleanup", after, 0},
+	} {
+		slices.Sort(p.lat)
+		rps := "-"
+		if p.span > 0 {
+			rps = fmt.Sprintf("%.0f", float64(len(p.lat))/p.span.Seconds())
+		}
+		fmt.Fprintf(out, "%-24s %8d %10s %8s %8s %8s\n", p.name, len(p.lat), rps, ms(pct(p.lat, 50)), ms(pct(p.lat, 99)), ms(pct(p.lat, 100)))
+	}
+	if len(before) == 0 || len(during) == 0 {
+		t.Fatalf("no checks before (%d) or during (%d) the cleanup", len(before), len(during))
+	}
+	r := float64(pct(during, 99)) / float64(pct(before, 99))
+	fmt.Fprintf(out, "p99 during / before cleanup: %.2fx   target <= 2x: %s\n", r, verdict(r <= 2))
+	fmt.Fprintf(out, "peak resident memory with %d stored requests across %d users, before, during and after the cleanup: %.1f MB   target < 100 MB: %s\n",
+		expired, cfg.bigUsers, float64(peak)/(1<<20), verdict(peak < 100<<20))
+}
+
+// seed records perUser requests for each user directly in the database at
+// path, the first at from (or after the user's newest) and then every
+// spacing, through the store's own writer.
+func seed(t *testing.T, path string, users []string, perUser int, from time.Time, spacing time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	store, err := db.Open(ctx, path, db.WithSynchronous(db.SyncNormal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	from = from.Truncate(policy.Resolution)
+	var next atomic.Int64
+	total := int64(len(users) * perUser)
+	var wg sync.WaitGroup
+	errc := make(chan error, 1)
+	for range 256 { // enough to fill the writer's batches
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1) - 1; i < total; i = next.Add(1) - 1 {
+				err := store.Admit(ctx, users[i%int64(len(users))], func(h policy.History) (time.Time, bool, error) {
+					last, ok, err := h.Last()
+					if !ok || last.Before(from) {
+						return from, true, err
+					}
+					return last.Add(spacing), true, err
+				})
+				if err != nil {
+					select {
+					case errc <- err:
+					default:
+					}
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		t.Fatal(err)
+	default:
+	}
+}
+
+// checkRequests returns one complete HTTP/1.1 check request per user.
+func checkRequests(users []string) [][]byte {
+	out := make([][]byte, len(users))
+	for i, u := range users {
+		body := fmt.Sprintf(`{"input_text":"Summarize the attached report in three sentences.","context":{"user_id":%q,"user_tier":%q,"feature":"summarize"}}`, u, loadTier)
+		out[i] = fmt.Appendf(nil, "POST /v1/check HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	}
+	return out
+}
+
+// target is a server under load: the service or the baseline.
+type target struct {
+	name      string
+	addr      string // host:port on 127.0.0.1
+	cmd       *exec.Cmd
+	log       string // the service's log file
+	logOffset int64
+}
+
+func (tg *target) pid() int { return tg.cmd.Process.Pid }
+
+func (tg *target) stop(t *testing.T) {
+	t.Helper()
+	if tg.cmd.ProcessState != nil {
+		return
+	}
+	tg.cmd.Process.Signal(syscall.SIGTERM)
+	if err := tg.cmd.Wait(); err != nil {
+		t.Errorf("%s: %v", tg.name, err)
+	}
+}
+
+// startService starts the service binary on a loopback port with its log
+// in a file, and creates the benchmark tier, which admits everything.
+func startService(t *testing.T, bin, dir, dbPath, sync string, cleanup time.Duration) *target {
+	t.Helper()
+	logPath := dbPath + ".log"
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, "-addr", "127.0.0.1:0", "-db", dbPath, "-admin-token", token,
+		"-sync", sync, "-cleanup-interval", cleanup.String())
+	cmd.Env = []string{} // flags only, whatever the caller's environment holds
+	cmd.Stderr = logf
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tg := &target{name: "service sync=" + sync, cmd: cmd, log: logPath}
+	t.Cleanup(func() { tg.stop(t) })
+	tg.addr = strings.TrimPrefix(waitURL(t, stdout), "http://")
+	go io.Copy(io.Discard, stdout)
+
+	body := fmt.Sprintf(`{"requests_per_minute":%d,"requests_per_hour":%d,"requests_per_day":%d,"burst_allowance":0,"features":["*"]}`,
+		policy.MaxLimit, policy.MaxLimit, policy.MaxLimit)
+	req, _ := http.NewRequest(http.MethodPut, "http://"+tg.addr+"/v1/tiers/"+loadTier, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK && res.StatusCode != http.StatusCreated {
+		t.Fatalf("create tier: %s", res.Status)
+	}
+	return tg
+}
+
+// startBaseline runs TestLoadBaselineServer in a child process.
+func startBaseline(t *testing.T) *target {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLoadBaselineServer$")
+	cmd.Env = append(os.Environ(), "POLICYGUARD_LOAD_BASELINE=1")
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tg := &target{name: "baseline (do-nothing)", cmd: cmd}
+	t.Cleanup(func() { tg.stop(t) })
+	tg.addr = strings.TrimPrefix(waitURL(t, stdout), "http://")
+	go io.Copy(io.Discard, stdout)
+	return tg
+}
+
+// TestLoadBaselineServer is the baseline of the load benchmark when run as
+// its child: an Echo v4 handler that decodes the check body into the same
+// shape as the service and answers a small JSON object, nothing else.
+func TestLoadBaselineServer(t *testing.T) {
+	if os.Getenv("POLICYGUARD_LOAD_BASELINE") == "" {
+		t.Skip("the load benchmark's baseline server; TestLoad starts it")
+	}
+	type checkBody struct {
+		InputText string `json:"input_text"`
+		Context   struct {
+			UserID   string `json:"user_id"`
+			UserTier string `json:"user_tier"`
+			Feature  string `json:"feature"`
+		} `json:"context"`
+	}
+	type answer struct {
+		Allowed bool   `json:"allowed"`
+		Tier    string `json:"tier"`
+	}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.POST("/v1/check", func(c echo.Context) error {
+		var body checkBody
+		if err := json.NewDecoder(c.Request().Body).Decode(&body); err != nil {
+			return echo.NewHTTPError(http.StatusBadRequest, err.Error())
+		}
+		return c.JSON(http.StatusOK, answer{Allowed: true, Tier: body.Context.UserTier})
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("baseline listening on http://%s\n", ln.Addr())
+	srv := &http.Server{Handler: e, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
+	<-sig
+	srv.Close()
+}
+
+// result is one round of load against one target.
+type result struct {
+	rps                      float64
+	p50, p90, p99, p999, max time.Duration
+	samples                  []sample
+}
+
+type sample struct {
+	start   time.Time
+	latency time.Duration
+}
+
+// run sends requests over conns keep-alive connections, each connection
+// one request at a time, for d, or until n requests when n > 0. Request i
+// (over all connections) is reqs[i % len(reqs)]. Any answer but 200 fails
+// the test.
+func (tg *target) run(t *testing.T, conns int, d time.Duration, n int, reqs [][]byte) result {
+	t.Helper()
+	var next atomic.Int64
+	var mu sync.Mutex
+	var all []sample
+	var failure error
+	fail := func(err error) {
+		mu.Lock()
+		if failure == nil {
+			failure = err
+		}
+		mu.Unlock()
+	}
+	begin := time.Now()
+	end := begin.Add(d)
+	var wg sync.WaitGroup
+	for range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.Dial("tcp", tg.addr)
+			if err != nil {
+				fail(err)
+				return
+			}
+			defer c.Close()
+			br := bufio.NewReaderSize(c, 4096)
+			own := make([]sample, 0, 1024)
+			for {
+				i := next.Add(1) - 1
+				if n > 0 && i >= int64(n) {
+					break
+				}
+				t0 := time.Now()
+				if n == 0 && !t0.Before(end) {
+					break
+				}
+				if _, err := c.Write(reqs[i%int64(len(reqs))]); err != nil {
+					fail(err)
+					break
+				}
+				status, err := readResponse(br)
+				if err != nil {
+					fail(err)
+					break
+				}
+				own = append(own, sample{t0, time.Since(t0)})
+				if status != http.StatusOK {
+					fail(fmt.Errorf("%s answered %d", tg.name, status))
+					break
+				}
+			}
+			mu.Lock()
+			all = append(all, own...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(begin)
+	if failure != nil {
+		t.Fatalf("%s: %v", tg.name, failure)
+	}
+	lat := make([]time.Duration, len(all))
+	for i, s := range all {
+		lat[i] = s.latency
+	}
+	slices.Sort(lat)
+	return result{
+		rps: float64(len(all)) / elapsed.Seconds(),
+		p50: pct(lat, 50), p90: pct(lat, 90), p99: pct(lat, 99), p999: pct(lat, 99.9), max: pct(lat, 100),
+		samples: all,
+	}
+}
+
+var contentLength = []byte("content-length:")
+
+// readResponse reads one HTTP/1.1 response with a Content-Length and
+// returns its status.
+func readResponse(br *bufio.Reader) (int, error) {
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		return 0, err
+	}
+	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.1 ")) {
+		return 0, fmt.Errorf("bad status line %q", line)
+	}
+	status, err := strconv.Atoi(string(line[9:12]))
+	if err != nil {
+		return 0, fmt.Errorf("bad status line %q", line)
+	}
+	length := -1
+	for {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return 0, err
+		}
+		if len(line) <= 2 {
+			break
+		}
+		if len(line) > len(contentLength) && bytes.EqualFold(line[:len(contentLength)], contentLength) {
+			length, err = strconv.Atoi(string(bytes.TrimSpace(line[len(contentLength):])))
+			if err != nil {
+				return 0, fmt.Errorf("bad header %q", line)
+			}
+		}
+	}
+	if length < 0 {
+		return 0, errors.New("answer without Content-Length")
+	}
+	if _, err := br.Discard(length); err != nil {
+		return 0, err
+	}
+	return status, nil
+}
+
+// dayCount asks the service how many requests user has in the day window.
+func (tg *target) dayCount(t *testing.T, user string) int {
+	t.Helper()
+	return dayCount(t, "http://"+tg.addr, user)
+}
+
+var cleanupRE = regexp.MustCompile(`time=(\S+) level=INFO msg=cleanup deleted=(\d+) took=(\S+)`)
+
+// cleanupLogged returns the first cleanup the service has logged: rows
+// deleted, when it started and when it ended. All are zero until then.
+func (tg *target) cleanupLogged(t *testing.T) (int64, time.Time, time.Time) {
+	t.Helper()
+	f, err := os.Open(tg.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Seek(tg.logOffset, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReaderSize(f, 1<<16)
+	for {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			// An incomplete last line is read again next time.
+			return 0, time.Time{}, time.Time{}
+		}
+		tg.logOffset += int64(len(line))
+		if !bytes.Contains(line, []byte("msg=cleanup ")) {
+			continue
+		}
+		m := cleanupRE.FindSubmatch(line)
+		if m == nil {
+			t.Fatalf("unexpected cleanup log line %q", line)
+		}
+		end, err1 := time.Parse(time.RFC3339Nano, string(m[1]))
+		n, err2 := strconv.ParseInt(string(m[2]), 10, 64)
+		took, err3 := time.ParseDuration(string(m[3]))
+		if err := errors.Join(err1, err2, err3); err != nil {
+			t.Fatalf("cleanup log line %q: %v", line, err)
+		}
+		return n, end.Add(-took), end
+	}
+}
+
+// memSampler tracks the peak resident memory of a process.
+type memSampler struct {
+	done chan struct{}
+	peak atomic.Int64
+	wg   sync.WaitGroup
+}
+
+func (m *memSampler) start(pid int) {
+	m.done = make(chan struct{})
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if hwm := statusKB(pid, "VmHWM:"); hwm*1024 > m.peak.Load() {
+				m.peak.Store(hwm * 1024)
+			}
+			select {
+			case <-m.done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+}
+
+func (m *memSampler) stop() int64 {
+	close(m.done)
+	m.wg.Wait()
+	return m.peak.Load()
+}
+
+// statusKB reads a field in kB from /proc/pid/status; VmHWM is the peak
+// resident set size of the process's lifetime.
+func statusKB(pid int, field string) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(data)) {
+		if v, ok := strings.CutPrefix(line, field); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb
+		}
+	}
+	return 0
+}
+
+func cpuModel() string {
+	data, _ := os.ReadFile("/proc/cpuinfo")
+	for line := range strings.Lines(string(data)) {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return runtime.GOARCH
+}
+
+// pct returns the p-th percentile of sorted durations.
+func pct(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted))*p/100+0.5) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func medianResult(rs []result) result {
+	med := func(f func(result) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	d := func(f func(result) time.Duration) time.Duration {
+		return time.Duration(med(func(r result) float64 { return float64(f(r)) }))
+	}
+	return result{
+		rps: med(func(r result) float64 { return r.rps }),
+		p50: d(func(r result) time.Duration { return r.p50 }), p90: d(func(r result) time.Duration { return r.p90 }),
+		p99: d(func(r result) time.Duration { return r.p99 }), p999: d(func(r result) time.Duration { return r.p999 }),
+		max: d(func(r result) time.Duration { return r.max }),
+	}
+}
+
+// ratios returns a's throughput over b's, round by round.
+func ratios(a, b []result) []string {
+	out := make([]string, len(a))
+	for i := range a {
+		out[i] = fmt.Sprintf("%.3f", a[i].rps/b[i].rps)
+	}
+	return out
+}
+
+// medianRatio is the median of the per-round throughput ratios a/b.
+func medianRatio(a, b []result) float64 {
+	v := make([]float64, len(a))
+	for i := range a {
+		v[i] = a[i].rps / b[i].rps
+	}
+	slices.Sort(v)
+	return v[len(v)/2]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond)) }
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "NOT MET"
+}

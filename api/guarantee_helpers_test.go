@@ -139,7 +139,6 @@ func (e *guardEnv) build() {
 // send passes one request through the whole Echo instance. A body sent
 // without a Content-Type in header goes as application/json.
 func (e *guardEnv) send(method, path, body string, header map[string]string) *httptest.ResponseRecorder {
-	e.t.Helper()
 	req := httptest.NewRequest(method, path, strings.NewReader(body))
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")

@@ -1,0 +1,178 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/policyguard/policyguard/api"
+	"github.com/policyguard/policyguard/policy"
+)
+
+// FuzzCheckBody sends any bytes as the body of a check. Whatever they are,
+// the answer is one of the documented statuses with a JSON body, an error
+// says what is wrong, and exactly the 200s are recorded. Its seed corpus is
+// in testdata/fuzz/FuzzCheckBody.
+func FuzzCheckBody(f *testing.F) {
+	for _, seed := range []string{
+		`{"input_text":"hi","context":{"user_id":"alice","user_tier":"pro","feature":"search"}}`,
+		`{"context":{"user_id":"a","user_id":"b"}}`,
+		`{"context":{"user_id":"\ud800"}}`,
+		`{"context":{"user_tier":"gold"}}`,
+		`{"context":{"feature":"search"}}`,
+		`{"context":null,"extra":[1,{"x":{}}]}`,
+		"{\"context\":{\"user_id\":\"\xff\"}}",
+		`[]`, ``, `{`, `{"a":1}{"b":2}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	e := newGuardEnv(f, api.Config{})
+	e.putTier("tiny", `{"requests_per_minute":1,"requests_per_hour":2,"requests_per_day":3,"burst_allowance":0}`)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		e.clock.Advance(7 * time.Second) // windows fill and drain as the fuzzer goes
+		before := e.requests.recorded.Load()
+		rec := e.send(http.MethodPost, "/v1/check", string(body), nil)
+		recorded := e.requests.recorded.Load() - before
+
+		var answer map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &answer); err != nil {
+			t.Fatalf("%d answer is not JSON: %q", rec.Code, rec.Body)
+		}
+		switch rec.Code {
+		case http.StatusOK:
+			if answer["allowed"] != true || recorded != 1 {
+				t.Fatalf("200 with allowed=%v and %d recorded: %s", answer["allowed"], recorded, rec.Body)
+			}
+			// What was admitted is JSON by encoding/json's own reading,
+			// and UTF-8.
+			if !json.Valid(body) || !utf8.Valid(body) {
+				t.Fatalf("admitted a body that is not valid JSON text: %q", body)
+			}
+		case http.StatusTooManyRequests, http.StatusForbidden:
+			if answer["allowed"] != false || recorded != 0 {
+				t.Fatalf("%d with allowed=%v and %d recorded", rec.Code, answer["allowed"], recorded)
+			}
+		case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+			if msg, _ := answer["message"].(string); msg == "" || recorded != 0 {
+				t.Fatalf("%d with message %q and %d recorded", rec.Code, msg, recorded)
+			}
+		default:
+			t.Fatalf("status %d: %s", rec.Code, rec.Body)
+		}
+	})
+}
+
+// FuzzTierPut sends any name and body to PUT /v1/tiers/{name}. A tier is
+// stored only when the name and every field are valid, and then exactly as
+// the body says; anything else is refused with a message and changes no
+// tier. Its seed corpus is in testdata/fuzz/FuzzTierPut.
+func FuzzTierPut(f *testing.F) {
+	limits := `"requests_per_minute":3,"requests_per_hour":30,"requests_per_day":300,"burst_allowance":1`
+	for _, seed := range []struct{ name, body string }{
+		{"team", `{` + limits + `,"features":["chat","search"],"description":"Team"}`},
+		{"free", `{` + limits + `}`},
+		{"Bad!", `{` + limits + `}`},
+		{"x", `{"requests_per_minute":1.5,"requests_per_hour":1,"requests_per_day":1,"burst_allowance":0}`},
+		{"x", `{"requests_per_minute":2147483648,"requests_per_hour":1,"requests_per_day":1,"burst_allowance":0}`},
+		{"x", `{` + limits + `,"features":["*","*"]}`},
+		{"x", `{` + limits + `,"name":"y"}`},
+		{"x", `{` + limits + `,"requests_per_hour":5}`},
+		{"x", `{` + limits + `,"description":"` + "\xff" + `"}`},
+		{"x'; DROP TABLE tiers; --", `{` + limits + `}`},
+		{"", `{}`},
+	} {
+		f.Add(seed.name, []byte(seed.body))
+	}
+	e := newGuardEnv(f, api.Config{})
+	ctx := context.Background()
+	original, err := e.svc.Tiers(ctx)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, name string, body []byte) {
+		before, err := e.svc.Tiers(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := e.send(http.MethodPut, "/v1/tiers/"+url.PathEscape(name), string(body), map[string]string{"Authorization": "Bearer " + adminToken})
+		after, err := e.svc.Tiers(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch rec.Code {
+		case http.StatusOK, http.StatusCreated:
+			if !policy.ValidTierName(name) {
+				t.Fatalf("stored a tier named %q", name)
+			}
+			got, err := e.svc.Tier(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := got.Validate(); err != nil {
+				t.Fatalf("stored an invalid tier: %v", err)
+			}
+			// Read the body independently: the stored limits are the ones
+			// sent.
+			var raw map[string]json.RawMessage
+			if err := json.Unmarshal(body, &raw); err != nil {
+				t.Fatalf("stored a tier from a body encoding/json cannot read: %v", err)
+			}
+			for field, v := range map[string]int64{
+				"requests_per_minute": got.RequestsPerMinute, "requests_per_hour": got.RequestsPerHour,
+				"requests_per_day": got.RequestsPerDay, "burst_allowance": got.BurstAllowance,
+			} {
+				if sent, err := strconv.ParseInt(string(raw[field]), 10, 64); err != nil || sent != v {
+					t.Fatalf("%s: sent %s, stored %d", field, raw[field], v)
+				}
+			}
+			restoreTiers(t, e, original)
+		case http.StatusBadRequest, http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusRequestEntityTooLarge:
+			if message(rec) == "" {
+				t.Fatalf("%d without a message", rec.Code)
+			}
+			if !sameTiers(before, after) {
+				t.Fatalf("a refused PUT (%d %s) changed the tiers", rec.Code, rec.Body)
+			}
+		default:
+			t.Fatalf("status %d: %s", rec.Code, rec.Body)
+		}
+	})
+}
+
+// restoreTiers puts the tiers back as they were when the fuzzer started.
+func restoreTiers(t *testing.T, e *guardEnv, original []policy.Tier) {
+	t.Helper()
+	ctx := context.Background()
+	now, err := e.svc.Tiers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tier := range now {
+		i := slices.IndexFunc(original, func(o policy.Tier) bool { return o.Name == tier.Name })
+		switch {
+		case i < 0:
+			err = e.svc.DeleteTier(ctx, tier.Name)
+		case !sameTiers([]policy.Tier{tier}, original[i:i+1]):
+			_, _, err = e.svc.PutTier(ctx, original[i])
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// sameTiers reports whether a and b hold the same tiers with the same
+// limits, features and description.
+func sameTiers(a, b []policy.Tier) bool {
+	return slices.EqualFunc(a, b, func(x, y policy.Tier) bool {
+		return x.Name == y.Name && x.RequestsPerMinute == y.RequestsPerMinute && x.RequestsPerHour == y.RequestsPerHour &&
+			x.RequestsPerDay == y.RequestsPerDay && x.BurstAllowance == y.BurstAllowance &&
+			slices.Equal(x.Features, y.Features) && x.Description == y.Description
+	})
+}

@@ -70,7 +70,7 @@ func pruneStep(tx *writeTx, cursor string, cutoff int64) (deleted int64, next st
 		n, _ := res.RowsAffected()
 		deleted += n
 		if n > 0 {
-			tx.forgetLast(user) // it may have been among the rows deleted
+			tx.forgetUser(user) // its cached rows may be among those deleted
 		}
 		if partial {
 			// The user may have more old rows: resume at the same user.

@@ -17,6 +17,8 @@ const (
 	qLast query = iota
 	qFirstAfter
 	qFirstAfter3
+	qRowsAfter
+	qRowsAfter3
 	qNthAfter
 	qInsert
 	qForget
@@ -29,6 +31,10 @@ const (
 	numQueries
 )
 
+// readahead is how many consecutive rows after a window's cutoff the writer
+// keeps per user and window (see cursor).
+const readahead = 8
+
 // queries are the statements of the hot path and of pruning. Each is a seek
 // on the primary key (user_id, ts); none scans a user's window.
 var queries = [numQueries]string{
@@ -39,6 +45,12 @@ var queries = [numQueries]string{
 	qFirstAfter3: `SELECT 0, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?2 ORDER BY ts LIMIT 1)
 		UNION ALL SELECT 1, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?3 ORDER BY ts LIMIT 1)
 		UNION ALL SELECT 2, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?4 ORDER BY ts LIMIT 1)`,
+	// The same, reading ahead: the oldest rows after a cutoff (or each of
+	// three), at most readahead of them, for the writer's cursors.
+	qRowsAfter: `SELECT ts, seq FROM requests WHERE user_id = ? AND ts > ? ORDER BY ts LIMIT 8`,
+	qRowsAfter3: `SELECT 0, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?2 ORDER BY ts LIMIT 8)
+		UNION ALL SELECT 1, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?3 ORDER BY ts LIMIT 8)
+		UNION ALL SELECT 2, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?4 ORDER BY ts LIMIT 8)`,
 	// Only needed when a lowered limit leaves a window more than one
 	// request over its ceiling; it steps over those requests.
 	qNthAfter:    `SELECT ts FROM requests WHERE user_id = ? AND ts > ? ORDER BY ts LIMIT 1 OFFSET ?`,
@@ -61,16 +73,81 @@ type rowQuerier interface {
 	query(q query, args ...any) (*sql.Rows, error)
 }
 
+// userState is what the writer remembers of one user's rows between
+// admissions: the newest row, and for each window a cursor on the oldest
+// rows after the cutoff it was last asked about. Cutoffs only move forward
+// as time does, so a cursor usually answers the next admission too: it
+// steps over the rows that left the window, and new rows extend it. Most
+// admissions then need no query at all before their insert.
+type userState struct {
+	any             bool // whether the user has a row
+	lastTS, lastSeq int64
+	windows         [len(policy.Windows)]cursor
+}
+
+// cursor holds the oldest rows after cutoff. When valid, the rows numbered
+// seq to seq+n-1 are exactly the first n rows after cutoff, with
+// timestamps ts[:n], and every row numbered below seq is at or before
+// cutoff. n = 0 means no row is after cutoff, and the next row will be
+// numbered seq.
+type cursor struct {
+	valid  bool
+	n      int
+	cutoff int64
+	seq    int64
+	ts     [readahead]int64
+}
+
+// first returns the oldest row after c, stepping the cursor over the rows
+// at or before it; ok is false when the cursor cannot tell.
+func (k *cursor) first(c int64) (r firstRow, ok bool) {
+	if !k.valid || c < k.cutoff {
+		return r, false
+	}
+	j := 0
+	for j < k.n && k.ts[j] <= c {
+		j++
+	}
+	if j == k.n && j > 0 {
+		// Every row held is at or before c; the rows after them are
+		// unknown.
+		k.valid = false
+		return r, false
+	}
+	if j > 0 {
+		copy(k.ts[:], k.ts[j:k.n])
+		k.n -= j
+		k.seq += int64(j)
+	}
+	k.cutoff = c
+	if k.n == 0 {
+		return firstRow{cutoff: c}, true
+	}
+	return firstRow{cutoff: c, ts: k.ts[0], seq: k.seq, found: true}, true
+}
+
+// appended records that row (ts, seq) was added after every other row.
+func (k *cursor) appended(ts, seq int64) {
+	if k.valid && k.seq+int64(k.n) == seq {
+		if k.n < readahead {
+			k.ts[k.n] = ts
+			k.n++
+		}
+	}
+}
+
 // history implements policy.History for one user on one transaction.
 //
 // A user's rows have strictly increasing ts and consecutive seq (pruning
 // only removes the oldest rows, Forget removes all), so the number of rows
 // after a cutoff is last.seq - first_after_cutoff.seq + 1: two seeks,
-// whatever the count. In the writer the newest row comes from its cache,
-// and Prefetch finds the oldest row of every window in one statement.
+// whatever the count. In the writer, both usually come from the writer's
+// cache (see userState), which a query refills; on a read connection,
+// Prefetch finds the oldest row of every window in one statement.
 type history struct {
 	q    rowQuerier
-	tx   *writeTx // the writer's transaction, whose cache holds last rows; nil for reads
+	tx   *writeTx   // the writer's transaction; nil on a read connection
+	st   *userState // the writer's cached state of the user, once loaded
 	user string
 
 	loaded           bool
@@ -78,6 +155,8 @@ type history struct {
 	lastTS, lastSeq  int64
 	firstAfter       [len(policy.Windows)]firstRow // small cache: Prefetch, CountAfter, NthAfter(_, 1)
 	firstAfterFilled int
+	scanned          firstRow // what queries scan into: a field, so no scan allocates
+	scannedIndex     int
 }
 
 // firstRow is the oldest row after cutoff; found is false when there is none.
@@ -97,8 +176,9 @@ func (h *history) load() error {
 		return nil
 	}
 	if h.tx != nil {
-		if r, ok := h.tx.cachedLast(h.user); ok {
-			h.loaded, h.any, h.lastTS, h.lastSeq = true, r.any, r.ts, r.seq
+		if st := h.tx.cachedUser(h.user); st != nil {
+			h.tx.touch(h.user)
+			h.st, h.loaded, h.any, h.lastTS, h.lastSeq = st, true, st.any, st.lastTS, st.lastSeq
 			return nil
 		}
 	}
@@ -112,7 +192,8 @@ func (h *history) load() error {
 	}
 	h.loaded = true
 	if h.tx != nil {
-		h.tx.setLast(h.user, lastRow{ts: h.lastTS, seq: h.lastSeq, any: h.any})
+		h.st = &userState{any: h.any, lastTS: h.lastTS, lastSeq: h.lastSeq}
+		h.tx.cacheUser(h.user, h.st)
 	}
 	return nil
 }
@@ -125,49 +206,162 @@ func (h *history) Last() (time.Time, bool, error) {
 	return time.UnixMicro(h.lastTS), true, nil
 }
 
-// Prefetch implements policy.Prefetcher: it looks up the oldest row after
-// each cutoff in one statement.
+// Prefetch implements policy.Prefetcher: it finds the oldest row after each
+// cutoff, from the writer's cursors where they can tell and otherwise with
+// one statement.
 func (h *history) Prefetch(cutoffs *[len(policy.Windows)]time.Time) error {
 	if err := h.load(); err != nil || !h.any {
 		return err
 	}
 	var c [len(policy.Windows)]int64
-	need := false
+	var need [len(policy.Windows)]bool
+	needed := 0
 	for i, t := range cutoffs {
 		c[i] = t.UnixMicro()
-		need = need || h.lastTS > c[i]
+		h.firstAfter[i] = firstRow{cutoff: c[i]}
+		if h.lastTS <= c[i] {
+			continue // the window is empty
+		}
+		if h.st != nil {
+			if r, ok := h.st.windows[i].first(c[i]); ok {
+				h.firstAfter[i] = r
+				continue
+			}
+		}
+		need[i] = true
+		needed++
 	}
-	if !need {
-		return nil // every window is empty; first answers without a query
+	h.firstAfterFilled = len(c)
+	switch {
+	case needed == 0:
+		return nil
+	case h.st == nil:
+		return h.fetchFirsts(&c)
+	case needed == 1:
+		for i := range need {
+			if need[i] {
+				return h.fillCursor(i, c[i])
+			}
+		}
 	}
+	return h.fillCursors(&c)
+}
+
+// fetchFirsts looks up the oldest row after each cutoff in one statement.
+func (h *history) fetchFirsts(c *[len(policy.Windows)]int64) error {
 	rows, err := h.q.query(qFirstAfter3, h.user, c[0], c[1], c[2])
 	if err != nil {
 		return unavailable(err)
 	}
 	defer rows.Close()
-	h.firstAfterFilled = len(c)
-	for i := range c {
-		h.firstAfter[i] = firstRow{cutoff: c[i]}
-	}
 	for rows.Next() {
-		var i int
-		var r firstRow
-		if err := rows.Scan(&i, &r.ts, &r.seq); err != nil {
+		r := &h.scanned
+		if err := rows.Scan(&h.scannedIndex, &r.ts, &r.seq); err != nil {
 			return unavailable(err)
 		}
+		i := h.scannedIndex
 		if i < 0 || i >= len(c) {
 			return fmt.Errorf("prefetch: row for cutoff %d", i)
 		}
-		r.cutoff, r.found = c[i], true
-		h.firstAfter[i] = r
+		h.firstAfter[i] = firstRow{cutoff: c[i], ts: r.ts, seq: r.seq, found: true}
 	}
 	return unavailable(rows.Err())
 }
 
+// fillCursor reads the oldest rows after cutoff c into window i's cursor.
+func (h *history) fillCursor(i int, c int64) error {
+	rows, err := h.q.query(qRowsAfter, h.user, c)
+	if err != nil {
+		return unavailable(err)
+	}
+	defer rows.Close()
+	k := &h.st.windows[i]
+	*k = cursor{cutoff: c, seq: h.lastSeq + 1}
+	for rows.Next() {
+		if err := h.scanInto(rows, k, false); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return unavailable(err)
+	}
+	return h.filled(i, k)
+}
+
+// fillCursors reads the oldest rows after every cutoff into the cursors.
+func (h *history) fillCursors(c *[len(policy.Windows)]int64) error {
+	rows, err := h.q.query(qRowsAfter3, h.user, c[0], c[1], c[2])
+	if err != nil {
+		return unavailable(err)
+	}
+	defer rows.Close()
+	for i := range c {
+		h.st.windows[i] = cursor{cutoff: c[i], seq: h.lastSeq + 1}
+	}
+	for rows.Next() {
+		if err := h.scanInto(rows, nil, true); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return unavailable(err)
+	}
+	for i := range c {
+		if err := h.filled(i, &h.st.windows[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scanInto appends the row rows holds to cursor k, or, when tagged, to the
+// cursor its first column names.
+func (h *history) scanInto(rows *sql.Rows, k *cursor, tagged bool) error {
+	r := &h.scanned
+	var err error
+	if tagged {
+		err = rows.Scan(&h.scannedIndex, &r.ts, &r.seq)
+	} else {
+		err = rows.Scan(&r.ts, &r.seq)
+	}
+	if err != nil {
+		return unavailable(err)
+	}
+	if tagged {
+		if h.scannedIndex < 0 || h.scannedIndex >= len(h.st.windows) {
+			return fmt.Errorf("history of %q: row for cutoff %d", h.user, h.scannedIndex)
+		}
+		k = &h.st.windows[h.scannedIndex]
+	}
+	if k.n == 0 {
+		k.seq = r.seq
+	}
+	if r.seq != k.seq+int64(k.n) || k.n == readahead {
+		return fmt.Errorf("history of %q: row %d out of sequence after %d rows from %d", h.user, r.seq, k.n, k.seq)
+	}
+	k.ts[k.n] = r.ts
+	k.n++
+	return nil
+}
+
+// filled validates window i's freshly read cursor and answers from it.
+func (h *history) filled(i int, k *cursor) error {
+	if k.n > 0 && k.seq+int64(k.n)-1 > h.lastSeq {
+		return fmt.Errorf("history of %q: row %d after the newest %d", h.user, k.seq+int64(k.n)-1, h.lastSeq)
+	}
+	k.valid = true
+	r, _ := k.first(k.cutoff)
+	if r.found != (h.lastTS > k.cutoff) {
+		return fmt.Errorf("history of %q: oldest row after %d found: %v, but the newest is at %d", h.user, k.cutoff, r.found, h.lastTS)
+	}
+	h.firstAfter[i] = r
+	return nil
+}
+
 // first returns the oldest row after cutoff; ok is false when there is none.
-func (h *history) first(cutoff int64) (r firstRow, ok bool, err error) {
+func (h *history) first(cutoff int64) (firstRow, bool, error) {
 	if err := h.load(); err != nil || !h.any || h.lastTS <= cutoff {
-		return r, false, err
+		return firstRow{}, false, err
 	}
 	for _, r := range h.firstAfter[:h.firstAfterFilled] {
 		if r.cutoff == cutoff {
@@ -179,15 +373,16 @@ func (h *history) first(cutoff int64) (r firstRow, ok bool, err error) {
 			return r, true, nil
 		}
 	}
-	r.cutoff, r.found = cutoff, true
+	r := &h.scanned
 	if err := h.q.queryRow(qFirstAfter, h.user, cutoff).Scan(&r.ts, &r.seq); err != nil {
-		return r, false, unavailable(err)
+		return firstRow{}, false, unavailable(err)
 	}
+	r.cutoff, r.found = cutoff, true
 	if h.firstAfterFilled < len(h.firstAfter) {
-		h.firstAfter[h.firstAfterFilled] = r
+		h.firstAfter[h.firstAfterFilled] = *r
 		h.firstAfterFilled++
 	}
-	return r, true, nil
+	return *r, true, nil
 }
 
 // CountAfter implements policy.History.
@@ -244,7 +439,11 @@ func (tx *writeTx) admit(user string, decide func(policy.History) (time.Time, bo
 	if _, err := tx.exec(qInsert, user, ts, seq); err != nil {
 		return unavailable(err)
 	}
-	tx.setLast(user, lastRow{ts: ts, seq: seq, any: true})
+	st := h.st
+	st.any, st.lastTS, st.lastSeq = true, ts, seq
+	for i := range st.windows {
+		st.windows[i].appended(ts, seq)
+	}
 	return nil
 }
 
@@ -292,7 +491,7 @@ func (s *Store) View(ctx context.Context, userID string, fn func(policy.History)
 // Forget implements policy.RequestStore.
 func (s *Store) Forget(ctx context.Context, userID string) error {
 	return s.writer.do(ctx, func(tx *writeTx) error {
-		tx.forgetLast(userID)
+		tx.forgetUser(userID)
 		_, err := tx.exec(qForget, userID)
 		return unavailable(err)
 	})

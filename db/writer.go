@@ -14,9 +14,9 @@ import (
 // errClosed is returned by writes submitted after Close.
 var errClosed = &policy.Error{Code: policy.EUNAVAILABLE, Message: "storage failed: store is closed"}
 
-// maxLastRows bounds the writer's cache of each user's newest request, so
-// a day with very many users costs at most a few megabytes.
-const maxLastRows = 1 << 17
+// maxCachedUsers bounds the writer's cache of users' rows (about 350 bytes
+// each), so a day with very many users costs at most about 25 MB of it.
+const maxCachedUsers = 1 << 16
 
 // writer owns the only connection that writes. Jobs queue up while a
 // transaction commits and then run together in the next one, so a burst of
@@ -28,24 +28,19 @@ type writer struct {
 	stmts    [numQueries]*sql.Stmt
 	maxBatch int
 
-	// last caches each user's newest row, so an admission needs no query
-	// to find it. Only the writer goroutine touches it. It stays right
-	// because every write to requests goes through this writer, which
-	// updates it, except writes by other processes, which change
-	// data_version and empty it (see try).
-	last        map[string]lastRow
+	// users caches what admissions read of each user's rows (see
+	// userState), so that most need no query before their insert. Only
+	// the writer goroutine touches it. It stays right because every write
+	// to requests goes through this writer, which keeps it up to date,
+	// except writes by other processes, which change data_version and
+	// empty it (see try).
+	users       map[string]*userState
 	dataVersion int64
 
 	mu     sync.RWMutex // guards closed against sends on a closed channel
 	closed bool
 	jobs   chan *job
 	done   chan struct{}
-}
-
-// lastRow is a user's newest row; any is false when the user has none.
-type lastRow struct {
-	ts, seq int64
-	any     bool
 }
 
 // job is one unit of writing: an admission (user and decide) or any other
@@ -70,8 +65,9 @@ type writeTx struct {
 	conn  *sql.Conn
 	stmts *[numQueries]*sql.Stmt
 	w     *writer
-	// touched lists the users whose cached last row this transaction set:
-	// a rollback forgets them, since what was cached may not have happened.
+	// touched lists the users whose cached state this transaction read or
+	// changed: a rollback forgets them, since what was cached may not have
+	// happened.
 	touched []string
 	hist    history // reused by each admission of the batch
 }
@@ -88,28 +84,30 @@ func (tx *writeTx) exec(q query, args ...any) (sql.Result, error) {
 	return tx.stmts[q].ExecContext(tx.ctx, args...)
 }
 
-// cachedLast returns the cached newest row of user.
-func (tx *writeTx) cachedLast(user string) (lastRow, bool) {
-	r, ok := tx.w.last[user]
-	return r, ok
-}
+// cachedUser returns the cached state of user, nil when there is none. A
+// caller that goes on to change it must call touch.
+func (tx *writeTx) cachedUser(user string) *userState { return tx.w.users[user] }
 
-// setLast caches r as user's newest row.
-func (tx *writeTx) setLast(user string, r lastRow) {
-	m := tx.w.last
-	if _, ok := m[user]; !ok && len(m) >= maxLastRows {
+// cacheUser caches st as user's state.
+func (tx *writeTx) cacheUser(user string, st *userState) {
+	m := tx.w.users
+	if _, ok := m[user]; !ok && len(m) >= maxCachedUsers {
 		for k := range m { // evict one entry, effectively at random
 			delete(m, k)
 			break
 		}
 	}
-	m[user] = r
-	tx.touched = append(tx.touched, user)
+	m[user] = st
+	tx.touch(user)
 }
 
-// forgetLast drops user's cached newest row, after a write that may have
-// deleted it.
-func (tx *writeTx) forgetLast(user string) { delete(tx.w.last, user) }
+// touch records that this transaction relies on or changed user's cached
+// state.
+func (tx *writeTx) touch(user string) { tx.touched = append(tx.touched, user) }
+
+// forgetUser drops user's cached state, after a write that may have
+// deleted rows it describes.
+func (tx *writeTx) forgetUser(user string) { delete(tx.w.users, user) }
 
 func newWriter(ctx context.Context, db *sql.DB, maxBatch int) (*writer, error) {
 	conn, err := db.Conn(ctx)
@@ -119,7 +117,7 @@ func newWriter(ctx context.Context, db *sql.DB, maxBatch int) (*writer, error) {
 	w := &writer{
 		conn:     conn,
 		maxBatch: max(maxBatch, 1),
-		last:     make(map[string]lastRow),
+		users:    make(map[string]*userState),
 		jobs:     make(chan *job, 1024),
 		done:     make(chan struct{}),
 	}
@@ -239,7 +237,7 @@ func (w *writer) try(tx *writeTx, batch []*job) (int, error) {
 		return -1, unavailable(err)
 	}
 	if v != w.dataVersion {
-		clear(w.last)
+		clear(w.users)
 		w.dataVersion = v
 	}
 	for i, j := range batch {
@@ -263,7 +261,7 @@ func (w *writer) try(tx *writeTx, batch []*job) (int, error) {
 
 func (w *writer) rollback(tx *writeTx) {
 	for _, u := range tx.touched {
-		delete(w.last, u)
+		delete(w.users, u)
 	}
 	tx.touched = tx.touched[:0]
 	// SQLite may already have rolled back (disk full, I/O error); the error

@@ -3,8 +3,11 @@ package db
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"testing"
 	"time"
 
@@ -144,5 +147,86 @@ func TestWriterCacheForgetsPrunedRows(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWriterHistoryMatchesReference admits random requests for a few users
+// and, inside each admission, compares what the writer's history answers
+// (mostly from its cursors) with a sorted slice: the windows' counts and
+// oldest rows, as time moves on in steps of every size, sometimes back,
+// with pruning and forgetting in between.
+func TestWriterHistoryMatchesReference(t *testing.T) {
+	s := openTestStore(t, filepath.Join(t.TempDir(), "test.db"))
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(3, 4))
+	ref := map[string][]time.Time{}
+	users := []string{"a", "b", "c"}
+	steps := []time.Duration{time.Microsecond, time.Millisecond, time.Second, 7 * time.Second, 50 * time.Second,
+		5 * time.Minute, 40 * time.Minute, 3 * time.Hour, 20 * time.Hour, 30 * time.Hour}
+	now := w0
+	for i := range 3000 {
+		step := steps[rng.IntN(len(steps))]
+		if rng.IntN(20) == 0 {
+			step = -step // the clock steps back
+		}
+		now = now.Add(step)
+		u := users[rng.IntN(len(users))]
+		switch rng.IntN(60) {
+		case 0:
+			if _, err := s.Prune(ctx, now.Add(-24*time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			for _, u := range users {
+				r := ref[u]
+				k := sort.Search(len(r), func(i int) bool { return r[i].After(now.Add(-24 * time.Hour)) })
+				ref[u] = r[k:]
+			}
+			continue
+		case 1:
+			if err := s.Forget(ctx, u); err != nil {
+				t.Fatal(err)
+			}
+			delete(ref, u)
+			continue
+		}
+		var recorded time.Time
+		err := s.Admit(ctx, u, func(h policy.History) (time.Time, bool, error) {
+			r := ref[u]
+			var cutoffs [len(policy.Windows)]time.Time
+			for _, w := range policy.Windows {
+				cutoffs[w] = now.Add(-w.Duration())
+			}
+			if err := h.(policy.Prefetcher).Prefetch(&cutoffs); err != nil {
+				return now, false, err
+			}
+			for _, cut := range cutoffs {
+				k := sort.Search(len(r), func(i int) bool { return r[i].After(cut) })
+				n, err := h.CountAfter(cut)
+				if err != nil {
+					return now, false, err
+				}
+				if n != int64(len(r)-k) {
+					return now, false, fmt.Errorf("CountAfter(%v) = %d, want %d", cut, n, len(r)-k)
+				}
+				if n > 0 {
+					first, err := h.NthAfter(cut, 1)
+					if err != nil {
+						return now, false, err
+					}
+					if !first.Equal(r[k]) {
+						return now, false, fmt.Errorf("NthAfter(%v, 1) = %v, want %v", cut, first, r[k])
+					}
+				}
+			}
+			recorded = now
+			if len(r) > 0 && !r[len(r)-1].Before(now) {
+				recorded = r[len(r)-1].Add(policy.Resolution)
+			}
+			return recorded, true, nil
+		})
+		if err != nil {
+			t.Fatalf("step %d (user %s, %v): %v", i, u, step, err)
+		}
+		ref[u] = append(ref[u], recorded)
 	}
 }

@@ -11,9 +11,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"syscall"
+tomic"$/d
 	"testing"
 	"time"
 )
@@ -162,74 +161,4 @@ func TestRunPrintsGeneratedTokenOnce(t *testing.T) {
 		t.Fatalf("generated token refused: %v %v", res, err)
 	}
 	res.Body.Close()
-}
-
-// TestSIGKILLKeepsEveryAdmittedRequest runs the real binary, kills it with
-// SIGKILL while checks are in flight, and restarts it on the same file:
-// every request answered 200 must still be counted.
-func TestSIGKILLKeepsEveryAdmittedRequest(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "policyguard")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	dbPath := filepath.Join(dir, "kill.db")
-	start := func() (*exec.Cmd, string) {
-		cmd := exec.Command(bin, "-addr", "127.0.0.1:0", "-db", dbPath, "-admin-token", token)
-		stdout, _ := cmd.StdoutPipe()
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return cmd, waitURL(t, stdout)
-	}
-	cmd, url := start()
-
-	var ok200, unanswered atomic.Int64
-	var wg sync.WaitGroup
-	client := &http.Client{Timeout: 5 * time.Second}
-	stopLoad := make(chan struct{})
-	for g := 0; g < 8; g++ {
-		wg.Add(1)
-		go func(g int) {
-			defer wg.Done()
-			for {
-				select {
-				case <-stopLoad:
-					return
-				default:
-				}
-				body := fmt.Sprintf(`{"context":{"user_id":"k%d","user_tier":"enterprise"}}`, g%2)
-				res, err := client.Post(url+"/v1/check", "application/json", strings.NewReader(body))
-				if err != nil {
-					unanswered.Add(1)
-					return
-				}
-				io.Copy(io.Discard, res.Body)
-				res.Body.Close()
-				if res.StatusCode == http.StatusOK {
-					ok200.Add(1)
-				}
-			}
-		}(g)
-	}
-	for ok200.Load() < 200 {
-		time.Sleep(5 * time.Millisecond) // waiting for real load on a real process, not for a window
-	}
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	cmd.Wait()
-	close(stopLoad)
-	wg.Wait()
-
-	cmd, url = start()
-	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
-	counted := dayCount(t, url, "k0") + dayCount(t, url, "k1")
-	if int64(counted) < ok200.Load() || int64(counted) > ok200.Load()+unanswered.Load() {
-		t.Fatalf("after SIGKILL: %d counted, %d answered 200, %d unanswered", counted, ok200.Load(), unanswered.Load())
-	}
-	t.Logf("SIGKILL after %d admitted checks: %d counted after restart, %d in flight", ok200.Load(), counted, unanswered.Load())
 }

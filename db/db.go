@@ -162,6 +162,15 @@ func (s *Store) migrate(ctx context.Context) error {
 	if _, err := p.Up(ctx); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
+	// A file migrated by a newer binary may hold tables this one does not
+	// know how to keep consistent; refuse it rather than run half-blind.
+	current, target, err := p.GetVersions(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if current > target {
+		return fmt.Errorf("database schema version %d is newer than this binary's %d: run a newer policyguard", current, target)
+	}
 	return nil
 }
 

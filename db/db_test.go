@@ -2,11 +2,13 @@ package db_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -342,5 +344,22 @@ func TestOpenRefusesUnusableFiles(t *testing.T) {
 	}
 	if _, err := db.Open(context.Background(), dir); err == nil {
 		t.Fatal("opened a directory")
+	}
+}
+
+func TestOpenRefusesNewerSchema(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "test.db")
+	s := openStore(t, path)
+	s.Close()
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Exec(`INSERT INTO goose_db_version (version_id, is_applied) VALUES (99999, 1)`); err != nil {
+		t.Fatal(err)
+	}
+	raw.Close()
+	if _, err := db.Open(context.Background(), path); err == nil || !strings.Contains(err.Error(), "newer than this binary") {
+		t.Fatalf("opened a database from a newer binary: %v", err)
 	}
 }

@@ -7,12 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync/atomic"
-tomic"$/d
 	"testing"
 	"time"
 )

@@ -61,7 +61,9 @@ func loadConfigFromEnv() (loadConfig, bool) {
 		return loadConfig{round: time.Second, rounds: 1, conns: 64, users: 10_000, heavy: 10_000,
 			flatChecks: 500, bigUsers: 1_000, bigPerUser: 100}, true
 	default:
-		return loadConfig{round: 5 * time.Second, rounds: 3, conns: 64, users: 10_000, heavy: 100_000,
+		// Many short rounds: other work on the machine comes and goes, and
+		// the median of many neighbouring pairs sees through it best.
+		return loadConfig{round: 3 * time.Second, rounds: 7, conns: 64, users: 10_000, heavy: 100_000,
 			flatChecks: 3_000, bigUsers: 10_000, bigPerUser: 100}, true
 	}
 }
@@ -199,13 +201,15 @@ func cleanupAndMemory(t *testing.T, out io.Writer, cfg loadConfig, bin, dir stri
 	fmt.Fprintf(out, "\nseeded %d expired requests across %d users in %v\n",
 		expired, cfg.bigUsers, time.Since(start).Round(time.Millisecond))
 
-	// The first cleanup runs one interval after start: after a warm-up and
-	// a full round without it.
-	interval := cfg.round + 3*time.Second
+	// The first cleanup runs one interval after start: after a warm-up,
+	// long enough for the service to have seen every user once, and a
+	// full round without it.
+	warmUp := 3 * time.Second
+	interval := warmUp + cfg.round + 2*time.Second
 	svc := startService(t, bin, dir, path, "FULL", interval)
 	defer svc.stop(t)
 	loadStart := time.Now()
-	warm := loadStart.Add(time.Second)
+	warm := loadStart.Add(warmUp)
 
 	var mem memSampler
 	mem.start(svc.pid())

@@ -207,6 +207,15 @@ func (s meteredTiers) Tier(ctx context.Context, name string) (policy.Tier, error
 	return t, err
 }
 
+// CachedTier passes policy.TierCache through, when the store has it, so a
+// metered store keeps checks from reading storage for their tier.
+func (s meteredTiers) CachedTier(name string) (policy.Tier, bool) {
+	if tc, ok := s.TierStore.(policy.TierCache); ok {
+		return tc.CachedTier(name)
+	}
+	return policy.Tier{}, false
+}
+
 func (s meteredTiers) Tiers(ctx context.Context) ([]policy.Tier, error) {
 	ts, err := s.TierStore.Tiers(ctx)
 	s.m.storageError("tiers", err)

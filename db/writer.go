@@ -37,6 +37,14 @@ type writer struct {
 	users       map[string]*userState
 	dataVersion int64
 
+	// tierView is the writer's copy of the tiers table, against which
+	// admissions confirm the tier their check began with (see
+	// history.CurrentTier). tiersStale says it must be read again: after
+	// any write outside the prepared statements (the tiers' own writes go
+	// that way), a rollback, or a write by another process.
+	tierView   map[string]*policy.Tier
+	tiersStale bool
+
 	mu     sync.RWMutex // guards closed against sends on a closed channel
 	closed bool
 	jobs   chan *job
@@ -238,6 +246,7 @@ func (w *writer) try(tx *writeTx, batch []*job) (int, error) {
 	}
 	if v != w.dataVersion {
 		clear(w.users)
+		w.tiersStale = true
 		w.dataVersion = v
 	}
 	for i, j := range batch {
@@ -263,6 +272,7 @@ func (w *writer) rollback(tx *writeTx) {
 	for _, u := range tx.touched {
 		delete(w.users, u)
 	}
+	w.tiersStale = true
 	tx.touched = tx.touched[:0]
 	// SQLite may already have rolled back (disk full, I/O error); the error
 	// of a ROLLBACK without a transaction says nothing new.
@@ -295,11 +305,14 @@ func (w *writer) closeStmts() error {
 }
 
 // queryRowSQL and execSQL run statements outside the prepared set, for rare
-// writes such as tier edits.
+// writes such as tier edits; the writer's copy of the tiers is read again
+// after them.
 func (tx *writeTx) queryRowSQL(text string, args ...any) *sql.Row {
+	tx.w.tiersStale = true
 	return tx.conn.QueryRowContext(tx.ctx, text, args...)
 }
 
 func (tx *writeTx) execSQL(text string, args ...any) (sql.Result, error) {
+	tx.w.tiersStale = true
 	return tx.conn.ExecContext(tx.ctx, text, args...)
 }

@@ -143,7 +143,19 @@ func (*RateLimiter) Priority() int { return 5 }
 // so concurrent checks for a user never admit past a limit.
 func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 	var ev Evaluation
+	stale := false
 	decide := func(h History) (time.Time, bool, error) {
+		if ct, ok := h.(CurrentTiers); ok && !c.DryRun {
+			// Confirm the tier the check began with (see TierCache). A
+			// changed tier records nothing: the check starts again.
+			cur, found, err := ct.CurrentTier(c.Tier.Name)
+			if err != nil {
+				return time.Time{}, false, err
+			}
+			if stale = !found || !sameTier(cur, c.Tier); stale {
+				return time.Time{}, false, nil
+			}
+		}
 		var err error
 		ev, err = Evaluate(h, c.Tier, c.Now)
 		return ev.RecordAt, ev.Allowed && !c.DryRun, err
@@ -156,6 +168,9 @@ func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 	}
 	if err != nil {
 		return Decision{}, err
+	}
+	if stale {
+		return Decision{}, errTiersChanged
 	}
 	d := Decision{Outcome: Admitted, Windows: &ev.Windows}
 	if !ev.Allowed {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -77,16 +78,44 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 	if req.Tier == "" {
 		req.Tier = s.defaultTier
 	}
-	tier, err := s.tiers.Tier(ctx, req.Tier)
-	if ErrorCode(err) == ENOTFOUND {
-		return Decision{}, Errorf(EINVALID, "unknown tier %s", quote(req.Tier))
-	} else if err != nil {
-		return Decision{}, err
-	}
-	c := &Check{Request: req, Tier: &tier, Now: s.now(), DryRun: dryRun}
-	d, err := s.chain.Check(ctx, c)
-	if err != nil {
-		return Decision{}, err
+	// A check that records takes its tier from the cache, if the store has
+	// one, and the rate limiter confirms it when recording (see TierCache);
+	// a check that the tier changed under starts again with it read afresh.
+	var (
+		tier Tier
+		c    *Check
+		d    Decision
+	)
+	for attempt := 1; ; attempt++ {
+		cached := false
+		if tc, ok := s.tiers.(TierCache); ok && !dryRun && attempt == 1 {
+			tier, cached = tc.CachedTier(req.Tier)
+		}
+		if !cached {
+			var err error
+			tier, err = s.tiers.Tier(ctx, req.Tier)
+			if ErrorCode(err) == ENOTFOUND {
+				return Decision{}, Errorf(EINVALID, "unknown tier %s", quote(req.Tier))
+			} else if err != nil {
+				return Decision{}, err
+			}
+		}
+		c = &Check{Request: req, Tier: &tier, Now: s.now(), DryRun: dryRun}
+		var err error
+		d, err = s.chain.Check(ctx, c)
+		switch {
+		case errors.Is(err, errTiersChanged) && attempt < maxCheckAttempts:
+			continue
+		case errors.Is(err, errTiersChanged):
+			return Decision{}, Errorf(EUNAVAILABLE, "tier %s changed during the check %d times; try again", quote(req.Tier), attempt)
+		case err != nil:
+			return Decision{}, err
+		case cached && d.Windows == nil:
+			// Refused before the rate limiter, which confirms the tier:
+			// decide again on the tier read afresh.
+			continue
+		}
+		break
 	}
 	if d.Windows == nil {
 		// Refused before the rate limiter ran: report the windows as they

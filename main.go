@@ -145,10 +145,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	} else if err != nil {
 		return err
 	}
-	var handler slog.Handler = slog.NewTextHandler(stderr, nil)
+	logs := newLogBuffer(stderr) // a line per request: written out in batches
+	defer logs.Close()
+	var handler slog.Handler = slog.NewTextHandler(logs, nil)
 	if cfg.logFormat == "json" {
-		handler = slog.NewJSONHandler(stderr, nil)
+		handler = slog.NewJSONHandler(logs, nil)
 	}
+	handler = flushingHandler{handler, logs}
 	log := slog.New(handler)
 	tlsCfg, err := tlsConfig(cfg.tlsCert, cfg.tlsKey)
 	if err != nil {

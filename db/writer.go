@@ -14,6 +14,11 @@ import (
 // errClosed is returned by writes submitted after Close.
 var errClosed = &policy.Error{Code: policy.EUNAVAILABLE, Message: "storage failed: store is closed"}
 
+// commitSiblings is how many jobs must be waiting together for the writer
+// to wait commitDelay for more before it commits: a sign of load, under
+// which fewer, larger commits save fsyncs; a lone job never waits.
+const commitSiblings = 4
+
 // maxCachedUsers bounds the writer's cache of users' rows (about 350 bytes
 // each), so a day with very many users costs at most about 25 MB of it.
 const maxCachedUsers = 1 << 16
@@ -27,6 +32,12 @@ type writer struct {
 	conn     *sql.Conn
 	stmts    [numQueries]*sql.Stmt
 	maxBatch int
+	// commitDelay is how long a batch of commitSiblings jobs or more waits
+	// for others before it commits; 0 never waits. linger starts that
+	// wait: it returns a channel that receives when d has passed and a
+	// function that ends the wait early.
+	commitDelay time.Duration
+	linger      func(d time.Duration) (expired <-chan time.Time, stop func())
 
 	// users caches what admissions read of each user's rows (see
 	// userState), so that most need no query before their insert. Only
@@ -117,17 +128,24 @@ func (tx *writeTx) touch(user string) { tx.touched = append(tx.touched, user) }
 // deleted rows it describes.
 func (tx *writeTx) forgetUser(user string) { delete(tx.w.users, user) }
 
-func newWriter(ctx context.Context, db *sql.DB, maxBatch int) (*writer, error) {
+func newWriter(ctx context.Context, db *sql.DB, maxBatch int, commitDelay time.Duration) (*writer, error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return nil, err
 	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	w := &writer{
-		conn:     conn,
-		maxBatch: max(maxBatch, 1),
-		users:    make(map[string]*userState),
-		jobs:     make(chan *job, 1024),
-		done:     make(chan struct{}),
+		conn:        conn,
+		maxBatch:    max(maxBatch, 1),
+		commitDelay: commitDelay,
+		linger: func(d time.Duration) (<-chan time.Time, func()) {
+			timer.Reset(d)
+			return timer.C, func() { timer.Stop() }
+		},
+		users: make(map[string]*userState),
+		jobs:  make(chan *job, 1024),
+		done:  make(chan struct{}),
 	}
 	for q, text := range queries {
 		if w.stmts[q], err = conn.PrepareContext(ctx, text); err != nil {
@@ -196,6 +214,25 @@ func (w *writer) loop() {
 			default:
 				break fill
 			}
+		}
+		// Under load (several jobs were waiting), wait a moment for more
+		// before committing: each commit costs an fsync, and the fsync,
+		// not the jobs, is most of a small batch's cost.
+		if w.commitDelay > 0 && len(batch) >= commitSiblings && len(batch) < w.maxBatch {
+			expired, stop := w.linger(w.commitDelay)
+		wait:
+			for len(batch) < w.maxBatch {
+				select {
+				case j, ok := <-w.jobs:
+					if !ok {
+						break wait
+					}
+					batch = append(batch, j)
+				case <-expired:
+					break wait
+				}
+			}
+			stop()
 		}
 		w.commit(tx, batch)
 		clear(batch) // answered jobs belong to their callers again

@@ -230,3 +230,65 @@ func TestWriterHistoryMatchesReference(t *testing.T) {
 		ref[u] = append(ref[u], recorded)
 	}
 }
+
+// TestCommitDelayWaitsOnlyUnderLoad: a job alone commits at once, and so
+// does a full batch; a batch of several, not full, waits for more until
+// the delay passes, or until more fill it.
+func TestCommitDelayWaitsOnlyUnderLoad(t *testing.T) {
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "test.db"), WithCommitDelay(time.Hour), WithMaxBatch(commitSiblings+2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	lingering := make(chan chan time.Time, 1)
+	s.writer.linger = func(d time.Duration) (<-chan time.Time, func()) {
+		if d != time.Hour {
+			t.Errorf("lingering %v, want the hour set", d)
+		}
+		expire := make(chan time.Time, 1)
+		lingering <- expire
+		return expire, func() {}
+	}
+	if err := s.Admit(ctx, "alone", admitAt(w0)); err != nil {
+		t.Fatal(err)
+	}
+	if len(lingering) != 0 {
+		t.Fatal("a job alone waited for others")
+	}
+
+	// Hold the writer while commitSiblings jobs queue up.
+	queue := func(n int) chan error {
+		started, release := make(chan struct{}), make(chan struct{})
+		go s.writer.do(ctx, func(*writeTx) error { close(started); <-release; return nil })
+		<-started
+		done := make(chan error, n)
+		for i := range n {
+			go func() { done <- s.Admit(ctx, fmt.Sprint("u", i), admitAt(w0.Add(time.Duration(n)*time.Second))) }()
+		}
+		waitFor(t, func() bool { return len(s.writer.jobs) == n })
+		close(release)
+		return done
+	}
+	done := queue(commitSiblings)
+	expire := <-lingering // the writer waits for more
+	if len(done) != 0 {
+		t.Fatal("a job of the waiting batch was answered")
+	}
+	expire <- time.Now() // the delay passes
+	for range commitSiblings {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A batch that more jobs fill commits without waiting out the delay.
+	done = queue(commitSiblings + 1)
+	<-lingering
+	go func() { done <- s.Admit(ctx, "last", admitAt(w0)) }()
+	for range commitSiblings + 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -145,6 +145,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	} else if err != nil {
 		return err
 	}
+	tuneGC(getenv)
 	logs := newLogBuffer(stderr) // a line per request: written out in batches
 	defer logs.Close()
 	var handler slog.Handler = slog.NewTextHandler(logs, nil)

@@ -85,6 +85,9 @@ func TestLoad(t *testing.T) {
 		cpuModel(), runtime.NumCPU(), runtime.GOARCH, runtime.GOMAXPROCS(0), runtime.Version())
 	fmt.Fprintf(out, "rounds of %v, %d per target, alternated; %d connections; %d rotating users\n\n",
 		cfg.round, cfg.rounds, cfg.conns, cfg.users)
+	if cfg.rounds == 1 {
+		fmt.Fprintf(out, "short run: it checks that every phase works; its samples are too small to judge the targets\n\n")
+	}
 
 	// The flatness test's heavy user is seeded before the FULL service starts.
 	fullDB := filepath.Join(dir, "full.db")

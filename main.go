@@ -4,6 +4,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -17,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -266,4 +268,258 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 func loopback(addr net.Addr) bool {
 	tcp, ok := addr.(*net.TCPAddr)
 	return ok && tcp.IP.IsLoopback()
+}
+
+const tiersUsage = `usage:
+  policyguard tiers export [-db FILE]
+      writes every tier as a tiers file (JSON) to stdout
+  policyguard tiers import [-db FILE] [-default-tier NAME] [-prune] TIERS.json
+      checks the whole file, then creates and updates its tiers in one
+      transaction and reports each change; with -prune it also deletes the
+      tiers the file does not list (never the default tier)
+
+A running service on the same database applies an import on its next check.
+-db defaults to GUARDRAIL_DB or guardrail.db, -default-tier to
+GUARDRAIL_DEFAULT_TIER or free.`
+
+// runTiers runs "policyguard tiers export|import": tier limits kept in a
+// file, in a repository, applied from a pipeline.
+func runTiers(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, tiersUsage)
+		return errors.New("tiers: name a command: export or import")
+	}
+	env := func(key, def string) string {
+		if v := getenv(key); v != "" {
+			return v
+		}
+		return def
+	}
+	cmd := args[0]
+	fs := flag.NewFlagSet("policyguard tiers "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprintln(stderr, tiersUsage) }
+	dbPath := fs.String("db", env("GUARDRAIL_DB", "guardrail.db"), "SQLite database file (GUARDRAIL_DB)")
+	var defaultTier *string
+	var prune *bool
+	switch cmd {
+	case "export":
+	case "import":
+		defaultTier = fs.String("default-tier", env("GUARDRAIL_DEFAULT_TIER", policy.DefaultTierName), "the service's default tier, which -prune keeps (GUARDRAIL_DEFAULT_TIER)")
+		prune = fs.Bool("prune", false, "delete the tiers the file does not list")
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(stdout, tiersUsage)
+		return nil
+	default:
+		fmt.Fprintln(stderr, tiersUsage)
+		return fmt.Errorf("tiers: unknown command %q: want export or import", cmd)
+	}
+	files, err := parseInterspersed(fs, args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+
+	if cmd == "export" {
+		if len(files) > 0 {
+			return fmt.Errorf("tiers export: unexpected argument %q: the tiers go to stdout", files[0])
+		}
+		// Exporting from a mistyped path must not create an empty
+		// database and export its seeded tiers as if they were real.
+		if _, err := os.Stat(*dbPath); err != nil {
+			return fmt.Errorf("tiers export: %w", err)
+		}
+		store, err := db.Open(ctx, *dbPath)
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		tiers, err := store.Tiers(ctx)
+		if err != nil {
+			return err
+		}
+		if err := api.WriteTiersFile(stdout, tiers); err != nil {
+			return err
+		}
+		return store.Close()
+	}
+
+	if len(files) != 1 {
+		fmt.Fprintln(stderr, tiersUsage)
+		return errors.New("tiers import: name exactly one tiers file (- reads stdin)")
+	}
+	tiers, err := readTiersFile(files[0])
+	if err != nil {
+		return err
+	}
+	store, err := db.Open(ctx, *dbPath)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	svc := policy.NewService(store, store, policy.WithDefaultTier(*defaultTier))
+	changes, err := svc.ImportTiers(ctx, tiers, *prune)
+	if err != nil {
+		return fmt.Errorf("%s: nothing imported: %s", files[0], policy.ErrorMessage(err))
+	}
+	for _, c := range changes {
+		fmt.Fprintln(stdout, api.DescribeTierChange(c))
+	}
+	switch n := len(changes); n {
+	case 0:
+		fmt.Fprintf(stdout, "no changes: %s already has the tiers of %s\n", *dbPath, files[0])
+	case 1:
+		fmt.Fprintf(stdout, "1 change imported into %s\n", *dbPath)
+	default:
+		fmt.Fprintf(stdout, "%d changes imported into %s\n", n, *dbPath)
+	}
+	return store.Close()
+}
+
+// readTiersFile reads and checks the tiers file at path, or stdin for "-".
+func readTiersFile(path string) ([]policy.Tier, error) {
+	var r io.Reader = os.Stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
+	}
+	tiers, err := api.ReadTiersFile(r)
+	if err != nil {
+		msg := " " + policy.ErrorMessage(err)
+		if strings.Contains(msg, "\n") { // one problem a line, indented
+			msg = strings.ReplaceAll("\n"+msg[1:], "\n", "\n  ")
+		}
+		return nil, fmt.Errorf("%s: nothing imported:%s", path, msg)
+	}
+	return tiers, nil
+}
+
+// parseInterspersed parses flags wherever they stand among the arguments,
+// so that "import tiers.json -prune" works as well as "import -prune
+// tiers.json", and returns the other arguments in order. "--" ends the
+// flags.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if n := len(args) - fs.NArg(); n > 0 && args[n-1] == "--" {
+			return append(rest, fs.Args()...), nil
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return rest, nil
+		}
+		rest = append(rest, args[0])
+		args = args[1:]
+	}
+}
+
+// logFlushInterval is how long a log line may wait in the buffer.
+const logFlushInterval = 100 * time.Millisecond
+
+// logBuffer gathers log lines and writes them out together: at most
+// logFlushInterval after the first one waits, at once for a warning or an
+// error (see flushingHandler), and at Close. The access log writes a line
+// per request; written one by one, each line cost a system call under the
+// handler's lock, which every request then queued behind. It is safe for
+// concurrent use.
+type logBuffer struct {
+	mu       sync.Mutex
+	w        *bufio.Writer
+	pending  bool // a flush is scheduled
+	closed   bool
+	schedule func(time.Duration, func()) // time.AfterFunc, but for tests
+}
+
+func newLogBuffer(w io.Writer) *logBuffer {
+	return &logBuffer{
+		w:        bufio.NewWriterSize(w, 64<<10),
+		schedule: func(d time.Duration, f func()) { time.AfterFunc(d, f) },
+	}
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n, err := b.w.Write(p)
+	if b.closed { // after Close, every line goes out at once
+		if ferr := b.w.Flush(); err == nil {
+			err = ferr
+		}
+		return n, err
+	}
+	if !b.pending && b.w.Buffered() > 0 {
+		b.pending = true
+		b.schedule(logFlushInterval, func() { b.Flush() })
+	}
+	return n, err
+}
+
+// Flush writes out what is buffered.
+func (b *logBuffer) Flush() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.pending = false
+	return b.w.Flush()
+}
+
+// Close flushes and makes every later write go out at once.
+func (b *logBuffer) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	return b.w.Flush()
+}
+
+// flushingHandler passes records to a handler that writes into a
+// logBuffer, and flushes the buffer after each warning or error, so that
+// those are never held back.
+type flushingHandler struct {
+	slog.Handler
+	buf *logBuffer
+}
+
+func (h flushingHandler) Handle(ctx context.Context, r slog.Record) error {
+	err := h.Handler.Handle(ctx, r)
+	if r.Level >= slog.LevelWarn {
+		_ = h.buf.Flush()
+	}
+	return err
+}
+
+func (h flushingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return flushingHandler{h.Handler.WithAttrs(attrs), h.buf}
+}
+
+func (h flushingHandler) WithGroup(name string) slog.Handler {
+	return flushingHandler{h.Handler.WithGroup(name), h.buf}
+}
+
+// Garbage collection settings of the service, unless GOGC or GOMEMLIMIT
+// set others. Its live heap is a few megabytes and every check allocates a
+// few kilobytes, so with Go's default (collect when the heap doubles) it
+// collects many times a second, about a seventh of its CPU time under
+// load. Letting the heap grow to five times the live data before a
+// collection costs a few more megabytes; the limit makes collections
+// frequent again long before memory would grow past it.
+const (
+	gcPercent   = 400
+	memoryLimit = 64 << 20
+)
+
+// tuneGC applies the settings above where the environment sets none.
+func tuneGC(getenv func(string) string) {
+	if getenv("GOGC") == "" {
+		debug.SetGCPercent(gcPercent)
+	}
+	if getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(memoryLimit)
+	}
 }

@@ -53,7 +53,7 @@ func TestAdminPageShowsRecentChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	clock := &pageClock{now: pageT0}
+	clock := &testClock{now: pageT0}
 	svc := policy.NewService(store, store, policy.WithClock(clock.Now))
 	srv := api.NewServer(api.Config{Service: svc, AdminToken: pageToken, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	e := &pageEnv{t: t, srv: srv, svc: svc, clock: clock}

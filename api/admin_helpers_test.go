@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,31 +26,13 @@ const pageToken = "page-test-token"
 // pageT0 is when every admin page test starts.
 var pageT0 = time.Date(2026, 5, 4, 12, 0, 0, 0, time.UTC)
 
-// pageClock is a clock that moves only when the test says.
-type pageClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *pageClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *pageClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // pageEnv is the whole service on a temp-file database, driven through
 // ServeHTTP like a browser would.
 type pageEnv struct {
 	t     *testing.T
 	srv   *api.Server
 	svc   *policy.Service
-	clock *pageClock
+	clock *testClock
 }
 
 func newPageEnv(t *testing.T) *pageEnv {
@@ -61,7 +42,7 @@ func newPageEnv(t *testing.T) *pageEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	clock := &pageClock{now: pageT0}
+	clock := &testClock{now: pageT0}
 	svc := policy.NewService(store, store, policy.WithClock(clock.Now))
 	srv := api.NewServer(api.Config{
 		Service:    svc,

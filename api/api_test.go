@@ -276,6 +276,7 @@ func TestTierAPI(t *testing.T) {
 		{"too large", "PUT", "/v1/tiers/x", `{"requests_per_minute":1,"requests_per_hour":1,"requests_per_day":2147483648,"burst_allowance":0}`, 400, `requests_per_day must be an integer`},
 		{"string limit", "PUT", "/v1/tiers/x", `{"requests_per_minute":"5","requests_per_hour":1,"requests_per_day":1,"burst_allowance":0}`, 400, `requests_per_minute must be an integer`},
 		{"unknown field", "PUT", "/v1/tiers/x", `{` + limits + `,"colour":"red"}`, 400, `unknown field \"colour\"`},
+		{"field in other case", "PUT", "/v1/tiers/x", `{"requests_per_minute":1,"requests_per_hour":1,"requests_per_dAY":1,"burst_allowance":0}`, 400, `unknown field \"requests_per_dAY\"`},
 		{"features wrong type", "PUT", "/v1/tiers/x", `{` + limits + `,"features":"chat"}`, 400, `features must be an array of strings`},
 		{"bad feature", "PUT", "/v1/tiers/x", `{` + limits + `,"features":["a b"]}`, 400, `feature \"a b\"`},
 		{"description wrong type", "PUT", "/v1/tiers/x", `{` + limits + `,"description":7}`, 400, `description must be a string`},

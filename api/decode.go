@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/policyguard/policyguard/policy"
@@ -36,6 +38,44 @@ func decodeJSON(body io.Reader, v any, strict bool) error {
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return policy.Errorf(policy.EINVALID, "request body must hold a single JSON object")
+	}
+	if strict {
+		return exactFieldNames(data, v)
+	}
+	return nil
+}
+
+// exactFieldNames refuses a name that matches a field of v only when letter
+// case is ignored. encoding/json accepts "Requests_Per_Day" for
+// requests_per_day; a strict body must spell its fields as documented, or a
+// client would believe a misspelling is valid.
+func exactFieldNames(data []byte, v any) error {
+	t := reflect.TypeOf(v)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	known := make(map[string]bool, t.NumField())
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			known[name] = true
+		}
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(data, &top); err != nil {
+		return jsonError(err)
+	}
+	names := make([]string, 0, len(top))
+	for name := range top {
+		if !known[name] {
+			names = append(names, name)
+		}
+	}
+	if len(names) > 0 {
+		slices.Sort(names)
+		return policy.Errorf(policy.EINVALID, "unknown field %q", names[0])
 	}
 	return nil
 }

@@ -104,18 +104,8 @@ func (p *plainParser) object(depth int) bool {
 		if !p.value(depth) {
 			return false
 		}
-		p.space()
-		if p.i >= len(p.data) {
-			return false
-		}
-		switch p.data[p.i] {
-		case ',':
-			p.i++
-		case '}':
-			p.i++
-			return true
-		default:
-			return false
+		if done, ok := p.separator('}'); !ok || done {
+			return ok
 		}
 	}
 }
@@ -132,18 +122,8 @@ func (p *plainParser) array(depth int) bool {
 		if !p.value(depth) {
 			return false
 		}
-		p.space()
-		if p.i >= len(p.data) {
-			return false
-		}
-		switch p.data[p.i] {
-		case ',':
-			p.i++
-		case ']':
-			p.i++
-			return true
-		default:
-			return false
+		if done, ok := p.separator(']'); !ok || done {
+			return ok
 		}
 	}
 }
@@ -228,4 +208,24 @@ func (p *plainParser) digits() int {
 		n++
 	}
 	return n
+}
+
+// separator reads what follows a member of an object or an element of an
+// array: a comma (more follow) or the closing byte (done). ok is false for
+// anything else.
+func (p *plainParser) separator(closing byte) (done, ok bool) {
+	p.space()
+	if p.i >= len(p.data) {
+		return false, false
+	}
+	switch p.data[p.i] {
+	case ',':
+		p.i++
+		return false, true
+	case closing:
+		p.i++
+		return true, true
+	default:
+		return false, false
+	}
 }

@@ -421,7 +421,12 @@ func TestSoak(t *testing.T) {
 		t.Errorf("p99 %v over the bound of %v", p99, SoakP99)
 	}
 	// Memory is flat: the last third of the run needs no more than the
-	// middle third, give or take the noise of a collector.
+	// middle third, give or take the noise of a collector. A goroutine
+	// count taken mid-run includes whatever requests are in flight: net/http
+	// starts a background read for each request in a handler, and a
+	// connection being replaced briefly has goroutines on both sides, so
+	// the bound allows two per client; a leak of one goroutine per check, usage look-up,
+	// tier edit or cleanup run adds hundreds over a third of the run.
 	third := len(mem) / 3
 	if third >= 2 {
 		peak := func(s []memSample) (heap, rss uint64, g int) {
@@ -432,7 +437,7 @@ func TestSoak(t *testing.T) {
 		}
 		midHeap, midRSS, midG := peak(mem[third : 2*third])
 		endHeap, endRSS, endG := peak(mem[2*third:])
-		if endHeap > midHeap+midHeap/4+4<<20 || endRSS > midRSS+midRSS/4+16<<20 || endG > midG+8 {
+		if endHeap > midHeap+midHeap/4+4<<20 || endRSS > midRSS+midRSS/4+16<<20 || endG > midG+2*clients+8 {
 			t.Errorf("memory grew: heap %s → %s, RSS %s → %s, goroutines %d → %d",
 				mib(midHeap), mib(endHeap), mib(midRSS), mib(endRSS), midG, endG)
 		}

@@ -191,7 +191,16 @@ func pageTierForm(t policy.Tier) url.Values {
 		"burst_allowance":     {itoa(t.BurstAllowance)},
 		"features":            {strings.Join(t.Features, ", ")},
 		"description":         {t.Description},
+		"version":             {pageTierVersion(t)},
 	}
+}
+
+// pageTierVersion is t's version as the edit form carries it.
+func pageTierVersion(t policy.Tier) string {
+	if t.UpdatedAt.IsZero() {
+		return "0"
+	}
+	return strconv.FormatInt(t.UpdatedAt.UnixMicro(), 10)
 }
 
 // pageDoc is a parsed admin page.
@@ -267,8 +276,14 @@ func (d *pageDoc) cell(rowID, field string) string {
 }
 
 // csrf returns the value of the first hidden csrf field.
-func (d *pageDoc) csrf() string {
-	ns := d.find(func(n *html.Node) bool { return n.Data == "input" && pageAttr(n, "name") == "csrf" })
+func (d *pageDoc) csrf() string { return d.hidden("csrf") }
+
+// hidden returns the value of the first hidden field called name, "" if
+// there is none.
+func (d *pageDoc) hidden(name string) string {
+	ns := d.find(func(n *html.Node) bool {
+		return n.Data == "input" && pageAttr(n, "type") == "hidden" && pageAttr(n, "name") == name
+	})
 	if len(ns) == 0 {
 		return ""
 	}

@@ -66,6 +66,30 @@ func (f adminField) DescribedBy() string {
 type adminTierForm struct {
 	Name   string
 	Fields []adminField
+	// Version is the edited tier's UpdatedAt as the form was filled from
+	// it: saving refuses to overwrite a tier changed since.
+	Version string
+}
+
+// tierVersion is t's UpdatedAt as the edit form carries it: Unix
+// microseconds, 0 for a tier never changed since it was seeded.
+func tierVersion(t policy.Tier) string {
+	if t.UpdatedAt.IsZero() {
+		return "0"
+	}
+	return strconv.FormatInt(t.UpdatedAt.UnixMicro(), 10)
+}
+
+// parseTierVersion reverses tierVersion.
+func parseTierVersion(s string) (time.Time, bool) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	switch {
+	case err != nil || n < 0:
+		return time.Time{}, false
+	case n == 0:
+		return time.Time{}, true
+	}
+	return time.UnixMicro(n).UTC(), true
 }
 
 // adminTierFields lists the tier form's fields in order, named as in the
@@ -222,24 +246,21 @@ func (a *admin) handleCreateTier(c echo.Context) error {
 	values := postedTierValues(c)
 	values["name"] = strings.TrimSpace(values["name"])
 	t, errs := tierFromForm(values["name"], values)
-	if _, ok := errs["name"]; !ok {
-		// Creating must not silently replace: the edit form is for that.
-		if _, err := a.s.svc.Tier(ctx, t.Name); err == nil {
-			errs["name"] = fmt.Sprintf("a tier named %s already exists: edit it instead", t.Name)
-		} else if policy.ErrorCode(err) != policy.ENOTFOUND {
-			return a.fail(c, err)
-		}
-	}
 	if len(errs) == 0 {
-		_, _, err := a.s.svc.PutTier(ctx, t)
-		if err == nil {
+		// Creating never replaces, even a tier created a moment ago by
+		// someone else: the edit form is for that.
+		_, err := a.s.svc.CreateTier(ctx, t)
+		switch policy.ErrorCode(err) {
+		case "":
 			a.flash(c, fmt.Sprintf("Created tier %s — applies to the next check", t.Name))
 			return c.Redirect(http.StatusSeeOther, "/admin")
-		}
-		if policy.ErrorCode(err) != policy.EINVALID {
+		case policy.ECONFLICT:
+			errs["name"] = fmt.Sprintf("a tier named %s already exists: edit it instead", t.Name)
+		case policy.EINVALID:
+			errs[""] = policy.ErrorMessage(err)
+		default:
 			return a.fail(c, err)
 		}
-		errs[""] = policy.ErrorMessage(err)
 	}
 	v, err := a.tiersView(c, newAdminTierForm(values, errs, ""))
 	if err != nil {
@@ -260,6 +281,7 @@ func (a *admin) handleTierPage(c echo.Context) error {
 	}
 	v := a.view(c, "Edit tier "+name, "tiers")
 	v.Form = newAdminTierForm(tierFormValues(t), nil, name)
+	v.Form.Version = tierVersion(t)
 	return a.render(c, http.StatusOK, "tier", v)
 }
 
@@ -273,21 +295,43 @@ func (a *admin) handleSaveTier(c echo.Context) error {
 	if _, err := a.s.svc.Tier(ctx, name); err != nil {
 		return a.fail(c, err)
 	}
+	readAt, ok := parseTierVersion(c.FormValue("version"))
+	if !ok {
+		return a.renderError(c, http.StatusBadRequest, "Not saved",
+			"The form does not say which version of the tier it edits. Open the tier again from the tiers page.")
+	}
 	values := postedTierValues(c)
 	t, errs := tierFromForm(name, values)
 	if len(errs) == 0 {
-		_, _, err := a.s.svc.PutTier(ctx, t)
-		if err == nil {
+		_, err := a.s.svc.ReplaceTier(ctx, t, readAt)
+		switch policy.ErrorCode(err) {
+		case "":
 			a.flash(c, fmt.Sprintf("Saved tier %s — applies to the next check", name))
 			return c.Redirect(http.StatusSeeOther, "/admin")
-		}
-		if policy.ErrorCode(err) != policy.EINVALID {
+		case policy.ECONFLICT:
+			// Someone else saved the tier since this form was filled:
+			// keep what this admin typed, show what is stored now, and
+			// let a second Save overwrite it knowingly.
+			current, err := a.s.svc.Tier(ctx, name)
+			if err != nil {
+				return a.fail(c, err)
+			}
+			v := a.view(c, "Edit tier "+name, "tiers")
+			v.Form = newAdminTierForm(values, nil, name)
+			v.Form.Version = tierVersion(current)
+			v.Alert = fmt.Sprintf("The tier was not saved: someone else changed it since you opened this page. Stored now: %s. Save again to replace it with the values below.", tierSummary(&current))
+			return a.render(c, http.StatusConflict, "tier", v)
+		case policy.EINVALID:
+			errs[""] = policy.ErrorMessage(err)
+		default:
 			return a.fail(c, err)
 		}
-		errs[""] = policy.ErrorMessage(err)
 	}
 	v := a.view(c, "Edit tier "+name, "tiers")
 	v.Form = newAdminTierForm(values, errs, name)
+	// Still the version this admin read: a change made meanwhile by
+	// someone else must be noticed when the corrected form is saved.
+	v.Form.Version = tierVersion(policy.Tier{UpdatedAt: readAt})
 	v.Alert = notSaved("saved", errs)
 	return a.render(c, http.StatusBadRequest, "tier", v)
 }

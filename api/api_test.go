@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -293,6 +294,43 @@ func TestTierAPI(t *testing.T) {
 	}
 	if rec := e.do("GET", "/v1/tiers/x", "", true); rec.Code != 404 {
 		t.Fatal("a refused PUT created the tier")
+	}
+}
+
+// PUT with If-None-Match: * creates only: it never replaces a tier that
+// exists, however it got there.
+func TestTierPutIfNoneMatch(t *testing.T) {
+	e := newEnv(t)
+	put := func(body, ifNoneMatch string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPut, "/v1/tiers/team", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		req.Header.Set("If-None-Match", ifNoneMatch)
+		rec := httptest.NewRecorder()
+		e.srv.ServeHTTP(rec, req)
+		return rec
+	}
+	limits := func(perMinute int) string {
+		return fmt.Sprintf(`{"requests_per_minute":%d,"requests_per_hour":30,"requests_per_day":300,"burst_allowance":1}`, perMinute)
+	}
+	if rec := put(limits(3), "*"); rec.Code != http.StatusCreated {
+		t.Fatalf("create-only PUT of a new tier: %d %s, want 201", rec.Code, rec.Body)
+	}
+	for _, header := range []string{"*", `"x", *`} {
+		rec := put(limits(4), header)
+		if rec.Code != http.StatusPreconditionFailed || !strings.Contains(rec.Body.String(), `tier \"team\" already exists`) {
+			t.Fatalf("If-None-Match: %s on an existing tier: %d %s, want 412 saying it exists", header, rec.Code, rec.Body)
+		}
+	}
+	if got := decode[map[string]any](t, e.do("GET", "/v1/tiers/team", "", true)); got["requests_per_minute"] != 3.0 {
+		t.Fatalf("a refused create-only PUT changed the tier: %v", got)
+	}
+	// An entity tag never matches, as tiers have none: the PUT goes ahead.
+	if rec := put(limits(5), `"v1"`); rec.Code != http.StatusOK {
+		t.Fatalf("If-None-Match with an entity tag: %d %s, want 200", rec.Code, rec.Body)
+	}
+	if got := decode[map[string]any](t, e.do("GET", "/v1/tiers/team", "", true)); got["requests_per_minute"] != 5.0 {
+		t.Fatalf("requests_per_minute %v, want 5", got["requests_per_minute"])
 	}
 }
 

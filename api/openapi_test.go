@@ -319,6 +319,7 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 		{"GET", "/v1/tiers/{name}", "/v1/tiers/gold", "", true, 404, nil, ""},
 		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{` + limits + `,"features":["chat"],"description":"Team"}`, true, 201, nil, ""},
 		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{"name":"team",` + limits + `}`, true, 200, nil, ""},
+		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{` + limits + `}`, true, 412, map[string]string{"If-None-Match": "*"}, ""},
 		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{"requests_per_minute":-1}`, true, 400, nil, ""},
 		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{}`, false, 401, nil, ""},
 		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", big, true, 413, nil, ""},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -153,7 +154,22 @@ func (s *Server) handlePutTier(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	t, created, err := s.svc.PutTier(policy.WithChangeSource(c.Request().Context(), policy.SourceAPI), t)
+	ctx := policy.WithChangeSource(c.Request().Context(), policy.SourceAPI)
+	// If-None-Match: * (RFC 9110, section 13.1.2) makes the PUT create
+	// only, so that a client never replaces a tier made by someone else.
+	// Other values name entity tags, which tiers do not have: none can
+	// match, so the PUT goes ahead.
+	if ifNoneMatchAny(c.Request().Header.Values("If-None-Match")) {
+		t, err := s.svc.CreateTier(ctx, t)
+		if policy.ErrorCode(err) == policy.ECONFLICT {
+			return echo.NewHTTPError(http.StatusPreconditionFailed, policy.ErrorMessage(err)+" (If-None-Match: *)")
+		}
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusCreated, tierToJSON(t))
+	}
+	t, created, err := s.svc.PutTier(ctx, t)
 	if err != nil {
 		return err
 	}
@@ -162,6 +178,18 @@ func (s *Server) handlePutTier(c echo.Context) error {
 		status = http.StatusCreated
 	}
 	return c.JSON(status, tierToJSON(t))
+}
+
+// ifNoneMatchAny reports whether If-None-Match header values are "*".
+func ifNoneMatchAny(values []string) bool {
+	for _, v := range values {
+		for _, tag := range strings.Split(v, ",") {
+			if strings.TrimSpace(tag) == "*" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (s *Server) handleDeleteTier(c echo.Context) error {

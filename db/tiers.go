@@ -259,6 +259,14 @@ func (s *Store) UpdateTiers(ctx context.Context, u policy.TierUpdate) ([]policy.
 		}
 		for _, t := range u.Put {
 			old, exists := current[t.Name]
+			switch {
+			case exists && u.Mode == policy.PutCreate:
+				return policy.Errorf(policy.ECONFLICT, "tier %q already exists", t.Name)
+			case !exists && u.Mode == policy.PutReplace:
+				return policy.Errorf(policy.ENOTFOUND, "tier %q not found", t.Name)
+			case exists && u.IfUpdatedAt != nil && !old.UpdatedAt.Equal(u.IfUpdatedAt.Truncate(time.Microsecond)):
+				return policy.Errorf(policy.ECONFLICT, "tier %q was changed at %s, after it was read", t.Name, old.UpdatedAt.Format(time.RFC3339Nano))
+			}
 			if exists && u.SkipUnchanged && policy.SameLimits(&old, &t) {
 				continue
 			}

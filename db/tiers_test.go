@@ -243,3 +243,95 @@ func tierNames(tiers []policy.Tier) []string {
 }
 
 var _ policy.TierStore = (*db.Store)(nil)
+
+// Put modes and the version precondition are checked inside the write
+// transaction, against what is stored, including changes made through
+// another store on the same file (another process).
+func TestUpdateTiersPreconditions(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "test.db")
+	s, other := openStore(t, path), openStore(t, path)
+	put := func(u policy.TierUpdate) error {
+		u.Source = policy.SourceLibrary
+		_, err := s.UpdateTiers(ctx, u)
+		return err
+	}
+	free, err := s.Tier(ctx, "free")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !free.UpdatedAt.IsZero() {
+		t.Fatalf("seeded free UpdatedAt %v, want zero", free.UpdatedAt)
+	}
+	team := policy.Tier{Name: "team", RequestsPerMinute: 1, RequestsPerHour: 10, RequestsPerDay: 100}
+	logLen := func() int {
+		log, err := s.TierChanges(ctx, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(log)
+	}
+	zero := time.Time{}
+	edited := free
+	edited.RequestsPerMinute = 11
+
+	for _, tc := range []struct {
+		name string
+		u    policy.TierUpdate
+		want string // error code, "" for success
+	}{
+		{"replace a missing tier", policy.TierUpdate{At: t0, Put: []policy.Tier{team}, Mode: policy.PutReplace}, policy.ENOTFOUND},
+		{"create a missing tier", policy.TierUpdate{At: t0, Put: []policy.Tier{team}, Mode: policy.PutCreate}, ""},
+		{"create it again", policy.TierUpdate{At: t0.Add(time.Second), Put: []policy.Tier{team}, Mode: policy.PutCreate}, policy.ECONFLICT},
+		{"create one that exists among new ones", policy.TierUpdate{At: t0, Put: []policy.Tier{{Name: "new", RequestsPerDay: 1}, free}, Mode: policy.PutCreate}, policy.ECONFLICT},
+		{"edit a seeded tier read as seeded", policy.TierUpdate{At: t0, Put: []policy.Tier{edited}, Mode: policy.PutReplace, IfUpdatedAt: &zero}, ""},
+		{"edit it again on the seeded read", policy.TierUpdate{At: t0.Add(time.Minute), Put: []policy.Tier{free}, Mode: policy.PutReplace, IfUpdatedAt: &zero}, policy.ECONFLICT},
+	} {
+		before := logLen()
+		err := put(tc.u)
+		if got := policy.ErrorCode(err); got != tc.want {
+			t.Fatalf("%s: error %v, want code %q", tc.name, err, tc.want)
+		}
+		wantLog := before
+		if tc.want == "" {
+			wantLog += len(tc.u.Put)
+		}
+		if got := logLen(); got != wantLog {
+			t.Errorf("%s: audit log has %d entries, want %d", tc.name, got, wantLog)
+		}
+	}
+	if _, err := s.Tier(ctx, "new"); policy.ErrorCode(err) != policy.ENOTFOUND {
+		t.Errorf("a refused update stored part of itself: %v", err)
+	}
+	if got, _ := s.Tier(ctx, "team"); !got.UpdatedAt.Equal(t0) {
+		t.Errorf("a refused create replaced team: UpdatedAt %v, want %v", got.UpdatedAt, t0)
+	}
+
+	// Another process edits free: an edit based on the earlier read fails,
+	// one based on the new read succeeds.
+	read, err := s.Tier(ctx, "free")
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs := read
+	theirs.RequestsPerMinute = 12
+	if _, err := other.UpdateTiers(ctx, policy.TierUpdate{At: t0.Add(time.Hour), Source: policy.SourceLibrary, Put: []policy.Tier{theirs}}); err != nil {
+		t.Fatal(err)
+	}
+	mine := read
+	mine.RequestsPerMinute = 13
+	stale := read.UpdatedAt
+	if err := put(policy.TierUpdate{At: t0.Add(2 * time.Hour), Put: []policy.Tier{mine}, IfUpdatedAt: &stale}); policy.ErrorCode(err) != policy.ECONFLICT {
+		t.Fatalf("edit on a stale read: %v, want ECONFLICT", err)
+	}
+	if got, _ := s.Tier(ctx, "free"); got.RequestsPerMinute != 12 {
+		t.Fatalf("the other process's edit was lost: requests_per_minute %d, want 12", got.RequestsPerMinute)
+	}
+	fresh := t0.Add(time.Hour)
+	if err := put(policy.TierUpdate{At: t0.Add(2 * time.Hour), Put: []policy.Tier{mine}, IfUpdatedAt: &fresh}); err != nil {
+		t.Fatalf("edit on a fresh read: %v", err)
+	}
+	if got, _ := other.Tier(ctx, "free"); got.RequestsPerMinute != 13 {
+		t.Fatalf("requests_per_minute %d, want 13", got.RequestsPerMinute)
+	}
+}

@@ -36,6 +36,10 @@ type memStore struct {
 	users map[string]memHistory
 	tiers map[string]policy.Tier
 	log   []policy.TierChange
+	// updates are the tier updates asked for, in order. The preconditions
+	// of Mode and IfUpdatedAt are the store's to check (db tests them);
+	// tests of the service check that it asks for them.
+	updates []policy.TierUpdate
 }
 
 func newMemStore(tiers ...policy.Tier) *memStore {
@@ -99,6 +103,7 @@ func (s *memStore) Tiers(context.Context) ([]policy.Tier, error) {
 func (s *memStore) UpdateTiers(_ context.Context, u policy.TierUpdate) ([]policy.TierChange, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.updates = append(s.updates, u)
 	next := maps.Clone(s.tiers)
 	var changes []policy.TierChange
 	change := func(name string, old, new *policy.Tier) {

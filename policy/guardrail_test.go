@@ -224,6 +224,42 @@ func TestServiceTierEdits(t *testing.T) {
 	}
 }
 
+// CreateTier and ReplaceTier ask the store for their preconditions, which
+// it checks in the same transaction as the write.
+func TestServiceCreateAndReplaceAskForPreconditions(t *testing.T) {
+	svc, st, clk := newService(t)
+	ctx := context.Background()
+	team := policy.Tier{Name: "team", RequestsPerMinute: 1, RequestsPerHour: 1, RequestsPerDay: 1}
+	if _, err := svc.CreateTier(ctx, policy.Tier{Name: "Bad Name"}); policy.ErrorCode(err) != policy.EINVALID {
+		t.Fatalf("invalid tier: err = %v", err)
+	}
+	created, err := svc.CreateTier(ctx, team)
+	if err != nil || !created.UpdatedAt.Equal(t0) {
+		t.Fatalf("create = %+v, %v", created, err)
+	}
+	clk.Advance(time.Second)
+	team.RequestsPerMinute = 2
+	replaced, err := svc.ReplaceTier(ctx, team, created.UpdatedAt)
+	if err != nil || !replaced.UpdatedAt.Equal(t0.Add(time.Second)) || replaced.RequestsPerMinute != 2 {
+		t.Fatalf("replace = %+v, %v", replaced, err)
+	}
+	if _, _, err := svc.PutTier(ctx, team); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.updates) != 3 {
+		t.Fatalf("%d updates reached the store, want 3 (an invalid tier must not)", len(st.updates))
+	}
+	if u := st.updates[0]; u.Mode != policy.PutCreate || u.IfUpdatedAt != nil {
+		t.Errorf("CreateTier asked for mode %v, IfUpdatedAt %v; want PutCreate and none", u.Mode, u.IfUpdatedAt)
+	}
+	if u := st.updates[1]; u.Mode != policy.PutReplace || u.IfUpdatedAt == nil || !u.IfUpdatedAt.Equal(t0) {
+		t.Errorf("ReplaceTier asked for mode %v, IfUpdatedAt %v; want PutReplace and %v", u.Mode, u.IfUpdatedAt, t0)
+	}
+	if u := st.updates[2]; u.Mode != policy.PutAny || u.IfUpdatedAt != nil {
+		t.Errorf("PutTier asked for mode %v, IfUpdatedAt %v; want PutAny and none", u.Mode, u.IfUpdatedAt)
+	}
+}
+
 func TestTierValidation(t *testing.T) {
 	ok := policy.Tier{Name: "a", Features: []string{"*", "chat", "x.y:z-1"}}
 	if err := ok.Validate(); err != nil {

@@ -166,8 +166,31 @@ func (s *Service) Tier(ctx context.Context, name string) (Tier, error) {
 
 // PutTier validates t, stamps it with the current time and creates or
 // replaces it. The change applies to the very next check and is recorded in
-// the audit log with the source ctx carries (see WithChangeSource).
+// the audit log with the source ctx carries (see WithChangeSource). It
+// reports whether the tier was created.
 func (s *Service) PutTier(ctx context.Context, t Tier) (Tier, bool, error) {
+	return s.putTier(ctx, t, TierUpdate{})
+}
+
+// CreateTier is PutTier for a tier that must not exist yet: if one of that
+// name exists, however recently it was made, it fails with ECONFLICT and
+// changes nothing.
+func (s *Service) CreateTier(ctx context.Context, t Tier) (Tier, error) {
+	t, _, err := s.putTier(ctx, t, TierUpdate{Mode: PutCreate})
+	return t, err
+}
+
+// ReplaceTier is PutTier for an edit of a tier read earlier, whose
+// UpdatedAt was readAt: a tier deleted meanwhile fails with ENOTFOUND and
+// stays deleted, and one changed meanwhile fails with ECONFLICT, so an edit
+// made on stale values never silently undoes someone else's.
+func (s *Service) ReplaceTier(ctx context.Context, t Tier, readAt time.Time) (Tier, error) {
+	t, _, err := s.putTier(ctx, t, TierUpdate{Mode: PutReplace, IfUpdatedAt: &readAt})
+	return t, err
+}
+
+// putTier puts t with the mode and precondition of u.
+func (s *Service) putTier(ctx context.Context, t Tier, u TierUpdate) (Tier, bool, error) {
 	if err := t.Validate(); err != nil {
 		return Tier{}, false, err
 	}
@@ -175,7 +198,8 @@ func (s *Service) PutTier(ctx context.Context, t Tier) (Tier, bool, error) {
 		t.Features = []string{}
 	}
 	t.UpdatedAt = s.now().UTC().Truncate(Resolution)
-	changes, err := s.tiers.UpdateTiers(ctx, TierUpdate{At: t.UpdatedAt, Source: ChangeSource(ctx), Put: []Tier{t}})
+	u.At, u.Source, u.Put = t.UpdatedAt, ChangeSource(ctx), []Tier{t}
+	changes, err := s.tiers.UpdateTiers(ctx, u)
 	if err != nil {
 		return Tier{}, false, err
 	}

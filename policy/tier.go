@@ -202,6 +202,21 @@ func SameLimits(a, b *Tier) bool {
 		slices.Equal(a.Features, b.Features)
 }
 
+// PutMode is what putting a tier expects to find, checked in the same
+// transaction as the write so that two admins acting at once cannot
+// silently undo each other.
+type PutMode int
+
+const (
+	// PutAny creates a missing tier and replaces an existing one.
+	PutAny PutMode = iota
+	// PutCreate only creates: a tier that exists fails with ECONFLICT.
+	PutCreate
+	// PutReplace only replaces: a tier that does not exist fails with
+	// ENOTFOUND, so a save never brings back a tier deleted meanwhile.
+	PutReplace
+)
+
 // TierUpdate is a set of tier changes a TierStore applies together.
 type TierUpdate struct {
 	// At is the time of the change: the UpdatedAt of every tier put and the
@@ -211,6 +226,13 @@ type TierUpdate struct {
 	Source string
 	// Put lists tiers to create or replace, each valid and named once.
 	Put []Tier
+	// Mode is what each tier of Put expects to find.
+	Mode PutMode
+	// IfUpdatedAt, when set, is the UpdatedAt that each existing tier of
+	// Put must still have: one changed by someone else since it was read
+	// fails the update with ECONFLICT instead of losing their change. (A
+	// tier never changed since it was seeded has the zero UpdatedAt.)
+	IfUpdatedAt *time.Time
 	// Delete lists tiers to remove; each must exist.
 	Delete []string
 	// Prune removes every tier not named in Put.

@@ -54,6 +54,7 @@ func (s *Server) checkStorageFailed(c echo.Context, req policy.Request, err erro
 		})
 	}
 	n := s.failOpen.admitted.Add(1)
+	s.metrics.failOpen.Inc()
 	s.logRequest(c, slog.LevelWarn, "check admitted without a decision (fail-open)",
 		slog.String("user_id", user), slog.String("tier", tier), slog.Int64("fail_open_admissions", n), slog.Any("err", err))
 	return c.JSON(http.StatusOK, storageFailureResponse{

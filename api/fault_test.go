@@ -103,6 +103,9 @@ func TestStorageFailureFailsClosed(t *testing.T) {
 			if !strings.Contains(e.logs.String(), `"msg":"request failed"`) {
 				t.Errorf("the failure was not logged:\n%s", e.logs)
 			}
+			if got, ok := scrape(t, e.srv).value("policyguard_fail_open_admissions_total", nil); !ok || got != 0 {
+				t.Errorf("failing closed: policyguard_fail_open_admissions_total = %v (exposed: %v), want 0", got, ok)
+			}
 			f.stop(t, e)
 			if got := e.requests.recorded.Load(); got != 0 {
 				t.Fatalf("recorded %d while storage failed", got)
@@ -175,6 +178,9 @@ func TestStorageFailureFailOpen(t *testing.T) {
 			}
 			if got := e.srv.FailOpenAdmissions(); got != failOpen {
 				t.Fatalf("FailOpenAdmissions = %d, want %d", got, failOpen)
+			}
+			if got, _ := scrape(t, e.srv).value("policyguard_fail_open_admissions_total", nil); got != float64(failOpen) {
+				t.Fatalf("policyguard_fail_open_admissions_total = %v, want %d", got, failOpen)
 			}
 			f.stop(t, e)
 			if got := e.requests.recorded.Load(); got != 0 {

@@ -39,6 +39,7 @@ type Metrics struct {
 	rowsStored    prometheus.Counter
 	rowsDeleted   prometheus.Counter
 	storageErrors map[string]prometheus.Counter
+	failOpen      prometheus.Counter
 }
 
 // checkKey is one label set of policyguard_checks_total.
@@ -81,6 +82,10 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 			Help: "Rows older than the longest window deleted by the background cleanup.",
 		}),
 		storageErrors: make(map[string]prometheus.Counter, len(storageOperations)),
+		failOpen: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "policyguard_fail_open_admissions_total",
+			Help: "Checks admitted without a decision because storage failed and fail-open is set; nothing was recorded for them.",
+		}),
 	}
 	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "policyguard_check_duration_seconds",
@@ -97,7 +102,7 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 	for _, op := range storageOperations {
 		m.storageErrors[op] = storageErrors.WithLabelValues(op)
 	}
-	reg.MustRegister(m.checks, duration, m.rowsStored, m.rowsDeleted, storageErrors)
+	reg.MustRegister(m.checks, duration, m.rowsStored, m.rowsDeleted, storageErrors, m.failOpen)
 	return m
 }
 

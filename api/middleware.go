@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
@@ -32,6 +33,11 @@ type GuardConfig struct {
 	// *echo.HTTPError with the status POST /v1/check would give (400, 503,
 	// ...) and its message, for the application's HTTPErrorHandler.
 	ErrorHandler func(err error, c echo.Context) error
+	// Metrics, when set, counts each request the service was asked about in
+	// policyguard_checks_total and policyguard_check_duration_seconds, as
+	// POST /v1/check does; serve them with Metrics.Handler. Requests whose
+	// Request function failed never became checks and are not counted.
+	Metrics *Metrics
 }
 
 // guardDecisionKey is where Guard leaves the decision in the echo.Context.
@@ -63,8 +69,12 @@ func Guard(cfg GuardConfig) echo.MiddlewareFunc {
 			}
 			req, err := cfg.Request(c)
 			if err == nil {
+				start := time.Now()
 				var d policy.Decision
 				d, err = cfg.Service.Check(c.Request().Context(), req, cfg.DryRun)
+				if cfg.Metrics != nil {
+					cfg.Metrics.observeCheck(&d, err, cfg.DryRun, time.Since(start))
+				}
 				if err == nil {
 					c.Set(guardDecisionKey, d)
 					if !d.Allowed() {

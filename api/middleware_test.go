@@ -234,3 +234,36 @@ func TestGuardNeedsServiceAndRequest(t *testing.T) {
 	}()
 	api.Guard(api.GuardConfig{Service: policy.NewService(nil, nil)})
 }
+
+// With Metrics set, Guard counts its checks in the same series as POST
+// /v1/check; requests that never became checks are not counted.
+func TestGuardMetrics(t *testing.T) {
+	m := api.NewMetrics(nil)
+	e := newEmbedEnv(t, func(cfg *api.GuardConfig) { cfg.Metrics = m })
+	for range 3 { // the lesson tier admits 2 a minute
+		e.get("alice", "lesson", "summarize")
+	}
+	e.get("alice", "lesson", "search")  // outside the plan
+	e.get("alice", "gold", "summarize") // unknown tier
+	e.get("", "lesson", "summarize")    // no user: Request fails
+	got := scrape(t, m.Handler())
+	for _, want := range []struct {
+		labels map[string]string
+		n      float64
+	}{
+		{checkLabels("lesson", "rate_limiter", "admitted", "", "false"), 2},
+		{checkLabels("lesson", "rate_limiter", "rate_limited", "minute", "false"), 1},
+		{checkLabels("lesson", "tier_access", "denied", "", "false"), 1},
+		{checkLabels("", "", "invalid", "", "false"), 1},
+	} {
+		if n, _ := got.value("policyguard_checks_total", want.labels); n != want.n {
+			t.Errorf("policyguard_checks_total%v = %v, want %v; series: %v", want.labels, n, want.n, got.series("policyguard_checks_total"))
+		}
+	}
+	if n, _ := got.value("policyguard_check_duration_seconds", map[string]string{"dry_run": "false"}); n != 5 {
+		t.Errorf("%v check durations observed, want 5 (the request without a user is not a check)", n)
+	}
+	if n, _ := got.value("policyguard_rows_stored_total", nil); n != 2 {
+		t.Errorf("policyguard_rows_stored_total = %v, want 2", n)
+	}
+}

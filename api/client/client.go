@@ -208,14 +208,30 @@ func (c *Client) Tier(ctx context.Context, name string) (Tier, error) {
 // PutTier creates or replaces t.Name and returns the tier as stored and
 // whether it was created. The change applies to the very next check.
 func (c *Client) PutTier(ctx context.Context, t Tier) (Tier, bool, error) {
+	var out Tier
+	status, err := c.do(ctx, http.MethodPut, "/v1/tiers/"+url.PathEscape(t.Name), c.adminToken, tierBody(t), &out,
+		http.StatusOK, http.StatusCreated)
+	return out, status == http.StatusCreated, err
+}
+
+// CreateTier creates t.Name and returns the tier as stored. It never
+// replaces a tier: if one of that name exists, it returns an *Error with
+// status 412 and changes nothing (the request carries If-None-Match: *).
+func (c *Client) CreateTier(ctx context.Context, t Tier) (Tier, error) {
+	var out Tier
+	_, err := c.doWithHeader(ctx, http.Header{"If-None-Match": {"*"}}, http.MethodPut, "/v1/tiers/"+url.PathEscape(t.Name),
+		c.adminToken, tierBody(t), &out, http.StatusCreated)
+	return out, err
+}
+
+// tierBody is t as a PUT sends it: without UpdatedAt, which the service
+// sets, and with features as a list even when there are none.
+func tierBody(t Tier) Tier {
 	t.UpdatedAt = time.Time{}
 	if t.Features == nil {
 		t.Features = []string{}
 	}
-	var out Tier
-	status, err := c.do(ctx, http.MethodPut, "/v1/tiers/"+url.PathEscape(t.Name), c.adminToken, t, &out,
-		http.StatusOK, http.StatusCreated)
-	return out, status == http.StatusCreated, err
+	return t
 }
 
 // DeleteTier removes the named tier. The service refuses (409) to delete
@@ -268,6 +284,11 @@ func (c *Client) ForgetUser(ctx context.Context, userID string) error {
 // the answer into out when its status is one of ok. Any other status is an
 // *Error.
 func (c *Client) do(ctx context.Context, method, path, token string, in, out any, ok ...int) (int, error) {
+	return c.doWithHeader(ctx, nil, method, path, token, in, out, ok...)
+}
+
+// doWithHeader is do with extra request header fields.
+func (c *Client) doWithHeader(ctx context.Context, header http.Header, method, path, token string, in, out any, ok ...int) (int, error) {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -285,6 +306,9 @@ func (c *Client) do(ctx context.Context, method, path, token string, in, out any
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
 	if err != nil {
 		return 0, fmt.Errorf("policyguard client: %w", err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	req.Header.Set("Accept", "application/json")
 	if in != nil {

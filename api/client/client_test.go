@@ -119,6 +119,17 @@ func TestClientTiers(t *testing.T) {
 		t.Fatalf("Tier = %+v, %v", got, err)
 	}
 
+	// CreateTier never replaces.
+	_, err = c.CreateTier(ctx, client.Tier{Name: "lesson", RequestsPerMinute: 99, RequestsPerHour: 99, RequestsPerDay: 99})
+	wantError(t, "create an existing tier", err, http.StatusPreconditionFailed, `tier "lesson" already exists`)
+	if got, err := c.Tier(ctx, "lesson"); err != nil || got.RequestsPerMinute != 3 {
+		t.Fatalf("after a refused create: %+v, %v", got, err)
+	}
+	team, err := c.CreateTier(ctx, client.Tier{Name: "team", RequestsPerMinute: 5, RequestsPerHour: 50, RequestsPerDay: 500})
+	if err != nil || team.Name != "team" || team.RequestsPerMinute != 5 || team.Features == nil {
+		t.Fatalf("CreateTier = %+v, %v", team, err)
+	}
+
 	_, _, err = c.PutTier(ctx, client.Tier{Name: "bad", RequestsPerMinute: -1, RequestsPerHour: 1, RequestsPerDay: 1})
 	wantError(t, "invalid tier", err, http.StatusBadRequest, "requests_per_minute must be an integer")
 	wantError(t, "delete the default tier", c.DeleteTier(ctx, "free"), http.StatusConflict, "default tier")

@@ -26,8 +26,14 @@ func decodeJSON(body io.Reader, v any, strict bool) error {
 	if data[0] != '{' {
 		return policy.Errorf(policy.EINVALID, "request body must be a JSON object")
 	}
-	if err := checkJSON(data); err != nil {
-		return err
+	plain := plainJSON(data)
+	if !plain {
+		if err := checkJSONTokens(data); err != nil {
+			return err
+		}
+	}
+	if pd, ok := v.(plainDecoder); ok && plain && pd.decodePlain(data) {
+		return nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if strict {
@@ -43,6 +49,13 @@ func decodeJSON(body io.Reader, v any, strict bool) error {
 		return exactFieldNames(data, v)
 	}
 	return nil
+}
+
+// plainDecoder is a body type that can decode a body plainJSON accepted
+// without encoding/json. decodePlain must fill the value exactly as
+// encoding/json would, or report false and leave it alone.
+type plainDecoder interface {
+	decodePlain(data []byte) bool
 }
 
 // exactFieldNames refuses a name that matches a field of v only when letter

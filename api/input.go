@@ -59,22 +59,15 @@ func refuseCrossSite(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// checkJSON reports what encoding/json would let pass silently in a request
-// body: bytes that are not UTF-8 and escapes of unpaired UTF-16 surrogates
-// (it would turn each into U+FFFD, so different user ids would count as
-// one user), a name given twice in one object (it would keep the last,
-// while a proxy in front may have read the first; names that differ only
-// in letter case count as the same, because encoding/json matches them so),
-// and nesting deeper than MaxJSONDepth. It also reports syntax errors, as
-// decoding would.
-func checkJSON(data []byte) error {
-	if plainJSON(data) {
-		return nil // what clients send, decided without allocating
-	}
-	return checkJSONTokens(data)
-}
-
-// checkJSONTokens is checkJSON token by token, for any body.
+// checkJSONTokens reports what encoding/json would let pass silently in a
+// request body: bytes that are not UTF-8 and escapes of unpaired UTF-16
+// surrogates (it would turn each into U+FFFD, so different user ids would
+// count as one user), a name given twice in one object (it would keep the
+// last, while a proxy in front may have read the first; names that differ
+// only in letter case count as the same, because encoding/json matches them
+// so), and nesting deeper than MaxJSONDepth. It also reports syntax errors,
+// as decoding would. It walks the body token by token; plainJSON decides
+// the bodies clients usually send in one pass first.
 func checkJSONTokens(data []byte) error {
 	if !utf8.Valid(data) {
 		return policy.Errorf(policy.EINVALID, "request body must be UTF-8: JSON text is never anything else")

@@ -5,13 +5,13 @@ import (
 	"unicode/utf8"
 )
 
-// plainJSON reports whether data is certainly a body checkJSON lets pass:
+// plainJSON reports whether data is certainly a body checkJSONTokens lets pass:
 // one JSON object, valid UTF-8, at most plainMaxDepth levels deep, whose
 // keys are ASCII without escapes and unique ignoring ASCII case, with no
 // \u escape anywhere. That is what clients send, and it is decided in one
 // pass that allocates nothing. Anything else, well-formed or not, is
-// reported false, and checkJSON then looks at it closely; so plainJSON may
-// say false to a good body, never true to one checkJSON refuses.
+// reported false, and checkJSONTokens then looks at it closely; so plainJSON
+// may say false to a good body, never true to one checkJSONTokens refuses.
 func plainJSON(data []byte) bool {
 	if !utf8.Valid(data) {
 		return false

@@ -55,41 +55,6 @@ func (p *plainParser) contextInto(c *checkContext) bool {
 	})
 }
 
-// members reads the object at p, calling member for each name with p at the
-// start of its value; member reads the value. It reports false when p is
-// not at an object or member does.
-func (p *plainParser) members(member func(key []byte) bool) bool {
-	p.space()
-	if p.i >= len(p.data) || p.data[p.i] != '{' {
-		return false
-	}
-	p.i++
-	p.space()
-	if p.i < len(p.data) && p.data[p.i] == '}' {
-		p.i++
-		return true
-	}
-	for {
-		p.space()
-		key, ok := p.str(true)
-		if !ok {
-			return false
-		}
-		p.space()
-		if p.i >= len(p.data) || p.data[p.i] != ':' {
-			return false
-		}
-		p.i++
-		p.space()
-		if !member(key) {
-			return false
-		}
-		if done, ok := p.separator('}'); !ok || done {
-			return ok
-		}
-	}
-}
-
 // stringInto reads the value at p into s: a string, or null, which leaves
 // s as it is (as encoding/json does). Anything else is reported false.
 func (p *plainParser) stringInto(s *string) bool {

@@ -74,18 +74,10 @@ func (p *plainParser) value(depth int) bool {
 }
 
 func (p *plainParser) object(depth int) bool {
-	p.i++ // {
 	first := p.nkeys
 	defer func() { p.nkeys = first }()
-	p.space()
-	if p.i < len(p.data) && p.data[p.i] == '}' {
-		p.i++
-		return true
-	}
-	for {
-		p.space()
-		key, ok := p.str(true)
-		if !ok || p.nkeys == plainMaxKeys {
+	return p.members(func(key []byte) bool {
+		if p.nkeys == plainMaxKeys {
 			return false
 		}
 		for _, k := range p.keys[first:p.nkeys] {
@@ -95,13 +87,37 @@ func (p *plainParser) object(depth int) bool {
 		}
 		p.keys[p.nkeys] = key
 		p.nkeys++
+		return p.value(depth)
+	})
+}
+
+// members reads the object at p, calling member for each name with p at the
+// start of its value; member reads the value. It reports false when p is
+// not at an object or member does.
+func (p *plainParser) members(member func(key []byte) bool) bool {
+	p.space()
+	if p.i >= len(p.data) || p.data[p.i] != '{' {
+		return false
+	}
+	p.i++
+	p.space()
+	if p.i < len(p.data) && p.data[p.i] == '}' {
+		p.i++
+		return true
+	}
+	for {
+		p.space()
+		key, ok := p.str(true)
+		if !ok {
+			return false
+		}
 		p.space()
 		if p.i >= len(p.data) || p.data[p.i] != ':' {
 			return false
 		}
 		p.i++
 		p.space()
-		if !p.value(depth) {
+		if !member(key) {
 			return false
 		}
 		if done, ok := p.separator('}'); !ok || done {

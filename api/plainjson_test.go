@@ -122,3 +122,15 @@ func TestCheckBodyDecodePlain(t *testing.T) {
 		}
 	}
 }
+
+// plainJSON runs on every check: it must not allocate.
+func TestPlainJSONAllocatesNothing(t *testing.T) {
+	body := []byte(`{"input_text":"Summarize this","context":{"user_id":"alice","user_tier":"pro","feature":"chat","extra":[1,{"a":null}]}}`)
+	if n := testing.AllocsPerRun(100, func() {
+		if !plainJSON(body) {
+			t.Fatal("plainJSON refused a plain body")
+		}
+	}); n != 0 {
+		t.Errorf("plainJSON allocates %v times per body, want 0", n)
+	}
+}

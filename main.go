@@ -68,17 +68,16 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.addr, "addr", env("GUARDRAIL_ADDR", "127.0.0.1:8080"), "listen address (GUARDRAIL_ADDR)")
 	fs.StringVar(&cfg.dbPath, "db", env("GUARDRAIL_DB", "guardrail.db"), "SQLite database file, created if missing (GUARDRAIL_DB)")
-	fs.StringVar(&cfg.adminToken, "admin-token", env("GUARDRAIL_ADMIN_TOKEN", ""), "bearer token for the admin API; empty generates one and prints it (GUARDRAIL_ADMIN_TOKEN)")
+	// Secrets and booleans take their variables after parsing, not as flag
+	// defaults: a usage message (-h, a mistyped flag) prints every default,
+	// and would print the tokens into whatever log catches stderr.
+	fs.StringVar(&cfg.adminToken, "admin-token", "", "bearer token for the admin API; empty generates one and prints it (GUARDRAIL_ADMIN_TOKEN)")
 	fs.StringVar(&cfg.defaultTier, "default-tier", env("GUARDRAIL_DEFAULT_TIER", policy.DefaultTierName), "tier of requests that name none (GUARDRAIL_DEFAULT_TIER)")
 	fs.StringVar(&cfg.sync, "sync", env("GUARDRAIL_SYNC", db.SyncFull), "SQLite synchronous mode: FULL survives power loss, NORMAL only a process crash (GUARDRAIL_SYNC)")
 	fs.StringVar(&cfg.logFormat, "log-format", env("GUARDRAIL_LOG_FORMAT", "text"), "log format: text or json (GUARDRAIL_LOG_FORMAT)")
 	fs.StringVar(&cfg.metricsAddr, "metrics-addr", env("GUARDRAIL_METRICS_ADDR", ""), "serve GET /metrics on this address instead of the API's (GUARDRAIL_METRICS_ADDR)")
-	failOpen, err := strconv.ParseBool(env("GUARDRAIL_FAIL_OPEN", "false"))
-	if err != nil {
-		return cfg, fmt.Errorf("GUARDRAIL_FAIL_OPEN %q: must be true or false", getenv("GUARDRAIL_FAIL_OPEN"))
-	}
-	fs.BoolVar(&cfg.failOpen, "fail-open", failOpen, "admit checks when storage fails instead of refusing them with 503; each is counted and logged (GUARDRAIL_FAIL_OPEN)")
-	fs.StringVar(&cfg.apiToken, "api-token", env("GUARDRAIL_API_TOKEN", ""), "bearer token every POST /v1/check must carry; empty leaves checks open (GUARDRAIL_API_TOKEN)")
+	fs.BoolVar(&cfg.failOpen, "fail-open", false, "admit checks when storage fails instead of refusing them with 503; each is counted and logged (GUARDRAIL_FAIL_OPEN)")
+	fs.StringVar(&cfg.apiToken, "api-token", "", "bearer token every POST /v1/check must carry; empty leaves checks open (GUARDRAIL_API_TOKEN)")
 	fs.StringVar(&cfg.tlsCert, "tls-cert", env("GUARDRAIL_TLS_CERT", ""), "serve HTTPS with this PEM certificate (chain); needs -tls-key (GUARDRAIL_TLS_CERT)")
 	fs.StringVar(&cfg.tlsKey, "tls-key", env("GUARDRAIL_TLS_KEY", ""), "PEM private key of -tls-cert (GUARDRAIL_TLS_KEY)")
 	interval := env("GUARDRAIL_CLEANUP_INTERVAL", "1m")
@@ -92,6 +91,29 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["admin-token"] {
+		cfg.adminToken = getenv("GUARDRAIL_ADMIN_TOKEN")
+	}
+	if !set["api-token"] {
+		cfg.apiToken = getenv("GUARDRAIL_API_TOKEN")
+	}
+	if v := getenv("GUARDRAIL_FAIL_OPEN"); v != "" && !set["fail-open"] {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return cfg, fmt.Errorf("GUARDRAIL_FAIL_OPEN %q: must be true or false", v)
+		}
+		cfg.failOpen = b
+	}
+	for _, tok := range []struct{ name, value string }{
+		{"admin token (-admin-token, GUARDRAIL_ADMIN_TOKEN)", cfg.adminToken},
+		{"API token (-api-token, GUARDRAIL_API_TOKEN)", cfg.apiToken},
+	} {
+		if err := checkToken(tok.value); err != nil {
+			return cfg, fmt.Errorf("%s %w", tok.name, err)
+		}
+	}
 	d, err := time.ParseDuration(interval)
 	if err != nil || d <= 0 {
 		return cfg, fmt.Errorf("cleanup interval %q: must be a positive duration such as 1m or 30s", interval)
@@ -104,6 +126,22 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		return cfg, errors.New("TLS needs both -tls-cert and -tls-key (GUARDRAIL_TLS_CERT, GUARDRAIL_TLS_KEY)")
 	}
 	return cfg, nil
+}
+
+// checkToken refuses a token no client could send back: a bearer token is
+// read from its header with the surrounding spaces removed, and a header
+// cannot carry control characters. A token pasted with a trailing space or
+// newline would otherwise never match, and nothing would say why.
+func checkToken(tok string) error {
+	if strings.TrimSpace(tok) != tok {
+		return errors.New("starts or ends with white space")
+	}
+	for _, r := range tok {
+		if r < 0x20 || r == 0x7f {
+			return errors.New("contains a control character")
+		}
+	}
+	return nil
 }
 
 // newHTTPServer returns the server for h. Every phase of a connection has a

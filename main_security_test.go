@@ -254,6 +254,7 @@ func TestFailOpenSetting(t *testing.T) {
 		{[]string{"-fail-open"}, nil, true},
 		{nil, map[string]string{"GUARDRAIL_FAIL_OPEN": "true"}, true},
 		{[]string{"-fail-open=false"}, map[string]string{"GUARDRAIL_FAIL_OPEN": "1"}, false},
+		{[]string{"-fail-open=false"}, map[string]string{"GUARDRAIL_FAIL_OPEN": "sometimes"}, false}, // the flag wins
 	} {
 		cfg, err := parseConfig(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
 		if err != nil || cfg.failOpen != tc.want {
@@ -263,6 +264,51 @@ func TestFailOpenSetting(t *testing.T) {
 	_, err := parseConfig(nil, func(k string) string { return map[string]string{"GUARDRAIL_FAIL_OPEN": "sometimes"}[k] }, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), `GUARDRAIL_FAIL_OPEN "sometimes": must be true or false`) {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// A usage message, as a mistyped flag prints it, must not carry the tokens
+// set in the environment: it goes to whatever log catches stderr.
+func TestUsageMessageHidesTokens(t *testing.T) {
+	env := map[string]string{"GUARDRAIL_ADMIN_TOKEN": "admin-secret-77", "GUARDRAIL_API_TOKEN": "api-secret-88"}
+	getenv := func(k string) string { return env[k] }
+	var usage strings.Builder
+	if _, err := parseConfig([]string{"-adr", "127.0.0.1:0"}, getenv, &usage); err == nil {
+		t.Fatal("a mistyped flag was accepted")
+	}
+	if !strings.Contains(usage.String(), "-admin-token") {
+		t.Fatalf("no usage message:\n%s", usage.String())
+	}
+	for _, secret := range env {
+		if strings.Contains(usage.String(), secret) {
+			t.Errorf("the usage message shows %q:\n%s", secret, usage.String())
+		}
+	}
+	cfg, err := parseConfig(nil, getenv, io.Discard)
+	if err != nil || cfg.adminToken != "admin-secret-77" || cfg.apiToken != "api-secret-88" {
+		t.Fatalf("tokens from the environment: %q %q (%v)", cfg.adminToken, cfg.apiToken, err)
+	}
+	cfg, err = parseConfig([]string{"-admin-token", "from-flag"}, getenv, io.Discard)
+	if err != nil || cfg.adminToken != "from-flag" || cfg.apiToken != "api-secret-88" {
+		t.Fatalf("a flag must win over its variable: %q %q (%v)", cfg.adminToken, cfg.apiToken, err)
+	}
+}
+
+// A token no client could send back is refused at start-up, saying why.
+func TestTokensMustBeSendable(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{nil, map[string]string{"GUARDRAIL_ADMIN_TOKEN": "secret\n"}, "admin token (-admin-token, GUARDRAIL_ADMIN_TOKEN) starts or ends with white space"},
+		{[]string{"-api-token", " secret"}, nil, "API token (-api-token, GUARDRAIL_API_TOKEN) starts or ends with white space"},
+		{[]string{"-api-token", "sec\x01ret"}, nil, "contains a control character"},
+	} {
+		_, err := parseConfig(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q %v: err = %v, want %q", tc.args, tc.env, err, tc.want)
+		}
 	}
 }
 

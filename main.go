@@ -242,7 +242,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", metrics.Handler())
-		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(handler, slog.LevelWarn)}
+		msrv := newHTTPServer(mux, nil, handler) // the same deadlines as the API's
 		go func() {
 			if err := msrv.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
 				log.Error("metrics server failed", "err", err)

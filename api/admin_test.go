@@ -33,15 +33,18 @@ func TestAdminPageSignIn(t *testing.T) {
 
 	for _, tc := range []struct {
 		name, token string
+		query       string
 		status      int
 		msg         string
 	}{
-		{"wrong token", "not-the-token", http.StatusUnauthorized, "Wrong admin token."},
-		{"token prefix", pageToken[:4], http.StatusUnauthorized, "Wrong admin token."},
-		{"empty", "", http.StatusBadRequest, "Enter the admin token."},
+		{"wrong token", "not-the-token", "", http.StatusUnauthorized, "Wrong admin token."},
+		{"token prefix", pageToken[:4], "", http.StatusUnauthorized, "Wrong admin token."},
+		{"empty", "", "", http.StatusBadRequest, "Enter the admin token."},
+		// A token in a URL stays in histories and logs: it signs no one in.
+		{"token in the URL", "", "?token=" + url.QueryEscape(pageToken), http.StatusBadRequest, "Enter the admin token."},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rec := e.do(pageRequest{method: http.MethodPost, path: "/admin/login", form: url.Values{"token": {tc.token}}})
+			rec := e.do(pageRequest{method: http.MethodPost, path: "/admin/login" + tc.query, form: url.Values{"token": {tc.token}}})
 			doc := parsePage(t, rec, tc.status)
 			if got := doc.text("admin-token-error"); got != tc.msg {
 				t.Errorf("error beside the field %q, want %q", got, tc.msg)

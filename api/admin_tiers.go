@@ -152,7 +152,7 @@ func tierFormValues(t policy.Tier) map[string]string {
 func postedTierValues(c echo.Context) map[string]string {
 	v := make(map[string]string, len(adminTierFields))
 	for _, d := range adminTierFields {
-		v[d.name] = c.FormValue(d.name)
+		v[d.name] = c.Request().PostFormValue(d.name)
 	}
 	// Browsers send a textarea's line breaks as CRLF.
 	v["description"] = strings.ReplaceAll(v["description"], "\r\n", "\n")
@@ -295,7 +295,7 @@ func (a *admin) handleSaveTier(c echo.Context) error {
 	if _, err := a.s.svc.Tier(ctx, name); err != nil {
 		return a.fail(c, err)
 	}
-	readAt, ok := parseTierVersion(c.FormValue("version"))
+	readAt, ok := parseTierVersion(c.Request().PostFormValue("version"))
 	if !ok {
 		return a.renderError(c, http.StatusBadRequest, "Not saved",
 			"The form does not say which version of the tier it edits. Open the tier again from the tiers page.")

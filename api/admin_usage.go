@@ -96,7 +96,7 @@ func (a *admin) handleUsagePage(c echo.Context) error {
 }
 
 func (a *admin) handleClearUsage(c echo.Context) error {
-	user, tierName := c.FormValue("user_id"), c.FormValue("tier")
+	user, tierName := c.Request().PostFormValue("user_id"), c.Request().PostFormValue("tier")
 	if user == "" {
 		return a.renderError(c, http.StatusBadRequest, "No user", "Look up a user before clearing their history.")
 	}

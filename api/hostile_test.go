@@ -37,6 +37,11 @@ func TestHostileInput(t *testing.T) {
 		{name: "bare word", body: `{context}`, status: bad, want: "malformed JSON"},
 		{name: "single quotes", body: `{'context':{}}`, status: bad, want: "malformed JSON"},
 		{name: "trailing comma", body: `{"context":{},}`, status: bad, want: "malformed JSON"},
+		// White space JSON does not allow around the object, which a strict
+		// proxy in front would call invalid.
+		{name: "trailing vertical tab", body: "{\"context\":{\"user_id\":\"a\"}}\v", status: bad, want: "malformed JSON"},
+		{name: "trailing no-break space", body: "{\"context\":{\"user_id\":\"a\"}}\u00a0", status: bad, want: "malformed JSON"},
+		{name: "leading form feed", body: "\f{\"context\":{\"user_id\":\"a\"}}", status: bad, want: "must be a JSON object"},
 		{name: "trailing garbage", body: `{"context":{}} x`, status: bad, want: "malformed JSON"},
 		{name: "two objects", body: `{} {}`, status: bad, want: "single JSON object"},
 		{name: "null body", body: `null`, status: bad, want: "must be a JSON object"},

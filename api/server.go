@@ -165,7 +165,7 @@ func bearerToken(r *http.Request) string {
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return ""
 	}
-	return strings.TrimSpace(token)
+	return strings.Trim(token, " \t")
 }
 
 // pathParam returns the named path parameter, unescaped. Echo routes on the

@@ -66,7 +66,7 @@ func ReadTiersFile(r io.Reader) ([]policy.Tier, error) {
 	if err != nil {
 		return nil, err
 	}
-	if data = bytes.TrimSpace(data); len(data) == 0 || data[0] != '{' {
+	if data = trimJSONSpace(data); len(data) == 0 || data[0] != '{' {
 		return nil, policy.Errorf(policy.EINVALID, `not a tiers file: it must be a JSON object, {"tiers": [...]}`)
 	}
 	var f tierFile
@@ -106,7 +106,7 @@ func ReadTiersFile(r io.Reader) ([]policy.Tier, error) {
 // the entry's name whenever it has one, even with an error, to say which
 // entry is wrong.
 func readFileTier(raw json.RawMessage) (policy.Tier, error) {
-	if raw = bytes.TrimSpace(raw); len(raw) == 0 || raw[0] != '{' {
+	if raw = trimJSONSpace(raw); len(raw) == 0 || raw[0] != '{' {
 		return policy.Tier{}, policy.Errorf(policy.EINVALID, "must be a JSON object")
 	}
 	var in tierInput

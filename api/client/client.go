@@ -164,11 +164,30 @@ func (c *Client) check(ctx context.Context, req CheckRequest, dryRun bool) (Deci
 	if dryRun {
 		path += "?dry_run=true"
 	}
-	var d Decision
-	status, err := c.do(ctx, http.MethodPost, path, c.apiToken, body, &d,
+	var raw []byte
+	status, err := c.do(ctx, http.MethodPost, path, c.apiToken, body, &raw,
 		http.StatusOK, http.StatusTooManyRequests, http.StatusForbidden)
 	if err != nil {
 		return Decision{}, err
+	}
+	// A 403 or 429 is a refusal only when it carries a decision: the
+	// service's own 403 for a cross-site request, or a proxy's 429, carries
+	// a message or nothing, and reading it as a refusal would lose why.
+	var shape struct {
+		Allowed   *bool   `json:"allowed"`
+		Guardrail *string `json:"guardrail"`
+		Message   string  `json:"message"`
+	}
+	if err := json.Unmarshal(raw, &shape); err != nil || shape.Allowed == nil || shape.Guardrail == nil {
+		e := &Error{StatusCode: status, Message: shape.Message}
+		if e.Message == "" {
+			e.Message = "answer without a decision: " + http.StatusText(status)
+		}
+		return Decision{}, e
+	}
+	var d Decision
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return Decision{}, fmt.Errorf("policyguard client: POST %s: decoding the answer: %w", path, err)
 	}
 	d.StatusCode = status
 	return d, nil
@@ -281,8 +300,8 @@ func (c *Client) ForgetUser(ctx context.Context, userID string) error {
 }
 
 // do sends one request with in as its JSON body (none when nil) and decodes
-// the answer into out when its status is one of ok. Any other status is an
-// *Error.
+// the answer into out when its status is one of ok; an out of type *[]byte
+// gets the answer's bytes as they came. Any other status is an *Error.
 func (c *Client) do(ctx context.Context, method, path, token string, in, out any, ok ...int) (int, error) {
 	return c.doWithHeader(ctx, nil, method, path, token, in, out, ok...)
 }
@@ -329,6 +348,10 @@ func (c *Client) doWithHeader(ctx context.Context, header http.Header, method, p
 	for _, s := range ok {
 		if res.StatusCode != s {
 			continue
+		}
+		if b, ok := out.(*[]byte); ok {
+			*b = data // for the caller to read as it sees fit
+			return res.StatusCode, nil
 		}
 		if out != nil {
 			if err := json.Unmarshal(data, out); err != nil {

@@ -228,6 +228,29 @@ func TestClientErrors(t *testing.T) {
 	_, err = newClient(t, proxy.URL).Tiers(ctx)
 	wantError(t, "proxy", err, http.StatusBadGateway, "Bad Gateway")
 
+	// A 403 or 429 without a decision is an error, not a refusal: a proxy's
+	// rate limit, or the service refusing a cross-site browser request.
+	for _, tc := range []struct {
+		status     int
+		body, want string
+	}{
+		{http.StatusTooManyRequests, "slow down", "answer without a decision: Too Many Requests"},
+		{http.StatusForbidden, `{"message":"cross-site requests from browsers are refused"}`, "cross-site requests from browsers are refused"},
+		{http.StatusForbidden, `{"allowed":false}`, "answer without a decision: Forbidden"},
+	} {
+		gate := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(tc.status)
+			io.WriteString(w, tc.body)
+		}))
+		d, err := newClient(t, gate.URL).Check(ctx, client.CheckRequest{UserID: "u"})
+		gate.Close()
+		if err == nil {
+			t.Errorf("%d %s: read as a decision %+v", tc.status, tc.body, d)
+			continue
+		}
+		wantError(t, tc.body, err, tc.status, tc.want)
+	}
+
 	for _, bad := range []string{"", "127.0.0.1:8080", "ftp://host", "http://"} {
 		if _, err := client.New(bad); err == nil {
 			t.Errorf("New(%q) accepted", bad)

@@ -37,6 +37,9 @@ type Check struct {
 	Now  time.Time
 	// DryRun asks guardrails to decide without changing any state.
 	DryRun bool
+	// unconfirmed is set when Tier came from a TierCache: the RateLimiter
+	// must confirm it before recording anything.
+	unconfirmed bool
 }
 
 // Decision is a guardrail's answer. A refusal is a Decision, not an error.
@@ -76,10 +79,24 @@ type Chain struct {
 }
 
 // NewChain returns a Chain of gs ordered by priority; guardrails of equal
-// priority keep the order given.
+// priority keep the order given. A RateLimiter runs after every other
+// guardrail, whatever their priorities: it records the requests it admits,
+// so a guardrail after it could refuse a request whose quota was already
+// spent.
 func NewChain(gs ...Guardrail) *Chain {
 	gs = slices.Clone(gs)
-	slices.SortStableFunc(gs, func(a, b Guardrail) int { return a.Priority() - b.Priority() })
+	last := func(g Guardrail) int {
+		if _, ok := g.(*RateLimiter); ok {
+			return 1
+		}
+		return 0
+	}
+	slices.SortStableFunc(gs, func(a, b Guardrail) int {
+		if d := last(a) - last(b); d != 0 {
+			return d
+		}
+		return a.Priority() - b.Priority()
+	})
 	return &Chain{guardrails: gs}
 }
 
@@ -144,6 +161,7 @@ func (*RateLimiter) Priority() int { return 5 }
 func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 	var ev Evaluation
 	stale := false
+	unconfirmable := false
 	decide := func(h History) (time.Time, bool, error) {
 		if ct, ok := h.(CurrentTiers); ok && !c.DryRun {
 			// Confirm the tier the check began with (see TierCache). A
@@ -155,6 +173,11 @@ func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 			if stale = !found || !sameTier(cur, c.Tier); stale {
 				return time.Time{}, false, nil
 			}
+		} else if c.unconfirmed && !c.DryRun {
+			// A cached tier that this store cannot confirm decides
+			// nothing: it may be older than a change made elsewhere.
+			unconfirmable = true
+			return time.Time{}, false, nil
 		}
 		var err error
 		ev, err = Evaluate(h, c.Tier, c.Now)
@@ -169,8 +192,11 @@ func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	if stale {
+	switch {
+	case stale:
 		return Decision{}, errTiersChanged
+	case unconfirmable:
+		return Decision{}, errTierUnconfirmed
 	}
 	d := Decision{Outcome: Admitted, Windows: &ev.Windows}
 	if !ev.Allowed {

@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,6 +19,10 @@ const MaxUserIDBytes = 256
 // Service answers checks: it resolves a request's user and tier and runs the
 // guardrail chain. It is safe for concurrent use.
 type Service struct {
+	// tiersUnconfirmable is set once the request store has shown it cannot
+	// confirm a cached tier: tiers are then always read through Tier.
+	tiersUnconfirmable atomic.Bool
+
 	tiers       TierStore
 	limiter     *RateLimiter
 	chain       *Chain
@@ -82,28 +87,34 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 	// one, and the rate limiter confirms it when recording (see TierCache);
 	// a check that the tier changed under starts again with it read afresh.
 	var (
-		tier Tier
-		c    *Check
-		d    Decision
+		tier  Tier
+		fresh *Tier // read afresh after a refusal, to decide on next
+		c     *Check
+		d     Decision
 	)
 	for attempt := 1; ; attempt++ {
 		cached := false
-		if tc, ok := s.tiers.(TierCache); ok && !dryRun && attempt == 1 {
-			tier, cached = tc.CachedTier(req.Tier)
-		}
-		if !cached {
-			var err error
-			tier, err = s.tiers.Tier(ctx, req.Tier)
-			if ErrorCode(err) == ENOTFOUND {
-				return Decision{}, Errorf(EINVALID, "unknown tier %s", quote(req.Tier))
-			} else if err != nil {
-				return Decision{}, err
+		if fresh != nil {
+			tier, fresh = *fresh, nil
+		} else {
+			if tc, ok := s.tiers.(TierCache); ok && !dryRun && attempt == 1 && !s.tiersUnconfirmable.Load() {
+				tier, cached = tc.CachedTier(req.Tier)
+			}
+			if !cached {
+				t, err := s.readTier(ctx, req.Tier)
+				if err != nil {
+					return Decision{}, err
+				}
+				tier = t
 			}
 		}
-		c = &Check{Request: req, Tier: &tier, Now: s.now(), DryRun: dryRun}
+		c = &Check{Request: req, Tier: &tier, Now: s.now(), DryRun: dryRun, unconfirmed: cached}
 		var err error
 		d, err = s.chain.Check(ctx, c)
 		switch {
+		case errors.Is(err, errTierUnconfirmed):
+			s.tiersUnconfirmable.Store(true)
+			continue
 		case errors.Is(err, errTiersChanged) && attempt < maxCheckAttempts:
 			continue
 		case errors.Is(err, errTiersChanged):
@@ -112,8 +123,16 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 			return Decision{}, err
 		case cached && d.Windows == nil:
 			// Refused before the rate limiter, which confirms the tier:
-			// decide again on the tier read afresh.
-			continue
+			// the refusal stands if the stored tier is the one decided on,
+			// and otherwise the stored one decides.
+			t, err := s.readTier(ctx, req.Tier)
+			if err != nil {
+				return Decision{}, err
+			}
+			if !sameTier(&t, &tier) {
+				fresh = &t
+				continue
+			}
 		}
 		break
 	}
@@ -154,6 +173,16 @@ func (s *Service) Forget(ctx context.Context, userID string) error {
 		return err
 	}
 	return s.limiter.Store.Forget(ctx, userID)
+}
+
+// readTier reads the named tier from the store; an unknown one is EINVALID,
+// as the request named it.
+func (s *Service) readTier(ctx context.Context, name string) (Tier, error) {
+	t, err := s.tiers.Tier(ctx, name)
+	if ErrorCode(err) == ENOTFOUND {
+		return Tier{}, Errorf(EINVALID, "unknown tier %s", quote(name))
+	}
+	return t, err
 }
 
 // Tiers returns every tier ordered by name.

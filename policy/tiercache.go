@@ -12,7 +12,9 @@ import (
 // the admission, against a History that implements CurrentTiers, and on
 // any difference the check starts again with the tier read afresh through
 // Tier. So no check decides on a tier older than the last change committed
-// before it began, and no check pays a read of storage for its tier.
+// before it began, and no check pays a read of storage for its tier. With a
+// request store whose History cannot confirm tiers, the first check finds
+// out, and from then on the service reads every tier through Tier.
 //
 // CachedTier returns the named tier as the cache holds it; ok is false when
 // the cache has no such tier, and Service then asks Tier.
@@ -30,6 +32,11 @@ type CurrentTiers interface {
 // errTiersChanged tells Service.Check that the tier a check began with is
 // no longer the tier as it stands, so the check must start again.
 var errTiersChanged = errors.New("the tier changed during the check")
+
+// errTierUnconfirmed tells Service.Check that its request store cannot
+// confirm a cached tier (its History does not implement CurrentTiers), so
+// the service must read tiers through Tier instead.
+var errTierUnconfirmed = errors.New("the request store cannot confirm a cached tier")
 
 // maxCheckAttempts bounds how often a check starts again because its tier
 // changed meanwhile.

@@ -311,10 +311,16 @@ func (s *Store) UpdateTiers(ctx context.Context, u policy.TierUpdate) ([]policy.
 	if err != nil {
 		return nil, err
 	}
-	if len(changes) == 0 {
-		return changes, nil
+	if len(changes) > 0 {
+		// The changes are committed, so they are reported whatever this
+		// reload does: a caller told otherwise would retry a change that
+		// was made. Not waiting on ctx, which may end now that the answer
+		// is decided; a cache the reload fails to refresh is caught up by
+		// the next read that sees tier_version moved, and until then the
+		// writer confirms the tier of every check it records.
+		_ = s.reloadTiers(context.WithoutCancel(ctx), 0)
 	}
-	return changes, s.reloadTiers(ctx, 0)
+	return changes, nil
 }
 
 // tiersInTx reads every tier inside the writer's transaction.

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/policyguard/policyguard/policy"
 )
 
 // hang bounds how long a test waits for its own goroutines before it
@@ -174,4 +176,37 @@ func BenchmarkTier(b *testing.B) {
 		s.tierVersion.mu.Unlock()
 		b.ReportMetric(float64(reads)/float64(b.N), "reads/op")
 	})
+}
+
+// A tier change that committed is reported as made, even when the caller's
+// context ends between the commit and the answer: a caller told it failed
+// would retry a change that was made (and a create-only retry would then
+// fail with a conflict).
+func TestUpdateTiersReportsACommittedChange(t *testing.T) {
+	s := openTestStore(t, filepath.Join(t.TempDir(), "t.db"))
+	bg := context.Background()
+	held, release := make(chan struct{}), make(chan struct{})
+	go s.writer.do(bg, func(*writeTx) error { close(held); <-release; return nil }) // holds the writer
+	recv(t, "the writer to hold", held)
+
+	ctx, cancel := context.WithCancel(bg)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.UpdateTiers(ctx, policy.TierUpdate{At: w0, Source: policy.SourceAPI,
+			Put: []policy.Tier{{Name: "gold", RequestsPerMinute: 1, RequestsPerHour: 1, RequestsPerDay: 1}}})
+		errc <- err
+	}()
+	waitUntil(t, "the change queues", func() bool { return len(s.writer.jobs) == 1 })
+	// The caller goes away while its change is in the transaction: a job of
+	// the same batch cancels it, so the moment is exact.
+	go s.writer.do(bg, func(*writeTx) error { cancel(); return nil })
+	waitUntil(t, "the cancel queues", func() bool { return len(s.writer.jobs) == 2 })
+	close(release)
+
+	if err := recv(t, "UpdateTiers", errc); err != nil {
+		t.Fatalf("UpdateTiers reported %v for a change it committed", err)
+	}
+	if got, err := s.Tier(bg, "gold"); err != nil || got.RequestsPerMinute != 1 {
+		t.Fatalf("gold after the change: %+v, %v", got, err)
+	}
 }

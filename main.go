@@ -81,7 +81,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&cfg.tlsCert, "tls-cert", env("GUARDRAIL_TLS_CERT", ""), "serve HTTPS with this PEM certificate (chain); needs -tls-key (GUARDRAIL_TLS_CERT)")
 	fs.StringVar(&cfg.tlsKey, "tls-key", env("GUARDRAIL_TLS_KEY", ""), "PEM private key of -tls-cert (GUARDRAIL_TLS_KEY)")
 	interval := env("GUARDRAIL_CLEANUP_INTERVAL", "1m")
-	fs.Func("cleanup-interval", "how often rows older than a day are deleted (GUARDRAIL_CLEANUP_INTERVAL, default 1m)", func(s string) error {
+	fs.Func("cleanup-interval", "how often rows older than 25 hours (a day and an hour's slack for clock steps) are deleted (GUARDRAIL_CLEANUP_INTERVAL, default 1m)", func(s string) error {
 		interval = s
 		return nil
 	})
@@ -274,7 +274,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		store.PruneEvery(bg, cfg.cleanupInterval, policy.Retention, time.Now, log, metrics.ObserveCleanup)
+		store.PruneEvery(bg, cfg.cleanupInterval, policy.KeepFor, time.Now, log, metrics.ObserveCleanup)
 	}()
 
 	serveErr := make(chan error, 1)

@@ -363,3 +363,38 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 		t.Fatalf("opened a database from a newer binary: %v", err)
 	}
 }
+
+// The cleanup deletes by the clock of the moment. A clock that ran up to an
+// hour fast then and is set back after must still find every request that
+// counts, or the day window would admit past its limit.
+func TestCleanupOnAFastClockKeepsWhatCounts(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, "")
+	now := t0
+	svc := policy.NewService(s, s, policy.WithClock(func() time.Time { return now }))
+	day := policy.Tier{Name: "day", RequestsPerMinute: 100, RequestsPerHour: 100, RequestsPerDay: 3}
+	if _, _, err := svc.PutTier(ctx, day); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		now = t0.Add(time.Duration(i) * time.Second)
+		if d, err := svc.Check(ctx, policy.Request{UserID: "u", Tier: "day"}, false); err != nil || !d.Allowed() {
+			t.Fatalf("check %d: %+v, %v", i, d, err)
+		}
+	}
+	// The cleanup runs on a clock an hour fast, just before the first
+	// request would leave the day window by it...
+	fast := t0.Add(policy.Retention + time.Hour - time.Second)
+	if _, err := s.Prune(ctx, fast.Add(-policy.KeepFor)); err != nil {
+		t.Fatal(err)
+	}
+	// ...and the clock is set back an hour: all three still count.
+	now = fast.Add(-time.Hour)
+	d, err := svc.Check(ctx, policy.Request{UserID: "u", Tier: "day"}, false)
+	if err != nil || d.Allowed() {
+		t.Fatalf("a 4th request within the day: %+v, %v; want refused", d, err)
+	}
+	if got := d.Windows[policy.Day].Count; got != 3 {
+		t.Errorf("the day window counts %d, want 3", got)
+	}
+}

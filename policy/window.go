@@ -26,6 +26,12 @@ const Resolution = time.Microsecond
 // window. Older rows may be deleted.
 const Retention = 24 * time.Hour
 
+// KeepFor is how long storage keeps a recorded request: Retention and an
+// hour more. Old requests are deleted by the wall clock of the moment; one
+// that ran up to an hour fast then, and was set back after, still finds
+// every request that counts.
+const KeepFor = Retention + time.Hour
+
 // Duration returns the window's length.
 func (w Window) Duration() time.Duration {
 	switch w {

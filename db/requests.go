@@ -20,6 +20,7 @@ const (
 	qRowsAfter
 	qRowsAfter3
 	qNthAfter
+	qAround
 	qInsert
 	qForget
 	qNextUser
@@ -52,8 +53,13 @@ var queries = [numQueries]string{
 		UNION ALL SELECT 1, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?3 ORDER BY ts LIMIT 8)
 		UNION ALL SELECT 2, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?4 ORDER BY ts LIMIT 8)`,
 	// Only needed when a lowered limit leaves a window more than one
-	// request over its ceiling; it steps over those requests.
-	qNthAfter:    `SELECT ts FROM requests WHERE user_id = ? AND ts > ? ORDER BY ts LIMIT 1 OFFSET ?`,
+	// request over its ceiling. It visits every row it steps over, so
+	// NthAfter steps over few (nthOffsetMax) and searches for the rest.
+	qNthAfter: `SELECT ts FROM requests WHERE user_id = ? AND ts > ? ORDER BY ts LIMIT 1 OFFSET ?`,
+	// The newest row before a time and the oldest at or after it: one
+	// probe of NthAfter's search (see seekSeq).
+	qAround: `SELECT ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts < ?2 ORDER BY ts DESC LIMIT 1)
+		UNION ALL SELECT ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts >= ?2 ORDER BY ts LIMIT 1)`,
 	qInsert:      `INSERT INTO requests (user_id, ts, seq) VALUES (?, ?, ?)`,
 	qForget:      `DELETE FROM requests WHERE user_id = ?`,
 	qNextUser:    `SELECT user_id FROM requests WHERE user_id > ? ORDER BY user_id LIMIT 1`,
@@ -65,7 +71,7 @@ var queries = [numQueries]string{
 }
 
 // readQueries are the queries View runs on the read connections.
-var readQueries = [...]query{qLast, qFirstAfter, qFirstAfter3, qNthAfter}
+var readQueries = [...]query{qLast, qFirstAfter, qFirstAfter3, qNthAfter, qAround}
 
 // rowQuerier runs one of the queries.
 type rowQuerier interface {
@@ -394,7 +400,32 @@ func (h *history) CountAfter(t time.Time) (int64, error) {
 	return h.lastSeq - r.seq + 1, nil
 }
 
+// nthOffsetMax is the most rows NthAfter steps over with OFFSET, which
+// visits every row it skips: all the way for a small k, and the last stretch
+// after a search for a larger one.
+const nthOffsetMax = 64
+
+// nthMaxProbes bounds the probes of one search (see seekSeq). Of any two
+// probes in a row, one at least halves the span of timestamps searched, so
+// a day's (under 2^37 µs) takes at most 74 probes and any span of int64
+// microseconds 128. The bound is a safety net: past it, OFFSET would step
+// over what is left, slower but right.
+const nthMaxProbes = 128
+
+// errNoNth is what NthAfter returns when fewer than k rows are after t, as
+// the OFFSET query that finds nothing does.
+var errNoNth = unavailable(sql.ErrNoRows)
+
 // NthAfter implements policy.History.
+//
+// The k-th row after t is the one numbered first.seq+k-1, where first is
+// the oldest row after t. seq has no index (one would cost every admission a
+// second B-tree insert), and OFFSET visits every row it skips: k-1 of them,
+// 99,000 when a day limit is lowered to 1,000 below a user's 100,000
+// requests, and refused checks are not recorded, so a client could repeat
+// them at will in the writer, where every other admission waits. So only a
+// small k steps over rows; a larger one is found by searching on ts, which
+// increases with seq (see seekSeq): a few seeks whatever k.
 func (h *history) NthAfter(t time.Time, k int64) (time.Time, error) {
 	cutoff := t.UnixMicro()
 	if k == 1 {
@@ -407,11 +438,122 @@ func (h *history) NthAfter(t time.Time, k int64) (time.Time, error) {
 		}
 		return time.UnixMicro(r.ts), nil
 	}
-	var ts int64
-	if err := h.q.queryRow(qNthAfter, h.user, cutoff, k-1).Scan(&ts); err != nil {
-		return time.Time{}, unavailable(err)
+	if k <= nthOffsetMax {
+		var ts int64
+		if err := h.q.queryRow(qNthAfter, h.user, cutoff, k-1).Scan(&ts); err != nil {
+			return time.Time{}, unavailable(err)
+		}
+		return time.UnixMicro(ts), nil
 	}
-	return time.UnixMicro(ts), nil
+	r, ok, err := h.first(cutoff) // usually known: Prefetch found it
+	if err != nil {
+		return time.Time{}, err
+	}
+	if !ok || k-1 > h.lastSeq-r.seq {
+		return time.Time{}, errNoNth
+	}
+	ts, err := h.seekSeq(r, r.seq+k-1)
+	return time.UnixMicro(ts), err
+}
+
+// seekSeq returns the timestamp of the row numbered target, lo being a row
+// at or before it (lo.cutoff any time such that lo is the oldest row after
+// it) and target below the newest row's number.
+//
+// It keeps two rows around target, lo numbered at most target and hi after
+// it, starting from the newest; the rows between them in time are exactly
+// those numbered between them. Each probe picks a time x in (lo.ts, hi.ts]
+// and finds the newest row before x and the oldest at or after it (qAround,
+// two seeks on the primary key), which are numbered consecutively: one of
+// them becomes the new lo or hi, or is target. Either way the span of
+// timestamps between lo and hi shrinks, to rows on both sides, so a long
+// silence between bursts of requests is skipped at once. x is interpolated
+// from the numbers, aiming a little before target so that lo tends to land
+// within OFFSET's reach of it: on steady traffic one or two probes do. When
+// an interpolation does not halve the span, the next probe bisects it
+// instead, which bounds the probes whatever the spacing of the rows (see
+// nthMaxProbes). Once lo is within nthOffsetMax of target, OFFSET finishes.
+//
+// Probes only read, with their own statement, not through first: the
+// writer's cursors and firstAfter keep only what callers asked about.
+func (h *history) seekSeq(lo firstRow, target int64) (int64, error) {
+	if target == h.lastSeq {
+		return h.lastTS, nil
+	}
+	hiTS, hiSeq := h.lastTS, h.lastSeq
+	bisect := false
+	for probes := 0; target-lo.seq > nthOffsetMax && probes < nthMaxProbes; probes++ {
+		// More than nthOffsetMax rows, with distinct timestamps, lie in
+		// [lo.ts, hiTS]: width > 1, and x is in (lo.ts, hiTS].
+		width := uint64(hiTS - lo.ts) // unsigned: right even past MaxInt64
+		span := hiSeq - lo.seq
+		off := width / 2
+		if !bisect {
+			aim := max(target-nthOffsetMax/2, lo.seq+1)
+			f := float64(width) * (float64(aim-lo.seq) / float64(span))
+			switch {
+			case f < 1:
+				off = 1
+			case f >= float64(width):
+				off = width
+			default:
+				off = uint64(f)
+			}
+		}
+		x := lo.ts + int64(off)
+		below, above, err := h.around(x)
+		if err != nil {
+			return 0, err
+		}
+		if below.seq < lo.seq || above.seq > hiSeq || above.seq != below.seq+1 {
+			return 0, fmt.Errorf("history of %q: rows %d at %d and %d at %d around %d, between rows %d at %d and %d at %d",
+				h.user, below.seq, below.ts, above.seq, above.ts, x, lo.seq, lo.ts, hiSeq, hiTS)
+		}
+		switch {
+		case below.seq == target:
+			return below.ts, nil
+		case above.seq == target:
+			return above.ts, nil
+		case above.seq < target:
+			lo = firstRow{cutoff: x - 1, ts: above.ts, seq: above.seq, found: true}
+		default:
+			hiTS, hiSeq = below.ts, below.seq
+		}
+		bisect = !bisect && uint64(hiTS-lo.ts) > width/2
+	}
+	var ts int64
+	if err := h.q.queryRow(qNthAfter, h.user, lo.cutoff, target-lo.seq).Scan(&ts); err != nil {
+		return 0, unavailable(err)
+	}
+	return ts, nil
+}
+
+// around returns the newest row before x and the oldest at or after it;
+// both must exist.
+func (h *history) around(x int64) (below, above firstRow, err error) {
+	rows, err := h.q.query(qAround, h.user, x)
+	if err != nil {
+		return below, above, unavailable(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r := &h.scanned
+		if err := rows.Scan(&r.ts, &r.seq); err != nil {
+			return below, above, unavailable(err)
+		}
+		if r.ts < x {
+			below, below.found = *r, true
+		} else {
+			above, above.found = *r, true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return below, above, unavailable(err)
+	}
+	if !below.found || !above.found {
+		return below, above, fmt.Errorf("history of %q: no row before %d (%v) or none at or after it (%v)", h.user, x, below.found, above.found)
+	}
+	return below, above, nil
 }
 
 // Admit implements policy.RequestStore. decide runs inside the writer's

@@ -25,7 +25,6 @@ const adminCSP = "default-src 'none'; style-src 'self'; img-src 'self'; form-act
 type admin struct {
 	s        *Server
 	sessions adminSessions
-	throttle signInThrottle
 	origin   *http.CrossOriginProtection
 }
 
@@ -205,17 +204,6 @@ func (a *admin) fail(c echo.Context, err error) error {
 	return a.renderError(c, status, http.StatusText(status), policy.ErrorMessage(err))
 }
 
-// clientIP returns the address failed sign-ins are counted against. Unless
-// the server was told how to read a proxy's headers (an IPExtractor), it is
-// the connection's own address: X-Forwarded-For would let each attempt claim
-// a fresh address and escape the throttle.
-func (a *admin) clientIP(c echo.Context) string {
-	if a.s.echo.IPExtractor != nil {
-		return c.RealIP()
-	}
-	return echo.ExtractIPDirect()(c.Request())
-}
-
 func (a *admin) handleLoginPage(c echo.Context) error {
 	if _, ok := a.sessions.get(adminSessionID(c), a.s.svc.Now()); ok {
 		return c.Redirect(http.StatusSeeOther, "/admin")
@@ -232,8 +220,8 @@ func (a *admin) handleLogin(c echo.Context) error {
 		v.LoginError = "Enter the admin token."
 		return a.render(c, http.StatusBadRequest, "login", v)
 	}
-	client := a.clientIP(c)
-	wait, ok := a.throttle.attempt(client, now)
+	client := throttleKey(c)
+	wait, ok := a.s.tokenThrottle.attempt(client, now)
 	if !ok {
 		secs := int64((wait + time.Second - 1) / time.Second)
 		c.Response().Header().Set("Retry-After", strconv.FormatInt(secs, 10))
@@ -244,7 +232,7 @@ func (a *admin) handleLogin(c echo.Context) error {
 		v.LoginError = "Wrong admin token."
 		return a.render(c, http.StatusUnauthorized, "login", v)
 	}
-	a.throttle.succeeded(client)
+	a.s.tokenThrottle.succeeded(client)
 	id, sess := a.sessions.create(now)
 	c.SetCookie(&http.Cookie{
 		Name:     adminSessionCookie,

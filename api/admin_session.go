@@ -5,8 +5,11 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"net"
 	"sync"
 	"time"
+
+	"github.com/labstack/echo/v4"
 )
 
 const (
@@ -120,12 +123,28 @@ func newSecretToken() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
+// throttleKey returns the client that wrong admin tokens are counted
+// against: the connection's address (the server reads no proxy header, as
+// X-Forwarded-For would let each attempt claim a fresh address), and for
+// IPv6 its /64, which is what one subscriber usually gets.
+func throttleKey(c echo.Context) string {
+	ip := net.ParseIP(c.RealIP())
+	if ip == nil {
+		return c.RealIP()
+	}
+	if ip.To4() == nil {
+		return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
+	}
+	return ip.String()
+}
+
 // signInThrottle limits failed sign-ins per client: after SignInMaxFailures
 // within SignInWindow, attempts are refused until the oldest of them leaves
 // the window. It is safe for concurrent use; its zero value is ready.
 type signInThrottle struct {
-	mu       sync.Mutex
-	failures map[string][]time.Time // by client, oldest first
+	mu        sync.Mutex
+	failures  map[string][]time.Time // by client, oldest first
+	lastSweep time.Time
 }
 
 // attempt reports whether client may try to sign in at now, and if not, how
@@ -138,8 +157,11 @@ func (t *signInThrottle) attempt(client string, now time.Time) (wait time.Durati
 	if t.failures == nil {
 		t.failures = make(map[string][]time.Time)
 	}
-	if len(t.failures) > 4096 {
+	// Sweep when many clients are tracked, at most once a minute, so that
+	// attempts from many addresses cannot make each attempt cost them all.
+	if len(t.failures) > 4096 && now.Sub(t.lastSweep) >= time.Minute {
 		t.sweep(now)
+		t.lastSweep = now
 	}
 	fs := recentFailures(t.failures[client], now)
 	if len(fs) >= SignInMaxFailures {

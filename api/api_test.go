@@ -219,7 +219,7 @@ func TestDryRunRecordsNothing(t *testing.T) {
 
 func TestAdminAuth(t *testing.T) {
 	e := newEnv(t)
-	for _, tc := range []struct {
+	for i, tc := range []struct {
 		method, path, auth string
 	}{
 		{"GET", "/v1/tiers", ""},
@@ -233,6 +233,7 @@ func TestAdminAuth(t *testing.T) {
 		{"DELETE", "/v1/usage/u", ""},
 	} {
 		req := httptest.NewRequest(tc.method, tc.path, strings.NewReader(`{}`))
+		req.RemoteAddr = fmt.Sprintf("192.0.2.%d:1234", i+10) // each its own client, below the throttle
 		if tc.auth != "" {
 			req.Header.Set("Authorization", tc.auth)
 		}
@@ -250,6 +251,44 @@ func TestAdminAuth(t *testing.T) {
 	}
 	if rec := e.do("DELETE", "/v1/tiers/pro", "", false); rec.Code != 401 {
 		t.Fatal("deleted without a token")
+	}
+}
+
+// Wrong admin tokens on the API count in the admin page's sign-in throttle:
+// after SignInMaxFailures from one client (an IPv6 client being its /64),
+// even the right token waits out the window, and other clients do not.
+func TestAdminAPIThrottlesWrongTokens(t *testing.T) {
+	e := newEnv(t)
+	get := func(remote, token string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodGet, "/v1/tiers/free", nil)
+		req.RemoteAddr = remote
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		e.srv.ServeHTTP(rec, req)
+		return rec
+	}
+	for i := range api.SignInMaxFailures {
+		// Addresses in one /64 are one client.
+		remote := fmt.Sprintf("[2001:db8:1:2::%x]:443", i+1)
+		if rec := get(remote, "guess"); rec.Code != http.StatusUnauthorized {
+			t.Fatalf("wrong token %d: %d, want 401", i+1, rec.Code)
+		}
+	}
+	rec := get("[2001:db8:1:2::99]:443", adminToken)
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "900" ||
+		!strings.Contains(rec.Body.String(), "too many wrong admin tokens") {
+		t.Fatalf("right token after %d wrong ones: %d %s (Retry-After %q), want 429 for 900 s",
+			api.SignInMaxFailures, rec.Code, rec.Body, rec.Header().Get("Retry-After"))
+	}
+	if rec := get("[2001:db8:1:3::1]:443", adminToken); rec.Code != http.StatusOK {
+		t.Fatalf("another /64: %d, want 200", rec.Code)
+	}
+	if rec := get("192.0.2.7:1234", adminToken); rec.Code != http.StatusOK {
+		t.Fatalf("another client: %d, want 200", rec.Code)
+	}
+	e.clock.Advance(api.SignInWindow)
+	if rec := get("[2001:db8:1:2::99]:443", adminToken); rec.Code != http.StatusOK {
+		t.Fatalf("after the window: %d, want 200", rec.Code)
 	}
 }
 

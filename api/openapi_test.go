@@ -263,7 +263,7 @@ type answerCase struct {
 	admin                        bool
 	status                       int
 	header                       map[string]string // beyond Content-Type: application/json
-	srv                          string            // "" the main server, "token" one with an API token, "failopen" one failing open on a closed store
+	srv                          string            // "" the main server, "token" one with an API token, "failopen" one failing open on a closed store, "throttled" one that has seen too many wrong admin tokens
 }
 
 // TestOpenAPIAnswersMatch sends requests that produce every answer the
@@ -294,6 +294,16 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 		FailOpen:   true,
 		Logger:     quiet,
 	})
+	// A server this client already sent too many wrong admin tokens.
+	throttled := api.NewServer(api.Config{
+		Service:    policy.NewService(e.store, e.store, policy.WithClock(e.clock.Now)),
+		AdminToken: adminToken,
+		Logger:     quiet,
+	})
+	for range api.SignInMaxFailures {
+		send(throttled, "GET", "/v1/tiers", "", map[string]string{"Authorization": "Bearer wrong"})
+	}
+	servers["throttled"] = throttled
 	e.putTier("one", `{"requests_per_minute":1,"requests_per_hour":10,"requests_per_day":10,"burst_allowance":0}`)
 	limits := `"requests_per_minute":3,"requests_per_hour":30,"requests_per_day":300,"burst_allowance":1`
 	big := `{"input_text":"` + strings.Repeat("a", 1<<20) + `"}`
@@ -335,6 +345,12 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 		{"DELETE", "/v1/usage/{user_id}", "/v1/usage/oa", "", true, 204, nil, ""},
 		{"DELETE", "/v1/usage/{user_id}", "/v1/usage/" + strings.Repeat("u", 257), "", true, 400, nil, ""},
 		{"DELETE", "/v1/usage/{user_id}", "/v1/usage/oa", "", false, 401, nil, ""},
+		{"GET", "/v1/tiers", "/v1/tiers", "", true, 429, nil, "throttled"},
+		{"GET", "/v1/tiers/{name}", "/v1/tiers/pro", "", true, 429, nil, "throttled"},
+		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{` + limits + `}`, true, 429, nil, "throttled"},
+		{"DELETE", "/v1/tiers/{name}", "/v1/tiers/team", "", true, 429, nil, "throttled"},
+		{"GET", "/v1/usage/{user_id}", "/v1/usage/oa", "", true, 429, nil, "throttled"},
+		{"DELETE", "/v1/usage/{user_id}", "/v1/usage/oa", "", true, 429, nil, "throttled"},
 		{"GET", "/healthz", "/healthz", "", false, 200, nil, ""},
 		{"GET", "/metrics", "/metrics", "", false, 200, nil, ""},
 		{"GET", "/openapi.yaml", "/openapi.yaml", "", false, 200, nil, ""},

@@ -6,9 +6,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -49,6 +51,10 @@ type Config struct {
 
 // Server is the HTTP API. It is an http.Handler and safe for concurrent use.
 type Server struct {
+	// tokenThrottle counts wrong admin tokens per client, from the admin
+	// page's sign-in and the admin API alike.
+	tokenThrottle signInThrottle
+
 	echo       *echo.Echo
 	svc        *policy.Service
 	health     func(context.Context) error
@@ -145,12 +151,23 @@ func (s *Server) Routes() []Route {
 // requireAdmin lets through requests with "Authorization: Bearer <token>"
 // for the admin token. Tokens are compared as hashes in constant time, so
 // neither their content nor their length leaks through timing.
+// requireAdmin lets through requests with the admin token. Wrong tokens
+// count against the client in the same throttle as the admin page's
+// sign-in, so the API is no way around it.
 func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
+		client := throttleKey(c)
+		if wait, ok := s.tokenThrottle.attempt(client, s.svc.Now()); !ok {
+			secs := int64((wait + time.Second - 1) / time.Second)
+			c.Response().Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+			return echo.NewHTTPError(http.StatusTooManyRequests,
+				fmt.Sprintf("too many wrong admin tokens from your address: try again in %d seconds", secs))
+		}
 		if !s.validAdminToken(bearerToken(c.Request())) {
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="policyguard"`)
 			return policy.Errorf(policy.EUNAUTHORIZED, "missing or wrong admin token")
 		}
+		s.tokenThrottle.succeeded(client)
 		return next(c)
 	}
 }

@@ -54,6 +54,7 @@ type config struct {
 	apiToken        string
 	tlsCert         string
 	tlsKey          string
+	trustedProxies  []*net.IPNet
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -80,6 +81,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&cfg.apiToken, "api-token", "", "bearer token every POST /v1/check must carry; empty leaves checks open (GUARDRAIL_API_TOKEN)")
 	fs.StringVar(&cfg.tlsCert, "tls-cert", env("GUARDRAIL_TLS_CERT", ""), "serve HTTPS with this PEM certificate (chain); needs -tls-key (GUARDRAIL_TLS_CERT)")
 	fs.StringVar(&cfg.tlsKey, "tls-key", env("GUARDRAIL_TLS_KEY", ""), "PEM private key of -tls-cert (GUARDRAIL_TLS_KEY)")
+	proxies := env("GUARDRAIL_TRUSTED_PROXIES", "")
+	fs.Func("trusted-proxies", "comma-separated addresses or CIDR ranges of reverse proxies whose X-Forwarded-For names the client (GUARDRAIL_TRUSTED_PROXIES, default none)", func(s string) error {
+		proxies = s
+		return nil
+	})
 	interval := env("GUARDRAIL_CLEANUP_INTERVAL", "1m")
 	fs.Func("cleanup-interval", "how often rows older than 25 hours (a day and an hour's slack for clock steps) are deleted (GUARDRAIL_CLEANUP_INTERVAL, default 1m)", func(s string) error {
 		interval = s
@@ -119,6 +125,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		return cfg, fmt.Errorf("cleanup interval %q: must be a positive duration such as 1m or 30s", interval)
 	}
 	cfg.cleanupInterval = d
+	if cfg.trustedProxies, err = parseProxies(proxies); err != nil {
+		return cfg, err
+	}
 	if cfg.logFormat != "text" && cfg.logFormat != "json" {
 		return cfg, fmt.Errorf("log format %q: must be text or json", cfg.logFormat)
 	}
@@ -126,6 +135,35 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		return cfg, errors.New("TLS needs both -tls-cert and -tls-key (GUARDRAIL_TLS_CERT, GUARDRAIL_TLS_KEY)")
 	}
 	return cfg, nil
+}
+
+// parseProxies reads a comma-separated list of addresses and CIDR ranges.
+func parseProxies(list string) ([]*net.IPNet, error) {
+	var nets []*net.IPNet
+	for _, item := range strings.Split(list, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		if !strings.Contains(item, "/") {
+			ip := net.ParseIP(item)
+			if ip == nil {
+				return nil, fmt.Errorf("trusted proxy %q: not an IP address or CIDR range", item)
+			}
+			bits := 128
+			if ip4 := ip.To4(); ip4 != nil {
+				ip, bits = ip4, 32
+			}
+			nets = append(nets, &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)})
+			continue
+		}
+		_, n, err := net.ParseCIDR(item)
+		if err != nil {
+			return nil, fmt.Errorf("trusted proxy %q: not an IP address or CIDR range", item)
+		}
+		nets = append(nets, n)
+	}
+	return nets, nil
 }
 
 // checkToken refuses a token no client could send back: a bearer token is
@@ -224,14 +262,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	srv := newHTTPServer(api.NewServer(api.Config{
-		Service:     svc,
-		Health:      store.Ping,
-		AdminToken:  cfg.adminToken,
-		Logger:      log,
-		Metrics:     metrics,
-		HideMetrics: cfg.metricsAddr != "",
-		APIToken:    cfg.apiToken,
-		FailOpen:    cfg.failOpen,
+		Service:        svc,
+		Health:         store.Ping,
+		AdminToken:     cfg.adminToken,
+		Logger:         log,
+		Metrics:        metrics,
+		HideMetrics:    cfg.metricsAddr != "",
+		APIToken:       cfg.apiToken,
+		FailOpen:       cfg.failOpen,
+		TrustedProxies: cfg.trustedProxies,
 	}), tlsCfg, handler)
 	if cfg.metricsAddr != "" {
 		// Metrics on their own address can stay inside the network while

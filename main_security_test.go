@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
@@ -453,5 +454,31 @@ func TestSecretsStayOutOfLogs(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "path=/v1/check") {
 		t.Fatalf("the log has no access lines to search:\n%s", logs)
+	}
+}
+
+// -trusted-proxies and GUARDRAIL_TRUSTED_PROXIES take addresses and CIDR
+// ranges; anything else stops the service, saying which entry is wrong.
+func TestTrustedProxiesSetting(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string // the ranges, or the error
+	}{
+		{nil, nil, "[]"},
+		{[]string{"-trusted-proxies", "10.0.0.0/8, 192.0.2.1,2001:db8::1"}, nil, "[10.0.0.0/8 192.0.2.1/32 2001:db8::1/128]"},
+		{nil, map[string]string{"GUARDRAIL_TRUSTED_PROXIES": "127.0.0.1"}, "[127.0.0.1/32]"},
+		{[]string{"-trusted-proxies", ""}, map[string]string{"GUARDRAIL_TRUSTED_PROXIES": "127.0.0.1"}, "[]"}, // the flag wins
+		{[]string{"-trusted-proxies", "10.0.0.0/33"}, nil, `trusted proxy "10.0.0.0/33": not an IP address or CIDR range`},
+		{nil, map[string]string{"GUARDRAIL_TRUSTED_PROXIES": "proxy.internal"}, `trusted proxy "proxy.internal": not an IP address or CIDR range`},
+	} {
+		cfg, err := parseConfig(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+		got := fmt.Sprint(cfg.trustedProxies)
+		if err != nil {
+			got = err.Error()
+		}
+		if got != tc.want {
+			t.Errorf("%q %v: %s, want %s", tc.args, tc.env, got, tc.want)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -439,5 +440,63 @@ func TestHealth(t *testing.T) {
 	}
 	if rec := e.do("POST", "/v1/check", `{}`, false); rec.Code != 503 || !strings.Contains(rec.Body.String(), "storage failed") {
 		t.Fatalf("check on a closed store: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// Behind a proxy named in TrustedProxies, each client is throttled on its
+// own address from X-Forwarded-For; without one, X-Forwarded-For is
+// ignored, as anyone can send it.
+func TestTrustedProxiesNameTheClient(t *testing.T) {
+	store, err := db.Open(context.Background(), filepath.Join(t.TempDir(), "test.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	_, proxies, _ := net.ParseCIDR("10.0.0.0/8")
+	newServer := func(trusted ...*net.IPNet) *api.Server {
+		return api.NewServer(api.Config{
+			Service:        policy.NewService(store, store, policy.WithClock(func() time.Time { return t0 })),
+			AdminToken:     adminToken,
+			Logger:         slog.New(slog.DiscardHandler),
+			TrustedProxies: trusted,
+		})
+	}
+	get := func(srv *api.Server, remote, xff, token string) int {
+		req := httptest.NewRequest(http.MethodGet, "/v1/tiers/free", nil)
+		req.RemoteAddr = remote
+		if xff != "" {
+			req.Header.Set("X-Forwarded-For", xff)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, req)
+		return rec.Code
+	}
+
+	behind := newServer(proxies)
+	for range api.SignInMaxFailures {
+		get(behind, "10.0.0.5:3000", "198.51.100.7", "guess")
+	}
+	if got := get(behind, "10.0.0.5:3000", "198.51.100.7", adminToken); got != http.StatusTooManyRequests {
+		t.Errorf("the guessing client through the proxy: %d, want 429", got)
+	}
+	if got := get(behind, "10.0.0.5:3000", "203.0.113.9", adminToken); got != http.StatusOK {
+		t.Errorf("another client through the same proxy: %d, want 200", got)
+	}
+	// A client that claims an address is still itself when it is not a
+	// trusted proxy: the address it claims is not locked out.
+	for range api.SignInMaxFailures {
+		get(behind, "192.0.2.50:3000", "203.0.113.9", "guess")
+	}
+	if got := get(behind, "10.0.0.5:3000", "203.0.113.9", adminToken); got != http.StatusOK {
+		t.Errorf("a client spoofing X-Forwarded-For locked out the address it named: %d, want 200", got)
+	}
+
+	direct := newServer()
+	for i := range api.SignInMaxFailures {
+		get(direct, "192.0.2.60:3000", fmt.Sprintf("198.51.100.%d", i), "guess") // a fresh claimed address each time
+	}
+	if got := get(direct, "192.0.2.60:3000", "198.51.100.99", adminToken); got != http.StatusTooManyRequests {
+		t.Errorf("without trusted proxies X-Forwarded-For escaped the throttle: %d, want 429", got)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -47,6 +48,13 @@ type Config struct {
 	// FailOpen admits a check that storage cannot decide instead of
 	// refusing it with 503; every such admission is counted and logged.
 	FailOpen bool
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For is
+	// believed: a request's client is then the nearest address in it that
+	// is not one of them. Empty, the client is the connection's address and
+	// X-Forwarded-For is ignored, since anyone can send it. The client is
+	// what wrong admin tokens are counted against and what the access log
+	// shows.
+	TrustedProxies []*net.IPNet
 }
 
 // Server is the HTTP API. It is an http.Handler and safe for concurrent use.
@@ -91,8 +99,16 @@ func NewServer(cfg Config) *Server {
 	s.failOpen.enabled = cfg.FailOpen
 	s.echo.HideBanner, s.echo.HidePort = true, true
 	// Client addresses (sign-in throttle, access log) come from the
-	// connection: X-Forwarded-For is whatever a client wants it to be.
+	// connection, X-Forwarded-For being whatever a client wants it to be,
+	// unless the connection is from a proxy the operator named.
 	s.echo.IPExtractor = echo.ExtractIPDirect()
+	if len(cfg.TrustedProxies) > 0 {
+		opts := []echo.TrustOption{echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false)}
+		for _, p := range cfg.TrustedProxies {
+			opts = append(opts, echo.TrustIPRange(p))
+		}
+		s.echo.IPExtractor = echo.ExtractIPFromXFFHeader(opts...)
+	}
 	s.echo.HTTPErrorHandler = s.handleError
 	// The access log wraps the panic handler, so a request that panicked
 	// still gets its line.

@@ -161,7 +161,7 @@ func TestTiersImportRefusals(t *testing.T) {
 		{"invalid tier after a valid one", nil, nil, `{"tiers": [` + valid + `, {"name": "bad", "requests_per_minute": -1}]}`,
 			[]string{`nothing imported`, `tier 2 ("bad"): requests_per_minute must be an integer`}},
 		{"every problem listed", nil, nil, `{"tiers": [{"name": "a"}, {"name": "b", "rpm": 1}]}`,
-			[]string{`tier 1 ("a"): requests_per_minute is required`, `tier 2: unknown field "rpm"`}},
+			[]string{`tier 1 ("a"): requests_per_minute is required`, `tier 1 ("a"): burst_allowance is required`, `tier 2 ("b"): unknown field "rpm"`}},
 		{"prune without the default tier", nil, []string{"-prune"}, `{"tiers": [` + valid + `]}`,
 			[]string{`nothing imported`, `tier "free" is the default tier`}},
 		{"prune without the configured default tier", map[string]string{"GUARDRAIL_DEFAULT_TIER": "team"}, []string{"-prune"},

@@ -79,7 +79,7 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 		}),
 		rowsDeleted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "policyguard_cleanup_rows_deleted_total",
-			Help: "Rows older than the longest window deleted by the background cleanup.",
+			Help: "Rows deleted by the background cleanup: those older than the longest window and an hour more (policy.KeepFor).",
 		}),
 		storageErrors: make(map[string]prometheus.Counter, len(storageOperations)),
 		failOpen: prometheus.NewCounter(prometheus.CounterOpts{

@@ -80,13 +80,15 @@ func ReadTiersFile(r io.Reader) ([]policy.Tier, error) {
 	tiers := make([]policy.Tier, 0, len(f.Tiers))
 	first := make(map[string]int, len(f.Tiers))
 	for i, raw := range f.Tiers {
-		t, err := readFileTier(raw)
+		t, errs := readFileTier(raw)
 		where := fmt.Sprintf("tier %d", i+1)
 		if t.Name != "" {
 			where += fmt.Sprintf(" (%q)", t.Name)
 		}
-		if err != nil {
-			problems = append(problems, where+": "+policy.ErrorMessage(err))
+		for _, e := range errs {
+			problems = append(problems, where+": "+e)
+		}
+		if len(errs) > 0 {
 			continue
 		}
 		if j, dup := first[t.Name]; dup {
@@ -102,27 +104,33 @@ func ReadTiersFile(r io.Reader) ([]policy.Tier, error) {
 	return tiers, nil
 }
 
-// readFileTier reads one entry of a tiers file. The returned tier carries
-// the entry's name whenever it has one, even with an error, to say which
-// entry is wrong.
-func readFileTier(raw json.RawMessage) (policy.Tier, error) {
+// readFileTier reads one entry of a tiers file and returns every problem
+// with it. The returned tier carries the entry's name whenever it has one,
+// even with problems, to say which entry is wrong.
+func readFileTier(raw json.RawMessage) (policy.Tier, []string) {
 	if raw = trimJSONSpace(raw); len(raw) == 0 || raw[0] != '{' {
-		return policy.Tier{}, policy.Errorf(policy.EINVALID, "must be a JSON object")
+		return policy.Tier{}, []string{"must be a JSON object"}
+	}
+	// The name first, leniently, so that even an entry the strict reading
+	// refuses (an unknown field, say) is named in the report.
+	var named struct {
+		Name json.RawMessage `json:"name"`
+	}
+	var name string
+	if json.Unmarshal(raw, &named) == nil && json.Unmarshal(named.Name, &name) != nil {
+		name = ""
 	}
 	var in tierInput
 	if err := decodeJSON(bytes.NewReader(raw), &in, true); err != nil {
-		return policy.Tier{}, err
+		return policy.Tier{Name: name}, []string{policy.ErrorMessage(err)}
 	}
-	var name string
-	if len(in.Name) == 0 {
-		return policy.Tier{}, policy.Errorf(policy.EINVALID, "name is required")
+	switch {
+	case len(in.Name) == 0:
+		return policy.Tier{}, []string{"name is required"}
+	case name == "" && !bytes.Equal(in.Name, []byte(`""`)):
+		return policy.Tier{}, []string{"name must be a string"}
 	}
-	if err := json.Unmarshal(in.Name, &name); err != nil {
-		return policy.Tier{}, policy.Errorf(policy.EINVALID, "name must be a string")
-	}
-	t, err := in.tier(name)
-	t.Name = name
-	return t, err
+	return in.tierProblems(name)
 }
 
 // DescribeTierChange says what c did in one line, as the import report and

@@ -93,16 +93,23 @@ func TestTiersFileReportsEveryProblem(t *testing.T) {
 			{"name": "ok", "requests_per_minute": 2, "requests_per_hour": 1, "requests_per_day": 1, "burst_allowance": 0},
 			{"name": "nohour", "requests_per_minute": 1, "requests_per_day": 1, "burst_allowance": 0},
 			{"name": "feat", "requests_per_minute": 1, "requests_per_hour": 1, "requests_per_day": 1, "burst_allowance": 0, "features": ["chat", "chat"]},
-			"free"
+			"free",
+			{"name": "many", "requests_per_minute": -1, "requests_per_hour": 1.5, "requests_per_day": 1, "features": "chat", "description": 7}
 		]}`, []string{
 			`tier 2 ("frac"): requests_per_minute must be an integer from 0 to 2147483647`,
 			`tier 3: name is required`,
 			`tier 4 ("Bad Name"): tier name must match [a-z0-9][a-z0-9_-]{0,62}`,
-			`tier 5: unknown field "rpm"`,
+			`tier 5 ("extra"): unknown field "rpm"`,
 			`tier 6 ("ok"): listed twice, first as tier 1`,
 			`tier 7 ("nohour"): requests_per_hour is required`,
 			`tier 8 ("feat"): feature "chat" is listed twice`,
 			`tier 9: must be a JSON object`,
+			// Every problem of a tier, each on its own line.
+			`tier 10 ("many"): requests_per_minute must be an integer from 0 to 2147483647`,
+			`tier 10 ("many"): requests_per_hour must be an integer from 0 to 2147483647`,
+			`tier 10 ("many"): burst_allowance is required`,
+			`tier 10 ("many"): features must be an array of strings`,
+			`tier 10 ("many"): description must be a string`,
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

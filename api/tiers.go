@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -61,19 +62,30 @@ type tierInput struct {
 	UpdatedAt json.RawMessage `json:"updated_at"`
 }
 
-// tier validates in against the tier name from the path.
+// tier validates in against the tier name from the path and returns its
+// first problem, as PUT /v1/tiers/{name} answers it.
 func (in *tierInput) tier(name string) (policy.Tier, error) {
+	t, problems := in.tierProblems(name)
+	if len(problems) > 0 {
+		return t, policy.Errorf(policy.EINVALID, "%s", problems[0])
+	}
+	return t, nil
+}
+
+// tierProblems validates in against the tier name from the path and returns
+// every problem, in field order, as a tiers file's import lists them.
+func (in *tierInput) tierProblems(name string) (policy.Tier, []string) {
 	t := policy.Tier{Name: name, Features: []string{}}
+	var problems []string
 	if !policy.ValidTierName(name) {
-		return t, policy.Errorf(policy.EINVALID, "tier name must match [a-z0-9][a-z0-9_-]{0,62}")
+		problems = append(problems, "tier name must match [a-z0-9][a-z0-9_-]{0,62}")
 	}
 	if in.Name != nil {
 		var bodyName string
 		if err := json.Unmarshal(in.Name, &bodyName); err != nil {
-			return t, policy.Errorf(policy.EINVALID, "name must be a string")
-		}
-		if bodyName != name {
-			return t, policy.Errorf(policy.EINVALID, "name %q in the body does not match %q in the path", bodyName, name)
+			problems = append(problems, "name must be a string")
+		} else if bodyName != name {
+			problems = append(problems, fmt.Sprintf("name %q in the body does not match %q in the path", bodyName, name))
 		}
 	}
 	for _, l := range []struct {
@@ -88,21 +100,27 @@ func (in *tierInput) tier(name string) (policy.Tier, error) {
 	} {
 		v, err := parseLimit(l.field, l.raw)
 		if err != nil {
-			return t, err
+			problems = append(problems, policy.ErrorMessage(err))
 		}
 		*l.dst = v
 	}
 	if len(in.Features) > 0 && !bytes.Equal(in.Features, []byte("null")) {
 		if err := json.Unmarshal(in.Features, &t.Features); err != nil || t.Features == nil {
-			return t, policy.Errorf(policy.EINVALID, "features must be an array of strings")
+			problems = append(problems, "features must be an array of strings")
+			t.Features = []string{}
 		}
 	}
 	if len(in.Description) > 0 && !bytes.Equal(in.Description, []byte("null")) {
 		if err := json.Unmarshal(in.Description, &t.Description); err != nil {
-			return t, policy.Errorf(policy.EINVALID, "description must be a string")
+			problems = append(problems, "description must be a string")
 		}
 	}
-	return t, t.Validate()
+	for _, fe := range t.ValidateFields() {
+		if fe.Field != "name" { // said above, in the API's words
+			problems = append(problems, fe.Message)
+		}
+	}
+	return t, problems
 }
 
 // parseLimit reads a required limit: a JSON integer from 0 to MaxLimit.

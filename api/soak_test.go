@@ -26,8 +26,11 @@ var soakFor = flag.Duration("soak", 0, "run TestSoak for this long (CI runs 30s;
 
 // SoakP99 is the bound on the 99th percentile of check latency the soak
 // test holds the service to, measured at the client over loopback HTTP on
-// two shared cores with every commit fsynced.
-const SoakP99 = 100 * time.Millisecond
+// two shared cores with every commit fsynced. It catches pathologies (a
+// cleanup step holding the writer, waits on locks), not slowness: on an
+// idle machine p99 is about 10 ms, and other jobs loading the same two
+// cores (load average 10) have pushed it past 200 ms with nothing wrong.
+const SoakP99 = time.Second
 
 // simClock runs speed times faster than the wall clock from start, so that
 // a soak of seconds covers days: every window rolls over and over and the
@@ -194,9 +197,10 @@ func sampleMemory() memSample {
 
 // TestSoak runs mixed load for -soak: 16 HTTP clients sending checks, dry
 // runs and usage look-ups for 500 users (a few of them hot), an admin
-// raising and lowering a tier's limits every 50ms, and the cleanup job
-// deleting rows older than a day every 50ms, all at once, on a clock
-// running 4000 times faster than the wall clock. Afterwards: memory did not
+// raising and lowering a tier's limits every 50ms (and 100 checks), and
+// the cleanup job deleting rows older than a day every 50ms, all at once,
+// on a clock running 4000 times faster than the wall clock. Afterwards:
+// memory did not
 // grow, p99 stayed within SoakP99, every admission was recorded and every
 // recording was answered 200 (lost: 0), and no window ever held more
 // admitted requests than the ceiling reported when each was admitted
@@ -259,6 +263,7 @@ func TestSoak(t *testing.T) {
 		})
 	}()
 	var tierEdits atomic.Int64
+	var checks, admitted, refused, dryRuns, usages atomic.Int64
 	var problems sync.Map // distinct unexpected answers
 	problem := func(format string, args ...any) { problems.Store(fmt.Sprintf(format, args...), true) }
 	bg.Add(1)
@@ -279,15 +284,22 @@ func TestSoak(t *testing.T) {
 				}
 				tierEdits.Add(1)
 			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(50 * time.Millisecond):
+			// The next edit after 50ms and at least editEvery checks: paced
+			// by progress too, so that on a loaded machine, where a check
+			// takes longer than 50ms, edits do not land during every attempt
+			// of one check (after three, it answers 503, try again).
+			const editEvery = 100
+			sent, last := time.Now(), checks.Load()
+			for ctx.Err() == nil && (time.Since(sent) < 50*time.Millisecond || checks.Load()-last < editEvery) {
+				select {
+				case <-ctx.Done():
+				case <-time.After(5 * time.Millisecond):
+				}
 			}
 		}
 	}()
 
 	lat := &latencies{}
-	var checks, admitted, refused, dryRuns, usages atomic.Int64
 	var workers sync.WaitGroup
 	for w := range clients {
 		workers.Add(1)

@@ -169,6 +169,12 @@ func checkNth(h policy.History, r []int64, cuts []time.Time, ks []int64) error {
 // 1), and around admissions that extend the writer's cursors after it
 // searched.
 func TestNthAfterMatchesSortedSlice(t *testing.T) {
+	if raceDetector {
+		// It checks answers and counts statements on one goroutine, and the
+		// race detector slows SQLite tenfold: minutes under -race for
+		// nothing it could find. The plain go test runs it.
+		t.Skip("slow under -race, and single-goroutine")
+	}
 	ctx := context.Background()
 	s, err := Open(ctx, filepath.Join(t.TempDir(), "test.db"), WithSynchronous(SyncNormal))
 	if err != nil {
@@ -279,6 +285,12 @@ func (c *countingQuerier) count(q query, args []any) {
 // not by k, and steps over at most nthOffsetMax rows; on steady traffic,
 // interpolation makes it a handful. OFFSET alone would step over k-1.
 func TestNthAfterCostDoesNotGrowWithK(t *testing.T) {
+	if raceDetector {
+		// It checks answers and counts statements on one goroutine, and the
+		// race detector slows SQLite tenfold: minutes under -race for
+		// nothing it could find. The plain go test runs it.
+		t.Skip("slow under -race, and single-goroutine")
+	}
 	ctx := context.Background()
 	s, err := Open(ctx, filepath.Join(t.TempDir(), "test.db"), WithSynchronous(SyncNormal))
 	if err != nil {

@@ -168,19 +168,26 @@ func checkNth(h policy.History, r []int64, cuts []time.Time, ks []int64) error {
 // and after pruning removed the oldest rows (so numbers no longer start at
 // 1), and around admissions that extend the writer's cursors after it
 // searched.
-func TestNthAfterMatchesSortedSlice(t *testing.T) {
+// openNthStore opens a store for the k-th row tests. They check answers
+// and count statements on one goroutine, and the race detector slows
+// SQLite tenfold: minutes under -race for nothing it could find, so they
+// skip there; the plain go test runs them.
+func openNthStore(t *testing.T) *Store {
+	t.Helper()
 	if raceDetector {
-		// It checks answers and counts statements on one goroutine, and the
-		// race detector slows SQLite tenfold: minutes under -race for
-		// nothing it could find. The plain go test runs it.
 		t.Skip("slow under -race, and single-goroutine")
 	}
-	ctx := context.Background()
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "test.db"), WithSynchronous(SyncNormal))
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "test.db"), WithSynchronous(SyncNormal))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestNthAfterMatchesSortedSlice(t *testing.T) {
+	ctx := context.Background()
+	s := openNthStore(t)
 	rng := rand.New(rand.NewPCG(5, 6))
 	ref := map[string][]int64{}
 	var users []string
@@ -285,18 +292,8 @@ func (c *countingQuerier) count(q query, args []any) {
 // not by k, and steps over at most nthOffsetMax rows; on steady traffic,
 // interpolation makes it a handful. OFFSET alone would step over k-1.
 func TestNthAfterCostDoesNotGrowWithK(t *testing.T) {
-	if raceDetector {
-		// It checks answers and counts statements on one goroutine, and the
-		// race detector slows SQLite tenfold: minutes under -race for
-		// nothing it could find. The plain go test runs it.
-		t.Skip("slow under -race, and single-goroutine")
-	}
 	ctx := context.Background()
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "test.db"), WithSynchronous(SyncNormal))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := openNthStore(t)
 	rng := rand.New(rand.NewPCG(7, 8))
 	sizes := map[string]int{"steady": 100_000, "gaps": 100_000, "bursts": 100_000, "sparser": 20_000, "doubling": 16_000}
 	for _, shape := range nthShapes {
@@ -344,6 +341,7 @@ func TestNthAfterCostDoesNotGrowWithK(t *testing.T) {
 					}
 					return nil
 				}
+				var err error
 				if path == "read" {
 					// What View does, on a counted transaction.
 					tx, err := s.db.BeginTx(ctx, nil)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/policyguard/policyguard/api"
+	"github.com/policyguard/policyguard/api/auth"
 	"github.com/policyguard/policyguard/db"
 	"github.com/policyguard/policyguard/policy"
 )
@@ -256,7 +257,7 @@ func TestAdminAuth(t *testing.T) {
 }
 
 // Wrong admin tokens on the API count in the admin page's sign-in throttle:
-// after SignInMaxFailures from one client (an IPv6 client being its /64),
+// after auth.MaxFailures from one client (an IPv6 client being its /64),
 // even the right token waits out the window, and other clients do not.
 func TestAdminAPIThrottlesWrongTokens(t *testing.T) {
 	e := newEnv(t)
@@ -268,7 +269,7 @@ func TestAdminAPIThrottlesWrongTokens(t *testing.T) {
 		e.srv.ServeHTTP(rec, req)
 		return rec
 	}
-	for i := range api.SignInMaxFailures {
+	for i := range auth.MaxFailures {
 		// Addresses in one /64 are one client.
 		remote := fmt.Sprintf("[2001:db8:1:2::%x]:443", i+1)
 		if rec := get(remote, "guess"); rec.Code != http.StatusUnauthorized {
@@ -279,7 +280,7 @@ func TestAdminAPIThrottlesWrongTokens(t *testing.T) {
 	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "900" ||
 		!strings.Contains(rec.Body.String(), "too many wrong admin tokens") {
 		t.Fatalf("right token after %d wrong ones: %d %s (Retry-After %q), want 429 for 900 s",
-			api.SignInMaxFailures, rec.Code, rec.Body, rec.Header().Get("Retry-After"))
+			auth.MaxFailures, rec.Code, rec.Body, rec.Header().Get("Retry-After"))
 	}
 	if rec := get("[2001:db8:1:3::1]:443", adminToken); rec.Code != http.StatusOK {
 		t.Fatalf("another /64: %d, want 200", rec.Code)
@@ -287,7 +288,7 @@ func TestAdminAPIThrottlesWrongTokens(t *testing.T) {
 	if rec := get("192.0.2.7:1234", adminToken); rec.Code != http.StatusOK {
 		t.Fatalf("another client: %d, want 200", rec.Code)
 	}
-	e.clock.Advance(api.SignInWindow)
+	e.clock.Advance(auth.Window)
 	if rec := get("[2001:db8:1:2::99]:443", adminToken); rec.Code != http.StatusOK {
 		t.Fatalf("after the window: %d, want 200", rec.Code)
 	}
@@ -474,7 +475,7 @@ func TestTrustedProxiesNameTheClient(t *testing.T) {
 	}
 
 	behind := newServer(proxies)
-	for range api.SignInMaxFailures {
+	for range auth.MaxFailures {
 		get(behind, "10.0.0.5:3000", "198.51.100.7", "guess")
 	}
 	if got := get(behind, "10.0.0.5:3000", "198.51.100.7", adminToken); got != http.StatusTooManyRequests {
@@ -485,7 +486,7 @@ func TestTrustedProxiesNameTheClient(t *testing.T) {
 	}
 	// A client that claims an address is still itself when it is not a
 	// trusted proxy: the address it claims is not locked out.
-	for range api.SignInMaxFailures {
+	for range auth.MaxFailures {
 		get(behind, "192.0.2.50:3000", "203.0.113.9", "guess")
 	}
 	if got := get(behind, "10.0.0.5:3000", "203.0.113.9", adminToken); got != http.StatusOK {
@@ -493,7 +494,7 @@ func TestTrustedProxiesNameTheClient(t *testing.T) {
 	}
 
 	direct := newServer()
-	for i := range api.SignInMaxFailures {
+	for i := range auth.MaxFailures {
 		get(direct, "192.0.2.60:3000", fmt.Sprintf("198.51.100.%d", i), "guess") // a fresh claimed address each time
 	}
 	if got := get(direct, "192.0.2.60:3000", "198.51.100.99", adminToken); got != http.StatusTooManyRequests {

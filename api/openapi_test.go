@@ -23,6 +23,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/policyguard/policyguard/api"
+	"github.com/policyguard/policyguard/api/auth"
 	"github.com/policyguard/policyguard/db"
 	"github.com/policyguard/policyguard/policy"
 )
@@ -300,7 +301,7 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 		AdminToken: adminToken,
 		Logger:     quiet,
 	})
-	for range api.SignInMaxFailures {
+	for range auth.MaxFailures {
 		send(throttled, "GET", "/v1/tiers", "", map[string]string{"Authorization": "Bearer wrong"})
 	}
 	servers["throttled"] = throttled

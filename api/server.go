@@ -1,24 +1,23 @@
 // Package api is the HTTP face of the guardrail service: the check endpoint,
-// the admin JSON API for tiers and usage, and health.
+// the admin JSON API for tiers and usage, and health. It serves the admin
+// page of package web on the same Echo instance, behind the same
+// middleware.
 package api
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 
+	"github.com/policyguard/policyguard/api/auth"
 	"github.com/policyguard/policyguard/policy"
+	"github.com/policyguard/policyguard/web"
 )
 
 // MaxBodyBytes is the largest request body accepted.
@@ -30,8 +29,8 @@ type Config struct {
 	Service *policy.Service
 	// Health reports whether storage is reachable; nil means always healthy.
 	Health func(context.Context) error
-	// AdminToken guards the admin API. Required: an empty token would let
-	// anyone edit tiers.
+	// AdminToken guards the admin API and the admin page. Required: an
+	// empty token would let anyone edit tiers.
 	AdminToken string
 	// Logger receives the access log and internal errors (default
 	// slog.Default()).
@@ -59,29 +58,27 @@ type Config struct {
 
 // Server is the HTTP API. It is an http.Handler and safe for concurrent use.
 type Server struct {
-	// tokenThrottle counts wrong admin tokens per client, from the admin
-	// page's sign-in and the admin API alike.
-	tokenThrottle signInThrottle
-
-	echo       *echo.Echo
-	svc        *policy.Service
-	health     func(context.Context) error
-	adminToken [sha256.Size]byte
-	log        *slog.Logger
-	metrics    *Metrics
-	apiToken   *[sha256.Size]byte // nil: checks need no token
-	failOpen   failOpen
+	echo *echo.Echo
+	svc  *policy.Service
+	// admin checks the admin token and counts wrong ones per client, for
+	// the admin API and the admin page's sign-in alike.
+	admin    *auth.Gate
+	health   func(context.Context) error
+	log      *slog.Logger
+	metrics  *Metrics
+	apiToken *auth.Token // nil: checks need no token
+	failOpen failOpen
 }
 
 // NewServer returns a Server for cfg with every route registered.
 func NewServer(cfg Config) *Server {
 	s := &Server{
-		echo:       echo.New(),
-		svc:        cfg.Service,
-		health:     cfg.Health,
-		adminToken: sha256.Sum256([]byte(cfg.AdminToken)),
-		log:        cfg.Logger,
-		metrics:    cfg.Metrics,
+		echo:    echo.New(),
+		svc:     cfg.Service,
+		admin:   auth.NewGate(cfg.AdminToken),
+		health:  cfg.Health,
+		log:     cfg.Logger,
+		metrics: cfg.Metrics,
 	}
 	if s.metrics == nil {
 		s.metrics = NewMetrics(nil)
@@ -93,8 +90,8 @@ func NewServer(cfg Config) *Server {
 		s.health = func(context.Context) error { return nil }
 	}
 	if cfg.APIToken != "" {
-		h := sha256.Sum256([]byte(cfg.APIToken))
-		s.apiToken = &h
+		t := auth.NewToken(cfg.APIToken)
+		s.apiToken = &t
 	}
 	s.failOpen.enabled = cfg.FailOpen
 	s.echo.HideBanner, s.echo.HidePort = true, true
@@ -144,7 +141,7 @@ func (s *Server) routes() {
 	e.DELETE("/v1/tiers/:name", s.handleDeleteTier, admin)
 	e.GET("/v1/usage/:user_id", s.handleGetUsage, admin)
 	e.DELETE("/v1/usage/:user_id", s.handleDeleteUsage, admin)
-	s.adminRoutes()
+	web.NewAdmin(web.Config{Service: s.svc, Gate: s.admin, API: pageAPI{}, Logger: s.log}).Register(e)
 }
 
 // Route is one method and path the server answers. Path parameters are
@@ -162,43 +159,6 @@ func (s *Server) Routes() []Route {
 		out[i] = Route{Method: r.Method, Path: r.Path}
 	}
 	return out
-}
-
-// requireAdmin lets through requests with "Authorization: Bearer <token>"
-// for the admin token. Tokens are compared as hashes in constant time, so
-// neither their content nor their length leaks through timing.
-// requireAdmin lets through requests with the admin token. Wrong tokens
-// count against the client in the same throttle as the admin page's
-// sign-in, so the API is no way around it.
-func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		client := throttleKey(c)
-		if wait, ok := s.tokenThrottle.attempt(client, s.svc.Now()); !ok {
-			secs := int64((wait + time.Second - 1) / time.Second)
-			c.Response().Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-			return echo.NewHTTPError(http.StatusTooManyRequests,
-				fmt.Sprintf("too many wrong admin tokens from your address: try again in %d seconds", secs))
-		}
-		if !s.validAdminToken(bearerToken(c.Request())) {
-			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="policyguard"`)
-			return policy.Errorf(policy.EUNAUTHORIZED, "missing or wrong admin token")
-		}
-		s.tokenThrottle.succeeded(client)
-		return next(c)
-	}
-}
-
-func (s *Server) validAdminToken(token string) bool {
-	got := sha256.Sum256([]byte(token))
-	return token != "" && subtle.ConstantTimeCompare(got[:], s.adminToken[:]) == 1
-}
-
-func bearerToken(r *http.Request) string {
-	scheme, token, ok := strings.Cut(r.Header.Get(echo.HeaderAuthorization), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return ""
-	}
-	return strings.Trim(token, " \t")
 }
 
 // pathParam returns the named path parameter, unescaped. Echo routes on the

@@ -1,35 +1,47 @@
 package api
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
+	"fmt"
+	"net/http"
+	"strconv"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/policyguard/policyguard/api/auth"
 	"github.com/policyguard/policyguard/policy"
 )
 
-// requireAPIToken lets a check through only with "Authorization: Bearer
-// <api token>" when the server has an API token; without one every check
-// is let through, as on a loopback address. The comparison is of hashes in
-// constant time, as for the admin token.
-func (s *Server) requireAPIToken(next echo.HandlerFunc) echo.HandlerFunc {
+// requireAdmin lets through requests with "Authorization: Bearer <admin
+// token>". Wrong tokens count against the client in the same auth.Gate as
+// the admin page's sign-in, so the API is no way around its throttle.
+func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if s.apiToken == nil {
-			return next(c)
+		ok, secs := s.admin.Admit(auth.Client(c), auth.BearerToken(c.Request()), s.svc.Now())
+		if secs > 0 {
+			c.Response().Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+			return echo.NewHTTPError(http.StatusTooManyRequests,
+				fmt.Sprintf("too many wrong admin tokens from your address: try again in %d seconds", secs))
 		}
-		if !s.validAPIToken(bearerToken(c.Request())) {
+		if !ok {
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="policyguard"`)
-			return policy.Errorf(policy.EUNAUTHORIZED, "missing or wrong API token")
+			return policy.Errorf(policy.EUNAUTHORIZED, "missing or wrong admin token")
 		}
 		return next(c)
 	}
 }
 
-// validAPIToken reports whether token is the API token. Like the admin
-// token it is compared as a hash in constant time, so the time taken says
-// nothing about how much of a guess was right.
-func (s *Server) validAPIToken(token string) bool {
-	got := sha256.Sum256([]byte(token))
-	return token != "" && subtle.ConstantTimeCompare(got[:], s.apiToken[:]) == 1
+// requireAPIToken lets a check through only with "Authorization: Bearer
+// <api token>" when the server has an API token; without one every check
+// is let through, as on a loopback address.
+func (s *Server) requireAPIToken(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if s.apiToken == nil {
+			return next(c)
+		}
+		if !s.apiToken.Matches(auth.BearerToken(c.Request())) {
+			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="policyguard"`)
+			return policy.Errorf(policy.EUNAUTHORIZED, "missing or wrong API token")
+		}
+		return next(c)
+	}
 }

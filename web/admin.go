@@ -1,4 +1,4 @@
-package api
+package web
 
 import (
 	"bytes"
@@ -10,8 +10,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/policyguard/policyguard/api/auth"
 	"github.com/policyguard/policyguard/policy"
-	"github.com/policyguard/policyguard/web"
 )
 
 // adminCSP lets admin pages load only the service's own stylesheet and icon,
@@ -19,13 +19,53 @@ import (
 // tag, were one ever to get past the escaping, could do nothing.
 const adminCSP = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
-// admin is the browser admin page under /admin: sign-in, sessions and the
+// Config configures an Admin.
+type Config struct {
+	// Service answers every page and form. Required.
+	Service *policy.Service
+	// Gate checks the admin token at sign-in and counts wrong ones. The
+	// JSON API's bearer check must use the same Gate, so that neither is a
+	// way around the other's throttle. Required.
+	Gate *auth.Gate
+	// API judges and words things as the JSON API does. Required.
+	API API
+	// Logger receives internal failures (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// API is what the admin page takes from the JSON API, so that a form and a
+// request are checked, and their failures answered, alike.
+type API interface {
+	// Status returns the HTTP status the JSON API answers err with.
+	Status(err error) int
+	// PathParam returns the named path parameter, unescaped.
+	PathParam(c echo.Context, name string) (string, error)
+	// ParseLimit reads a tier limit typed into a form, with the checks and
+	// the words of the JSON API.
+	ParseLimit(field, value string) (int64, error)
+	// TierJSON returns t as the JSON API shows it, without updated_at.
+	TierJSON(t policy.Tier) string
+}
+
+// Admin is the browser admin page under /admin: sign-in, sessions and the
 // forms that edit tiers and look up users. It talks only to the
 // policy.Service, as the JSON API does. It is safe for concurrent use.
-type admin struct {
-	s        *Server
+type Admin struct {
+	svc      *policy.Service
+	gate     *auth.Gate
+	api      API
+	log      *slog.Logger
 	sessions adminSessions
 	origin   *http.CrossOriginProtection
+}
+
+// NewAdmin returns the admin page for cfg; Register serves it.
+func NewAdmin(cfg Config) *Admin {
+	a := &Admin{svc: cfg.Service, gate: cfg.Gate, api: cfg.API, log: cfg.Logger, origin: http.NewCrossOriginProtection()}
+	if a.log == nil {
+		a.log = slog.Default()
+	}
+	return a
 }
 
 // adminView is the view model of every admin page; each page sets its own
@@ -47,12 +87,12 @@ type adminView struct {
 	Message    string           // error
 }
 
-// adminRoutes registers the admin page. Every page and form except sign-in
-// needs a session; the JSON API under /v1 keeps its bearer token.
-func (s *Server) adminRoutes() {
-	a := &admin{s: s, origin: http.NewCrossOriginProtection()}
-	g := s.echo.Group("/admin", a.headers, a.sameOrigin, a.attribute)
-	static := http.StripPrefix("/admin/static/", http.FileServerFS(web.Static))
+// Register adds the admin page's routes to e, under the middleware e
+// already has. Every page and form except sign-in needs a session; the JSON
+// API under /v1 keeps its bearer token.
+func (a *Admin) Register(e *echo.Echo) {
+	g := e.Group("/admin", a.headers, a.sameOrigin, a.attribute)
+	static := http.StripPrefix("/admin/static/", http.FileServerFS(Static))
 	g.GET("/static/*", echo.WrapHandler(static))
 	g.GET("/login", a.handleLoginPage)
 	g.POST("/login", a.handleLogin)
@@ -75,7 +115,7 @@ func (s *Server) adminRoutes() {
 
 // headers sets the security headers of every admin response. Pages carry
 // CSRF tokens and user data, so no cache keeps them.
-func (a *admin) headers(next echo.HandlerFunc) echo.HandlerFunc {
+func (a *Admin) headers(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		h := c.Response().Header()
 		h.Set("Content-Security-Policy", adminCSP)
@@ -89,7 +129,7 @@ func (a *admin) headers(next echo.HandlerFunc) echo.HandlerFunc {
 
 // attribute records every tier change made through the admin page as such
 // in the audit log.
-func (a *admin) attribute(next echo.HandlerFunc) echo.HandlerFunc {
+func (a *Admin) attribute(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
 		c.SetRequest(r.WithContext(policy.WithChangeSource(r.Context(), policy.SourceAdmin)))
@@ -100,7 +140,7 @@ func (a *admin) attribute(next echo.HandlerFunc) echo.HandlerFunc {
 // sameOrigin refuses state-changing requests sent by another site, judged
 // by Sec-Fetch-Site or else Origin against Host. It covers the sign-in form
 // too, which has no session token yet to check.
-func (a *admin) sameOrigin(next echo.HandlerFunc) echo.HandlerFunc {
+func (a *Admin) sameOrigin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if err := a.origin.Check(c.Request()); err != nil {
 			return a.renderError(c, http.StatusForbidden, "Request refused",
@@ -113,10 +153,10 @@ func (a *admin) sameOrigin(next echo.HandlerFunc) echo.HandlerFunc {
 // requireSession lets through requests with a live session and sends every
 // other one to the sign-in page. Nothing is changed for a request without a
 // session, whatever its method.
-func (a *admin) requireSession(next echo.HandlerFunc) echo.HandlerFunc {
+func (a *Admin) requireSession(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		id := adminSessionID(c)
-		sess, ok := a.sessions.get(id, a.s.svc.Now())
+		sess, ok := a.sessions.get(id, a.svc.Now())
 		if !ok {
 			if id != "" {
 				a.clearCookie(c) // expired or from before a restart
@@ -130,7 +170,7 @@ func (a *admin) requireSession(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // requireCSRF refuses a form whose token is not its session's.
-func (a *admin) requireCSRF(next echo.HandlerFunc) echo.HandlerFunc {
+func (a *Admin) requireCSRF(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		sess := adminSessionOf(c)
 		// Only the body counts: a token in a URL would end up in logs and history.
@@ -157,62 +197,59 @@ func adminSessionOf(c echo.Context) adminSession {
 
 // view returns the common fields of a signed-in page and takes the
 // session's flash message, which is shown once.
-func (a *admin) view(c echo.Context, title, nav string) adminView {
+func (a *Admin) view(c echo.Context, title, nav string) adminView {
 	id, _ := c.Get("admin.session_id").(string)
 	return adminView{Title: title, Nav: nav, CSRF: adminSessionOf(c).csrf, Flash: a.sessions.takeFlash(id)}
 }
 
 // flash stores msg for the page the redirect after this request shows.
-func (a *admin) flash(c echo.Context, msg string) {
+func (a *Admin) flash(c echo.Context, msg string) {
 	id, _ := c.Get("admin.session_id").(string)
 	a.sessions.setFlash(id, msg)
 }
 
-func (a *admin) redirectTo(path string) echo.HandlerFunc {
+func (a *Admin) redirectTo(path string) echo.HandlerFunc {
 	return func(c echo.Context) error { return c.Redirect(http.StatusSeeOther, path) }
 }
 
 // render executes the named page template with v.
-func (a *admin) render(c echo.Context, status int, name string, v adminView) error {
+func (a *Admin) render(c echo.Context, status int, name string, v adminView) error {
 	var buf bytes.Buffer
-	if err := web.Templates.ExecuteTemplate(&buf, name, v); err != nil {
+	if err := Templates.ExecuteTemplate(&buf, name, v); err != nil {
 		return fmt.Errorf("render admin page %s: %w", name, err)
 	}
 	return c.HTMLBlob(status, buf.Bytes())
 }
 
 // renderError shows a page that says what went wrong.
-func (a *admin) renderError(c echo.Context, status int, title, msg string) error {
+func (a *Admin) renderError(c echo.Context, status int, title, msg string) error {
 	v := adminView{Title: title, Message: msg, CSRF: adminSessionOf(c).csrf}
 	return a.render(c, status, "error", v)
 }
 
 // fail shows err as a page, with the status the JSON API would give it.
 // Internal failures are logged and shown without their text.
-func (a *admin) fail(c echo.Context, err error) error {
-	status := statusOf[policy.ErrorCode(err)]
-	if status == 0 || status >= 500 {
-		a.s.log.LogAttrs(c.Request().Context(), slog.LevelError, "admin page failed",
+func (a *Admin) fail(c echo.Context, err error) error {
+	status := a.api.Status(err)
+	if status >= 500 {
+		a.log.LogAttrs(c.Request().Context(), slog.LevelError, "admin page failed",
 			slog.String("id", c.Response().Header().Get(echo.HeaderXRequestID)),
 			slog.String("method", c.Request().Method),
 			slog.String("path", c.Request().URL.Path),
 			slog.Any("err", err))
-		if status == 0 {
-			status = http.StatusInternalServerError
-		}
 	}
 	return a.renderError(c, status, http.StatusText(status), policy.ErrorMessage(err))
 }
 
-func (a *admin) handleLoginPage(c echo.Context) error {
-	if _, ok := a.sessions.get(adminSessionID(c), a.s.svc.Now()); ok {
+func (a *Admin) handleLoginPage(c echo.Context) error {
+	if _, ok := a.sessions.get(adminSessionID(c), a.svc.Now()); ok {
 		return c.Redirect(http.StatusSeeOther, "/admin")
 	}
 	return a.render(c, http.StatusOK, "login", adminView{Title: "Sign in"})
 }
 
-func (a *admin) handleLogin(c echo.Context) error {
-	now := a.s.svc.Now()
+func (a *Admin) handleLogin(c echo.Context) error {
+	now := a.svc.Now()
 	// From the body only: a token in a URL stays in histories and logs.
 	token := c.Request().PostFormValue("token")
 	v := adminView{Title: "Sign in"}
@@ -220,26 +257,23 @@ func (a *admin) handleLogin(c echo.Context) error {
 		v.LoginError = "Enter the admin token."
 		return a.render(c, http.StatusBadRequest, "login", v)
 	}
-	client := throttleKey(c)
-	wait, ok := a.s.tokenThrottle.attempt(client, now)
-	if !ok {
-		secs := int64((wait + time.Second - 1) / time.Second)
+	ok, secs := a.gate.Admit(auth.Client(c), token, now)
+	if secs > 0 {
 		c.Response().Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 		v.LoginError = fmt.Sprintf("Too many failed sign-ins from your address. Try again in %s.", humanDuration(secs))
 		return a.render(c, http.StatusTooManyRequests, "login", v)
 	}
-	if !a.s.validAdminToken(token) {
+	if !ok {
 		v.LoginError = "Wrong admin token."
 		return a.render(c, http.StatusUnauthorized, "login", v)
 	}
-	a.s.tokenThrottle.succeeded(client)
 	id, sess := a.sessions.create(now)
 	c.SetCookie(&http.Cookie{
 		Name:     adminSessionCookie,
 		Value:    id,
 		Path:     "/admin",
 		Expires:  sess.expires,
-		MaxAge:   int(AdminSessionTTL / time.Second),
+		MaxAge:   int(SessionTTL / time.Second),
 		HttpOnly: true,
 		SameSite: http.SameSiteStrictMode,
 		Secure:   secureRequest(c),
@@ -247,14 +281,14 @@ func (a *admin) handleLogin(c echo.Context) error {
 	return c.Redirect(http.StatusSeeOther, "/admin")
 }
 
-func (a *admin) handleLogout(c echo.Context) error {
+func (a *Admin) handleLogout(c echo.Context) error {
 	id, _ := c.Get("admin.session_id").(string)
 	a.sessions.end(id)
 	a.clearCookie(c)
 	return c.Redirect(http.StatusSeeOther, "/admin/login")
 }
 
-func (a *admin) clearCookie(c echo.Context) {
+func (a *Admin) clearCookie(c echo.Context) {
 	c.SetCookie(&http.Cookie{
 		Name:     adminSessionCookie,
 		Path:     "/admin",

@@ -1,4 +1,4 @@
-package api_test
+package web_test
 
 import (
 	"crypto/tls"
@@ -12,7 +12,8 @@ import (
 
 	"golang.org/x/net/html"
 
-	"github.com/policyguard/policyguard/api"
+	"github.com/policyguard/policyguard/api/auth"
+	"github.com/policyguard/policyguard/web"
 )
 
 func TestAdminPageSignIn(t *testing.T) {
@@ -75,10 +76,10 @@ func TestAdminPageSignIn(t *testing.T) {
 	if c.Path != "/admin" {
 		t.Errorf("Path %q, want /admin", c.Path)
 	}
-	if want := pageT0.Add(api.AdminSessionTTL); !c.Expires.Equal(want) {
+	if want := pageT0.Add(web.SessionTTL); !c.Expires.Equal(want) {
 		t.Errorf("Expires %v, want %v", c.Expires, want)
 	}
-	if want := int(api.AdminSessionTTL / time.Second); c.MaxAge != want {
+	if want := int(web.SessionTTL / time.Second); c.MaxAge != want {
 		t.Errorf("Max-Age %d, want %d", c.MaxAge, want)
 	}
 	if len(c.Value) < 43 {
@@ -137,7 +138,7 @@ func TestAdminPageSessionExpiry(t *testing.T) {
 	e := newPageEnv(t)
 	b := e.signIn()
 
-	e.clock.Advance(api.AdminSessionTTL - time.Second)
+	e.clock.Advance(web.SessionTTL - time.Second)
 	if rec := b.get("/admin"); rec.Code != http.StatusOK {
 		t.Fatalf("a second before expiry: status %d, want 200", rec.Code)
 	}
@@ -197,7 +198,7 @@ func TestAdminPageSignInThrottle(t *testing.T) {
 		return e.do(pageRequest{method: http.MethodPost, path: "/admin/login", form: url.Values{"token": {token}}, remote: remote, header: header})
 	}
 	const client = "198.51.100.7:4000"
-	for i := range api.SignInMaxFailures {
+	for i := range auth.MaxFailures {
 		e.clock.Advance(time.Second)
 		if rec := login("wrong", client, nil); rec.Code != http.StatusUnauthorized {
 			t.Fatalf("failure %d: status %d, want 401", i+1, rec.Code)
@@ -228,23 +229,23 @@ func TestAdminPageSignInThrottle(t *testing.T) {
 
 	// The oldest failure leaves the window after SignInWindow: one attempt
 	// is allowed again, not five.
-	e.clock.Advance(api.SignInWindow - api.SignInMaxFailures*time.Second + time.Second)
+	e.clock.Advance(auth.Window - auth.MaxFailures*time.Second + time.Second)
 	if rec := login("wrong", client, nil); rec.Code != http.StatusUnauthorized {
 		t.Fatalf("after the first failure left the window: status %d, want 401", rec.Code)
 	}
 	if rec := login(pageToken, client, nil); rec.Code != http.StatusTooManyRequests {
 		t.Fatalf("right after another failure: status %d, want 429", rec.Code)
 	}
-	e.clock.Advance(api.SignInWindow)
+	e.clock.Advance(auth.Window)
 	if rec := login(pageToken, client, nil); rec.Code != http.StatusSeeOther {
 		t.Fatalf("after the window: status %d, want 303", rec.Code)
 	}
 	// A success forgets the failures.
-	for range api.SignInMaxFailures - 1 {
+	for range auth.MaxFailures - 1 {
 		login("wrong", client, nil)
 	}
 	if rec := login(pageToken, client, nil); rec.Code != http.StatusSeeOther {
-		t.Errorf("after %d failures: status %d, want 303", api.SignInMaxFailures-1, rec.Code)
+		t.Errorf("after %d failures: status %d, want 303", auth.MaxFailures-1, rec.Code)
 	}
 }
 

@@ -1,8 +1,7 @@
-package api
+package web
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -25,8 +24,8 @@ type adminChangeRow struct {
 }
 
 // recentChanges returns the latest entries of the audit log, newest first.
-func (a *admin) recentChanges(ctx context.Context) ([]adminChangeRow, error) {
-	changes, err := a.s.svc.TierChanges(ctx, adminRecentChanges)
+func (a *Admin) recentChanges(ctx context.Context) ([]adminChangeRow, error) {
+	changes, err := a.svc.TierChanges(ctx, adminRecentChanges)
 	if err != nil {
 		return nil, err
 	}
@@ -37,39 +36,32 @@ func (a *admin) recentChanges(ctx context.Context) ([]adminChangeRow, error) {
 			WhenISO: ch.At.UTC().Format(time.RFC3339),
 			Tier:    ch.Tier,
 			Source:  ch.Source,
-			Old:     auditTierJSON(ch.Old),
-			New:     auditTierJSON(ch.New),
+			Old:     a.tierJSON(ch.Old),
+			New:     a.tierJSON(ch.New),
 		}
 		switch {
 		case ch.Created():
-			r.Kind, r.Details = "created", []string{tierSummary(ch.New)}
+			r.Kind, r.Details = "created", []string{TierSummary(ch.New)}
 		case ch.Deleted():
-			r.Kind, r.Details = "deleted", []string{"was " + tierSummary(ch.Old)}
+			r.Kind, r.Details = "deleted", []string{"was " + TierSummary(ch.Old)}
 		default:
-			r.Kind, r.Details = "updated", tierDiff(ch.Old, ch.New)
+			r.Kind, r.Details = "updated", TierDiff(ch.Old, ch.New)
 		}
 		rows[i] = r
 	}
 	return rows, nil
 }
 
-// auditTierJSON returns t as the JSON API shows it, without updated_at, or
-// "" for no tier.
-func auditTierJSON(t *policy.Tier) string {
+// tierJSON returns t as the JSON API shows it, or "" for no tier.
+func (a *Admin) tierJSON(t *policy.Tier) string {
 	if t == nil {
 		return ""
 	}
-	j := tierToJSON(*t)
-	j.UpdatedAt = nil
-	b, err := json.Marshal(j)
-	if err != nil {
-		return ""
-	}
-	return string(b)
+	return a.api.TierJSON(*t)
 }
 
-// tierSummary describes a tier's limits and features in one line.
-func tierSummary(t *policy.Tier) string {
+// TierSummary describes a tier's limits and features in one line.
+func TierSummary(t *policy.Tier) string {
 	features := "no features"
 	if len(t.Features) > 0 {
 		features = strings.Join(t.Features, ", ")
@@ -79,28 +71,28 @@ func tierSummary(t *policy.Tier) string {
 		groupDigits(t.RequestsPerHour), groupDigits(t.RequestsPerDay), features)
 }
 
-// tierDiff lists the fields that differ between old and new, by their API
-// names.
-func tierDiff(old, new *policy.Tier) []string {
+// TierDiff lists the fields that differ between before and after, by their
+// API names.
+func TierDiff(before, after *policy.Tier) []string {
 	var out []string
 	for _, l := range []struct {
-		field    string
-		old, new int64
+		field         string
+		before, after int64
 	}{
-		{"requests_per_minute", old.RequestsPerMinute, new.RequestsPerMinute},
-		{"requests_per_hour", old.RequestsPerHour, new.RequestsPerHour},
-		{"requests_per_day", old.RequestsPerDay, new.RequestsPerDay},
-		{"burst_allowance", old.BurstAllowance, new.BurstAllowance},
+		{"requests_per_minute", before.RequestsPerMinute, after.RequestsPerMinute},
+		{"requests_per_hour", before.RequestsPerHour, after.RequestsPerHour},
+		{"requests_per_day", before.RequestsPerDay, after.RequestsPerDay},
+		{"burst_allowance", before.BurstAllowance, after.BurstAllowance},
 	} {
-		if l.old != l.new {
-			out = append(out, fmt.Sprintf("%s: %s → %s", l.field, groupDigits(l.old), groupDigits(l.new)))
+		if l.before != l.after {
+			out = append(out, fmt.Sprintf("%s: %s → %s", l.field, groupDigits(l.before), groupDigits(l.after)))
 		}
 	}
-	if of, nf := strings.Join(old.Features, ", "), strings.Join(new.Features, ", "); of != nf {
+	if of, nf := strings.Join(before.Features, ", "), strings.Join(after.Features, ", "); of != nf {
 		out = append(out, fmt.Sprintf("features: [%s] → [%s]", of, nf))
 	}
-	if old.Description != new.Description {
-		out = append(out, fmt.Sprintf("description: %s → %s", shorten(old.Description), shorten(new.Description)))
+	if before.Description != after.Description {
+		out = append(out, fmt.Sprintf("description: %s → %s", shorten(before.Description), shorten(after.Description)))
 	}
 	if len(out) == 0 {
 		out = append(out, "saved without a change")
@@ -110,9 +102,9 @@ func tierDiff(old, new *policy.Tier) []string {
 
 // shorten quotes s, cut to a length that fits a table cell.
 func shorten(s string) string {
-	const max = 60
-	if r := []rune(s); len(r) > max {
-		s = string(r[:max]) + "…"
+	const maxRunes = 60
+	if r := []rune(s); len(r) > maxRunes {
+		s = string(r[:maxRunes]) + "…"
 	}
 	return fmt.Sprintf("%q", s)
 }

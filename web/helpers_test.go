@@ -1,4 +1,4 @@
-package api_test
+package web_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +26,19 @@ const pageToken = "page-test-token"
 
 // pageT0 is when every admin page test starts.
 var pageT0 = time.Date(2026, 5, 4, 12, 0, 0, 0, time.UTC)
+
+// testClock is a manual clock: time moves only when the test says.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
 
 // pageEnv is the whole service on a temp-file database, driven through
 // ServeHTTP like a browser would.

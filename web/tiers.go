@@ -1,7 +1,6 @@
-package api
+package web
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -161,8 +160,8 @@ func postedTierValues(c echo.Context) map[string]string {
 
 // tierFromForm builds the tier named name from form values and returns it
 // with a message per invalid field. The checks and their words are the JSON
-// API's: parseLimit for the limits, then policy's own validation.
-func tierFromForm(name string, values map[string]string) (policy.Tier, map[string]string) {
+// API's: API.ParseLimit for the limits, then policy's own validation.
+func (a *Admin) tierFromForm(name string, values map[string]string) (policy.Tier, map[string]string) {
 	t := policy.Tier{Name: name, Description: values["description"], Features: splitFeatures(values["features"])}
 	errs := make(map[string]string)
 	for _, l := range []struct {
@@ -174,7 +173,7 @@ func tierFromForm(name string, values map[string]string) (policy.Tier, map[strin
 		{"requests_per_day", &t.RequestsPerDay},
 		{"burst_allowance", &t.BurstAllowance},
 	} {
-		v, err := parseLimit(l.field, json.RawMessage(strings.TrimSpace(values[l.field])))
+		v, err := a.api.ParseLimit(l.field, strings.TrimSpace(values[l.field]))
 		if err != nil {
 			errs[l.field] = policy.ErrorMessage(err)
 			continue
@@ -202,8 +201,8 @@ func splitFeatures(s string) []string {
 }
 
 // tiersView returns the tiers page with form as its create form.
-func (a *admin) tiersView(c echo.Context, form *adminTierForm) (adminView, error) {
-	tiers, err := a.s.svc.Tiers(c.Request().Context())
+func (a *Admin) tiersView(c echo.Context, form *adminTierForm) (adminView, error) {
+	tiers, err := a.svc.Tiers(c.Request().Context())
 	if err != nil {
 		return adminView{}, err
 	}
@@ -216,7 +215,7 @@ func (a *admin) tiersView(c echo.Context, form *adminTierForm) (adminView, error
 	for i, t := range tiers {
 		v.Tiers[i] = adminTierRow{
 			Name:              t.Name,
-			Default:           t.Name == a.s.svc.DefaultTier(),
+			Default:           t.Name == a.svc.DefaultTier(),
 			RequestsPerMinute: groupDigits(t.RequestsPerMinute),
 			RequestsPerHour:   groupDigits(t.RequestsPerHour),
 			RequestsPerDay:    groupDigits(t.RequestsPerDay),
@@ -233,7 +232,7 @@ func (a *admin) tiersView(c echo.Context, form *adminTierForm) (adminView, error
 	return v, nil
 }
 
-func (a *admin) handleTiersPage(c echo.Context) error {
+func (a *Admin) handleTiersPage(c echo.Context) error {
 	v, err := a.tiersView(c, newAdminTierForm(map[string]string{"burst_allowance": "0"}, nil, ""))
 	if err != nil {
 		return a.fail(c, err)
@@ -241,15 +240,15 @@ func (a *admin) handleTiersPage(c echo.Context) error {
 	return a.render(c, http.StatusOK, "tiers", v)
 }
 
-func (a *admin) handleCreateTier(c echo.Context) error {
+func (a *Admin) handleCreateTier(c echo.Context) error {
 	ctx := c.Request().Context()
 	values := postedTierValues(c)
 	values["name"] = strings.TrimSpace(values["name"])
-	t, errs := tierFromForm(values["name"], values)
+	t, errs := a.tierFromForm(values["name"], values)
 	if len(errs) == 0 {
 		// Creating never replaces, even a tier created a moment ago by
 		// someone else: the edit form is for that.
-		_, err := a.s.svc.CreateTier(ctx, t)
+		_, err := a.svc.CreateTier(ctx, t)
 		switch policy.ErrorCode(err) {
 		case "":
 			a.flash(c, fmt.Sprintf("Created tier %s — applies to the next check", t.Name))
@@ -270,12 +269,12 @@ func (a *admin) handleCreateTier(c echo.Context) error {
 	return a.render(c, http.StatusBadRequest, "tiers", v)
 }
 
-func (a *admin) handleTierPage(c echo.Context) error {
-	name, err := pathParam(c, "name")
+func (a *Admin) handleTierPage(c echo.Context) error {
+	name, err := a.api.PathParam(c, "name")
 	if err != nil {
 		return a.fail(c, err)
 	}
-	t, err := a.s.svc.Tier(c.Request().Context(), name)
+	t, err := a.svc.Tier(c.Request().Context(), name)
 	if err != nil {
 		return a.fail(c, err)
 	}
@@ -285,14 +284,14 @@ func (a *admin) handleTierPage(c echo.Context) error {
 	return a.render(c, http.StatusOK, "tier", v)
 }
 
-func (a *admin) handleSaveTier(c echo.Context) error {
+func (a *Admin) handleSaveTier(c echo.Context) error {
 	ctx := c.Request().Context()
-	name, err := pathParam(c, "name")
+	name, err := a.api.PathParam(c, "name")
 	if err != nil {
 		return a.fail(c, err)
 	}
 	// Saving edits an existing tier; one deleted meanwhile stays deleted.
-	if _, err := a.s.svc.Tier(ctx, name); err != nil {
+	if _, err := a.svc.Tier(ctx, name); err != nil {
 		return a.fail(c, err)
 	}
 	readAt, ok := parseTierVersion(c.Request().PostFormValue("version"))
@@ -301,9 +300,9 @@ func (a *admin) handleSaveTier(c echo.Context) error {
 			"The form does not say which version of the tier it edits. Open the tier again from the tiers page.")
 	}
 	values := postedTierValues(c)
-	t, errs := tierFromForm(name, values)
+	t, errs := a.tierFromForm(name, values)
 	if len(errs) == 0 {
-		_, err := a.s.svc.ReplaceTier(ctx, t, readAt)
+		_, err := a.svc.ReplaceTier(ctx, t, readAt)
 		switch policy.ErrorCode(err) {
 		case "":
 			a.flash(c, fmt.Sprintf("Saved tier %s — applies to the next check", name))
@@ -312,14 +311,14 @@ func (a *admin) handleSaveTier(c echo.Context) error {
 			// Someone else saved the tier since this form was filled:
 			// keep what this admin typed, show what is stored now, and
 			// let a second Save overwrite it knowingly.
-			current, err := a.s.svc.Tier(ctx, name)
+			current, err := a.svc.Tier(ctx, name)
 			if err != nil {
 				return a.fail(c, err)
 			}
 			v := a.view(c, "Edit tier "+name, "tiers")
 			v.Form = newAdminTierForm(values, nil, name)
 			v.Form.Version = tierVersion(current)
-			v.Alert = fmt.Sprintf("The tier was not saved: someone else changed it since you opened this page. Stored now: %s. Save again to replace it with the values below.", tierSummary(&current))
+			v.Alert = fmt.Sprintf("The tier was not saved: someone else changed it since you opened this page. Stored now: %s. Save again to replace it with the values below.", TierSummary(&current))
 			return a.render(c, http.StatusConflict, "tier", v)
 		case policy.EINVALID:
 			errs[""] = policy.ErrorMessage(err)
@@ -344,28 +343,28 @@ func notSaved(verb string, errs map[string]string) string {
 	return "The tier was not " + verb + ": correct the fields marked below."
 }
 
-func (a *admin) handleDeletePage(c echo.Context) error {
-	name, err := pathParam(c, "name")
+func (a *Admin) handleDeletePage(c echo.Context) error {
+	name, err := a.api.PathParam(c, "name")
 	if err != nil {
 		return a.fail(c, err)
 	}
-	if _, err := a.s.svc.Tier(c.Request().Context(), name); err != nil {
+	if _, err := a.svc.Tier(c.Request().Context(), name); err != nil {
 		return a.fail(c, err)
 	}
 	v := a.view(c, "Delete tier "+name, "tiers")
-	v.Tier, v.CanDelete = name, name != a.s.svc.DefaultTier()
+	v.Tier, v.CanDelete = name, name != a.svc.DefaultTier()
 	if !v.CanDelete {
 		v.Alert = fmt.Sprintf("%s is the default tier: requests that name no tier use it, so it cannot be deleted.", name)
 	}
 	return a.render(c, http.StatusOK, "delete", v)
 }
 
-func (a *admin) handleDeleteTier(c echo.Context) error {
-	name, err := pathParam(c, "name")
+func (a *Admin) handleDeleteTier(c echo.Context) error {
+	name, err := a.api.PathParam(c, "name")
 	if err != nil {
 		return a.fail(c, err)
 	}
-	err = a.s.svc.DeleteTier(c.Request().Context(), name)
+	err = a.svc.DeleteTier(c.Request().Context(), name)
 	if policy.ErrorCode(err) == policy.ECONFLICT {
 		v := a.view(c, "Delete tier "+name, "tiers")
 		v.Tier, v.Alert = name, policy.ErrorMessage(err)

@@ -1,4 +1,4 @@
-package api
+package web
 
 import (
 	"fmt"
@@ -38,11 +38,11 @@ var adminWindowTitles = [len(policy.Windows)]string{
 	policy.Day:    "Last 24 hours",
 }
 
-func (a *admin) handleUsagePage(c echo.Context) error {
+func (a *Admin) handleUsagePage(c echo.Context) error {
 	ctx := c.Request().Context()
 	_, asked := c.QueryParams()["user_id"]
 	user, tierName := c.QueryParam("user_id"), c.QueryParam("tier")
-	tiers, err := a.s.svc.Tiers(ctx)
+	tiers, err := a.svc.Tiers(ctx)
 	if err != nil {
 		return a.fail(c, err)
 	}
@@ -55,8 +55,8 @@ func (a *admin) handleUsagePage(c echo.Context) error {
 	case policy.ValidateUserID(user) != nil:
 		errs["user_id"] = policy.ErrorMessage(policy.ValidateUserID(user))
 	default:
-		now := a.s.svc.Now()
-		states, err := a.s.svc.Usage(ctx, user, tierName)
+		now := a.svc.Now()
+		states, err := a.svc.Usage(ctx, user, tierName)
 		if policy.ErrorCode(err) == policy.EINVALID {
 			errs["tier"] = policy.ErrorMessage(err) // the user id was checked above
 			break
@@ -95,12 +95,12 @@ func (a *admin) handleUsagePage(c echo.Context) error {
 	return a.render(c, status, "usage", v)
 }
 
-func (a *admin) handleClearUsage(c echo.Context) error {
+func (a *Admin) handleClearUsage(c echo.Context) error {
 	user, tierName := c.Request().PostFormValue("user_id"), c.Request().PostFormValue("tier")
 	if user == "" {
 		return a.renderError(c, http.StatusBadRequest, "No user", "Look up a user before clearing their history.")
 	}
-	if err := a.s.svc.Forget(c.Request().Context(), user); err != nil {
+	if err := a.svc.Forget(c.Request().Context(), user); err != nil {
 		return a.fail(c, err)
 	}
 	a.flash(c, fmt.Sprintf("Cleared the history of user %s — every window starts empty", user))

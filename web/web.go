@@ -1,6 +1,9 @@
-// Package web holds the admin page's HTML templates and static assets. They
-// are embedded in the binary, so the page needs no files beside it and makes
-// no request outside the service: it works offline.
+// Package web is the admin page for the browser: its handlers, sessions,
+// forms, and the HTML templates and static assets they use. The templates
+// and assets are embedded in the binary, so the page needs no files beside
+// it and makes no request outside the service: it works offline. It talks
+// to the policy.Service alone and checks the admin token through package
+// auth, as the JSON API does.
 package web
 
 import (

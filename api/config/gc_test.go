@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"runtime/debug"
@@ -12,7 +12,7 @@ func TestTuneGCLeavesWhatTheEnvironmentSets(t *testing.T) {
 	env := map[string]string{}
 	getenv := func(k string) string { return env[k] }
 	debug.SetGCPercent(100)
-	tuneGC(getenv)
+	TuneGC(getenv)
 	if got := debug.SetGCPercent(100); got != gcPercent {
 		t.Errorf("GC percent %d, want %d", got, gcPercent)
 	}
@@ -23,7 +23,7 @@ func TestTuneGCLeavesWhatTheEnvironmentSets(t *testing.T) {
 	env["GOGC"], env["GOMEMLIMIT"] = "50", "1GiB"
 	debug.SetGCPercent(50)
 	debug.SetMemoryLimit(1 << 30)
-	tuneGC(getenv)
+	TuneGC(getenv)
 	if got := debug.SetGCPercent(100); got != 50 {
 		t.Errorf("with GOGC set: GC percent %d, want it left at 50", got)
 	}

@@ -1,4 +1,4 @@
-package main
+package logbatch
 
 import (
 	"bytes"
@@ -8,17 +8,17 @@ import (
 	"time"
 )
 
-func TestLogBufferHoldsInfoAndFlushesWarnings(t *testing.T) {
+func TestWriterHoldsInfoAndFlushesWarnings(t *testing.T) {
 	var out bytes.Buffer
-	buf := newLogBuffer(&out)
+	buf := NewWriter(&out)
 	var scheduled []func()
 	buf.schedule = func(d time.Duration, f func()) {
-		if d != logFlushInterval {
-			t.Errorf("flush scheduled in %v, want %v", d, logFlushInterval)
+		if d != FlushInterval {
+			t.Errorf("flush scheduled in %v, want %v", d, FlushInterval)
 		}
 		scheduled = append(scheduled, f)
 	}
-	log := slog.New(flushingHandler{slog.NewTextHandler(buf, nil), buf})
+	log := slog.New(NewHandler(slog.NewTextHandler(buf, nil), buf))
 
 	log.Info("request", "path", "/v1/check")
 	log.Info("request", "path", "/v1/check")

@@ -1,0 +1,196 @@
+// Package config reads the settings of the policyguard service: flags over
+// environment variables over defaults, each checked before the service
+// starts, so that a mistake stops it at once and says what is wrong.
+package config
+
+import (
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/policyguard/policyguard/db"
+	"github.com/policyguard/policyguard/policy"
+)
+
+// Config is the service's configuration.
+type Config struct {
+	Addr            string
+	DBPath          string
+	AdminToken      string // empty: the service generates one
+	DefaultTier     string
+	CleanupInterval time.Duration
+	Sync            string
+	LogFormat       string // text or json
+	MetricsAddr     string // empty: metrics are served on Addr
+	FailOpen        bool
+	APIToken        string // empty: checks need no token
+	TLSCert         string // empty: plain HTTP
+	TLSKey          string
+	TrustedProxies  []*net.IPNet
+}
+
+// withDefaults returns a lookup through getenv that gives def for a
+// variable that is unset or empty.
+func withDefaults(getenv func(string) string) func(key, def string) string {
+	return func(key, def string) string {
+		if v := getenv(key); v != "" {
+			return v
+		}
+		return def
+	}
+}
+
+// DBPath returns the database file used where -db names none: GUARDRAIL_DB,
+// or guardrail.db. The tiers commands share it with the service.
+func DBPath(getenv func(string) string) string {
+	return withDefaults(getenv)("GUARDRAIL_DB", "guardrail.db")
+}
+
+// DefaultTier returns the default tier used where -default-tier names none:
+// GUARDRAIL_DEFAULT_TIER, or policy.DefaultTierName. The tiers commands
+// share it with the service.
+func DefaultTier(getenv func(string) string) string {
+	return withDefaults(getenv)("GUARDRAIL_DEFAULT_TIER", policy.DefaultTierName)
+}
+
+// Parse reads the service's flags from args, and the environment through
+// getenv. Usage messages go to stderr; -h returns flag.ErrHelp.
+func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+	env := withDefaults(getenv)
+	var cfg Config
+	fs := flag.NewFlagSet("policyguard", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.Addr, "addr", env("GUARDRAIL_ADDR", "127.0.0.1:8080"), "listen address (GUARDRAIL_ADDR)")
+	fs.StringVar(&cfg.DBPath, "db", DBPath(getenv), "SQLite database file, created if missing (GUARDRAIL_DB)")
+	// Secrets and booleans take their variables after parsing, not as flag
+	// defaults: a usage message (-h, a mistyped flag) prints every default,
+	// and would print the tokens into whatever log catches stderr.
+	fs.StringVar(&cfg.AdminToken, "admin-token", "", "bearer token for the admin API; empty generates one and prints it (GUARDRAIL_ADMIN_TOKEN)")
+	fs.StringVar(&cfg.DefaultTier, "default-tier", DefaultTier(getenv), "tier of requests that name none (GUARDRAIL_DEFAULT_TIER)")
+	fs.StringVar(&cfg.Sync, "sync", env("GUARDRAIL_SYNC", db.SyncFull), "SQLite synchronous mode: FULL survives power loss, NORMAL only a process crash (GUARDRAIL_SYNC)")
+	fs.StringVar(&cfg.LogFormat, "log-format", env("GUARDRAIL_LOG_FORMAT", "text"), "log format: text or json (GUARDRAIL_LOG_FORMAT)")
+	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", env("GUARDRAIL_METRICS_ADDR", ""), "serve GET /metrics on this address instead of the API's (GUARDRAIL_METRICS_ADDR)")
+	fs.BoolVar(&cfg.FailOpen, "fail-open", false, "admit checks when storage fails instead of refusing them with 503; each is counted and logged (GUARDRAIL_FAIL_OPEN)")
+	fs.StringVar(&cfg.APIToken, "api-token", "", "bearer token every POST /v1/check must carry; empty leaves checks open (GUARDRAIL_API_TOKEN)")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", env("GUARDRAIL_TLS_CERT", ""), "serve HTTPS with this PEM certificate (chain); needs -tls-key (GUARDRAIL_TLS_CERT)")
+	fs.StringVar(&cfg.TLSKey, "tls-key", env("GUARDRAIL_TLS_KEY", ""), "PEM private key of -tls-cert (GUARDRAIL_TLS_KEY)")
+	proxies := env("GUARDRAIL_TRUSTED_PROXIES", "")
+	fs.Func("trusted-proxies", "comma-separated addresses or CIDR ranges of reverse proxies whose X-Forwarded-For names the client (GUARDRAIL_TRUSTED_PROXIES, default none)", func(s string) error {
+		proxies = s
+		return nil
+	})
+	interval := env("GUARDRAIL_CLEANUP_INTERVAL", "1m")
+	fs.Func("cleanup-interval", "how often rows older than 25 hours (a day and an hour's slack for clock steps) are deleted (GUARDRAIL_CLEANUP_INTERVAL, default 1m)", func(s string) error {
+		interval = s
+		return nil
+	})
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["admin-token"] {
+		cfg.AdminToken = getenv("GUARDRAIL_ADMIN_TOKEN")
+	}
+	if !set["api-token"] {
+		cfg.APIToken = getenv("GUARDRAIL_API_TOKEN")
+	}
+	if v := getenv("GUARDRAIL_FAIL_OPEN"); v != "" && !set["fail-open"] {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return cfg, fmt.Errorf("GUARDRAIL_FAIL_OPEN %q: must be true or false", v)
+		}
+		cfg.FailOpen = b
+	}
+	for _, tok := range []struct{ name, value string }{
+		{"admin token (-admin-token, GUARDRAIL_ADMIN_TOKEN)", cfg.AdminToken},
+		{"API token (-api-token, GUARDRAIL_API_TOKEN)", cfg.APIToken},
+	} {
+		if err := checkToken(tok.value); err != nil {
+			return cfg, fmt.Errorf("%s %w", tok.name, err)
+		}
+	}
+	d, err := time.ParseDuration(interval)
+	if err != nil || d <= 0 {
+		return cfg, fmt.Errorf("cleanup interval %q: must be a positive duration such as 1m or 30s", interval)
+	}
+	cfg.CleanupInterval = d
+	if cfg.TrustedProxies, err = parseProxies(proxies); err != nil {
+		return cfg, err
+	}
+	if cfg.LogFormat != "text" && cfg.LogFormat != "json" {
+		return cfg, fmt.Errorf("log format %q: must be text or json", cfg.LogFormat)
+	}
+	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
+		return cfg, errors.New("TLS needs both -tls-cert and -tls-key (GUARDRAIL_TLS_CERT, GUARDRAIL_TLS_KEY)")
+	}
+	return cfg, nil
+}
+
+// parseProxies reads a comma-separated list of addresses and CIDR ranges.
+func parseProxies(list string) ([]*net.IPNet, error) {
+	var nets []*net.IPNet
+	for _, item := range strings.Split(list, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		if !strings.Contains(item, "/") {
+			ip := net.ParseIP(item)
+			if ip == nil {
+				return nil, fmt.Errorf("trusted proxy %q: not an IP address or CIDR range", item)
+			}
+			bits := 128
+			if ip4 := ip.To4(); ip4 != nil {
+				ip, bits = ip4, 32
+			}
+			nets = append(nets, &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)})
+			continue
+		}
+		_, n, err := net.ParseCIDR(item)
+		if err != nil {
+			return nil, fmt.Errorf("trusted proxy %q: not an IP address or CIDR range", item)
+		}
+		nets = append(nets, n)
+	}
+	return nets, nil
+}
+
+// checkToken refuses a token no client could send back: a bearer token is
+// read from its header with the surrounding spaces removed, and a header
+// cannot carry control characters. A token pasted with a trailing space or
+// newline would otherwise never match, and nothing would say why.
+func checkToken(tok string) error {
+	if strings.TrimSpace(tok) != tok {
+		return errors.New("starts or ends with white space")
+	}
+	for _, r := range tok {
+		if r < 0x20 || r == 0x7f {
+			return errors.New("contains a control character")
+		}
+	}
+	return nil
+}
+
+// TLS loads the certificate and key, so that a bad pair stops the service
+// at start-up rather than at the first client. Without a certificate it
+// returns nil: the service speaks plain HTTP.
+func (cfg Config) TLS() (*tls.Config, error) {
+	if cfg.TLSCert == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("TLS certificate %s and key %s: %w", cfg.TLSCert, cfg.TLSKey, err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}

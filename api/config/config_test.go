@@ -1,0 +1,104 @@
+package config
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+)
+
+// TestFailOpenSetting: -fail-open and GUARDRAIL_FAIL_OPEN reach the server;
+// a variable that is not a boolean stops the service.
+func TestFailOpenSetting(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want bool
+	}{
+		{nil, nil, false},
+		{[]string{"-fail-open"}, nil, true},
+		{nil, map[string]string{"GUARDRAIL_FAIL_OPEN": "true"}, true},
+		{[]string{"-fail-open=false"}, map[string]string{"GUARDRAIL_FAIL_OPEN": "1"}, false},
+		{[]string{"-fail-open=false"}, map[string]string{"GUARDRAIL_FAIL_OPEN": "sometimes"}, false}, // the flag wins
+	} {
+		cfg, err := Parse(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+		if err != nil || cfg.FailOpen != tc.want {
+			t.Errorf("%v %v: fail-open %v (%v), want %v", tc.args, tc.env, cfg.FailOpen, err, tc.want)
+		}
+	}
+	_, err := Parse(nil, func(k string) string { return map[string]string{"GUARDRAIL_FAIL_OPEN": "sometimes"}[k] }, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `GUARDRAIL_FAIL_OPEN "sometimes": must be true or false`) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// A usage message, as a mistyped flag prints it, must not carry the tokens
+// set in the environment: it goes to whatever log catches stderr.
+func TestUsageMessageHidesTokens(t *testing.T) {
+	env := map[string]string{"GUARDRAIL_ADMIN_TOKEN": "admin-secret-77", "GUARDRAIL_API_TOKEN": "api-secret-88"}
+	getenv := func(k string) string { return env[k] }
+	var usage strings.Builder
+	if _, err := Parse([]string{"-adr", "127.0.0.1:0"}, getenv, &usage); err == nil {
+		t.Fatal("a mistyped flag was accepted")
+	}
+	if !strings.Contains(usage.String(), "-admin-token") {
+		t.Fatalf("no usage message:\n%s", usage.String())
+	}
+	for _, secret := range env {
+		if strings.Contains(usage.String(), secret) {
+			t.Errorf("the usage message shows %q:\n%s", secret, usage.String())
+		}
+	}
+	cfg, err := Parse(nil, getenv, io.Discard)
+	if err != nil || cfg.AdminToken != "admin-secret-77" || cfg.APIToken != "api-secret-88" {
+		t.Fatalf("tokens from the environment: %q %q (%v)", cfg.AdminToken, cfg.APIToken, err)
+	}
+	cfg, err = Parse([]string{"-admin-token", "from-flag"}, getenv, io.Discard)
+	if err != nil || cfg.AdminToken != "from-flag" || cfg.APIToken != "api-secret-88" {
+		t.Fatalf("a flag must win over its variable: %q %q (%v)", cfg.AdminToken, cfg.APIToken, err)
+	}
+}
+
+// A token no client could send back is refused at start-up, saying why.
+func TestTokensMustBeSendable(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{nil, map[string]string{"GUARDRAIL_ADMIN_TOKEN": "secret\n"}, "admin token (-admin-token, GUARDRAIL_ADMIN_TOKEN) starts or ends with white space"},
+		{[]string{"-api-token", " secret"}, nil, "API token (-api-token, GUARDRAIL_API_TOKEN) starts or ends with white space"},
+		{[]string{"-api-token", "sec\x01ret"}, nil, "contains a control character"},
+	} {
+		_, err := Parse(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q %v: err = %v, want %q", tc.args, tc.env, err, tc.want)
+		}
+	}
+}
+
+// -trusted-proxies and GUARDRAIL_TRUSTED_PROXIES take addresses and CIDR
+// ranges; anything else stops the service, saying which entry is wrong.
+func TestTrustedProxiesSetting(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string // the ranges, or the error
+	}{
+		{nil, nil, "[]"},
+		{[]string{"-trusted-proxies", "10.0.0.0/8, 192.0.2.1,2001:db8::1"}, nil, "[10.0.0.0/8 192.0.2.1/32 2001:db8::1/128]"},
+		{nil, map[string]string{"GUARDRAIL_TRUSTED_PROXIES": "127.0.0.1"}, "[127.0.0.1/32]"},
+		{[]string{"-trusted-proxies", ""}, map[string]string{"GUARDRAIL_TRUSTED_PROXIES": "127.0.0.1"}, "[]"}, // the flag wins
+		{[]string{"-trusted-proxies", "10.0.0.0/33"}, nil, `trusted proxy "10.0.0.0/33": not an IP address or CIDR range`},
+		{nil, map[string]string{"GUARDRAIL_TRUSTED_PROXIES": "proxy.internal"}, `trusted proxy "proxy.internal": not an IP address or CIDR range`},
+	} {
+		cfg, err := Parse(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+		got := fmt.Sprint(cfg.TrustedProxies)
+		if err != nil {
+			got = err.Error()
+		}
+		if got != tc.want {
+			t.Errorf("%q %v: %s, want %s", tc.args, tc.env, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,141 @@
+package tierscmd
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// tiersCmd runs "policyguard tiers args..." with env as the environment.
+func tiersCmd(env map[string]string, args ...string) (stdout, stderr string, err error) {
+	var out, errOut bytes.Buffer
+	err = Run(context.Background(), args, func(k string) string { return env[k] }, &out, &errOut)
+	return out.String(), errOut.String(), err
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// An import that fails changes nothing at all.
+func TestTiersImportRefusals(t *testing.T) {
+	dbPath := filepath.Join(t.TempDir(), "guardrail.db")
+	env := map[string]string{"GUARDRAIL_DB": dbPath}
+	before, _, err := tiersCmd(env, "export")
+	if err == nil {
+		t.Fatal("export from a database that does not exist succeeded")
+	}
+	if _, err := os.Stat(dbPath); err == nil {
+		t.Fatal("export created the database it was pointed at")
+	}
+	if _, _, err := tiersCmd(env, "import", writeFile(t, "empty.json", `{"tiers": []}`)); err != nil {
+		t.Fatal(err) // creates the database, as the service would
+	}
+	if before, _, err = tiersCmd(env, "export"); err != nil {
+		t.Fatal(err)
+	}
+
+	valid := `{"name": "team", "requests_per_minute": 1, "requests_per_hour": 1, "requests_per_day": 1, "burst_allowance": 0}`
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		file string
+		want []string
+	}{
+		{"invalid tier after a valid one", nil, nil, `{"tiers": [` + valid + `, {"name": "bad", "requests_per_minute": -1}]}`,
+			[]string{`nothing imported`, `tier 2 ("bad"): requests_per_minute must be an integer`}},
+		{"every problem listed", nil, nil, `{"tiers": [{"name": "a"}, {"name": "b", "rpm": 1}]}`,
+			[]string{`tier 1 ("a"): requests_per_minute is required`, `tier 1 ("a"): burst_allowance is required`, `tier 2 ("b"): unknown field "rpm"`}},
+		{"prune without the default tier", nil, []string{"-prune"}, `{"tiers": [` + valid + `]}`,
+			[]string{`nothing imported`, `tier "free" is the default tier`}},
+		{"prune without the configured default tier", map[string]string{"GUARDRAIL_DEFAULT_TIER": "team"}, []string{"-prune"},
+			`{"tiers": [{"name": "free", "requests_per_minute": 1, "requests_per_hour": 1, "requests_per_day": 1, "burst_allowance": 0}]}`,
+			[]string{`tier "team" is the default tier`}},
+		{"not a tiers file", nil, nil, `[` + valid + `]`, []string{`not a tiers file`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := map[string]string{"GUARDRAIL_DB": dbPath}
+			for k, v := range tc.env {
+				e[k] = v
+			}
+			out, _, err := tiersCmd(e, append(append([]string{"import"}, tc.args...), writeFile(t, "t.json", tc.file))...)
+			if err == nil {
+				t.Fatalf("import succeeded: %s", out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+			if after, _, _ := tiersCmd(env, "export"); after != before {
+				t.Errorf("a refused import changed the tiers:\n%s", after)
+			}
+		})
+	}
+
+	// With the default tier named, prune removes everything else.
+	out, _, err := tiersCmd(map[string]string{"GUARDRAIL_DB": dbPath, "GUARDRAIL_DEFAULT_TIER": "team"}, "import", "-prune",
+		writeFile(t, "team.json", `{"tiers": [`+valid+`]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "created team: 1/min (+0 burst), 1/hour, 1/day; no features\ndeleted enterprise\ndeleted free\ndeleted pro\n"; !strings.HasPrefix(out, want) {
+		t.Errorf("import said:\n%s\nwant it to start:\n%s", out, want)
+	}
+}
+
+func TestTiersCommandErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "name a command"},
+		{[]string{"sync"}, `unknown command "sync"`},
+		{[]string{"import"}, "name exactly one tiers file"},
+		{[]string{"import", "a.json", "b.json"}, "name exactly one tiers file"},
+		{[]string{"import", "-db", filepath.Join(t.TempDir(), "x.db"), "missing.json"}, "missing.json"},
+		{[]string{"export", "out.json"}, "unexpected argument"},
+		{[]string{"import", "-bogus", "a.json"}, "flag provided but not defined"},
+	} {
+		_, _, err := tiersCmd(nil, tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("tiers %v: err = %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// Flags may stand before, between or after the other arguments; "--" ends
+// them.
+func TestParseInterspersed(t *testing.T) {
+	for _, tc := range []struct {
+		args      []string
+		wantRest  string
+		wantPrune bool
+	}{
+		{[]string{"a.json"}, "a.json", false},
+		{[]string{"-prune", "a.json"}, "a.json", true},
+		{[]string{"a.json", "-prune"}, "a.json", true},
+		{[]string{"a.json", "--prune", "b.json"}, "a.json b.json", true},
+		{[]string{"a.json", "--", "-prune"}, "a.json -prune", false},
+	} {
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		prune := fs.Bool("prune", false, "")
+		rest, err := parseInterspersed(fs, tc.args)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		if got := strings.Join(rest, " "); got != tc.wantRest || *prune != tc.wantPrune {
+			t.Errorf("%q: rest %q, prune %v; want %q, %v", tc.args, got, *prune, tc.wantRest, tc.wantPrune)
+		}
+	}
+}

@@ -55,6 +55,7 @@ type config struct {
 	tlsCert         string
 	tlsKey          string
 	trustedProxies  []*net.IPNet
+	testClock       bool
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -81,6 +82,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&cfg.apiToken, "api-token", "", "bearer token every POST /v1/check must carry; empty leaves checks open (GUARDRAIL_API_TOKEN)")
 	fs.StringVar(&cfg.tlsCert, "tls-cert", env("GUARDRAIL_TLS_CERT", ""), "serve HTTPS with this PEM certificate (chain); needs -tls-key (GUARDRAIL_TLS_CERT)")
 	fs.StringVar(&cfg.tlsKey, "tls-key", env("GUARDRAIL_TLS_KEY", ""), "PEM private key of -tls-cert (GUARDRAIL_TLS_KEY)")
+	fs.BoolVar(&cfg.testClock, "test-clock", false, "for tests: run on a clock that moves only through POST /v1/test/clock; loopback addresses only (GUARDRAIL_TEST_CLOCK)")
 	proxies := env("GUARDRAIL_TRUSTED_PROXIES", "")
 	fs.Func("trusted-proxies", "comma-separated addresses or CIDR ranges of reverse proxies whose X-Forwarded-For names the client (GUARDRAIL_TRUSTED_PROXIES, default none)", func(s string) error {
 		proxies = s
@@ -111,6 +113,18 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 			return cfg, fmt.Errorf("GUARDRAIL_FAIL_OPEN %q: must be true or false", v)
 		}
 		cfg.failOpen = b
+	}
+	if v := getenv("GUARDRAIL_TEST_CLOCK"); v != "" && !set["test-clock"] {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return cfg, fmt.Errorf("GUARDRAIL_TEST_CLOCK %q: must be true or false", v)
+		}
+		cfg.testClock = b
+	}
+	if cfg.testClock {
+		if err := api.CheckTestClockAddr(cfg.addr); err != nil {
+			return cfg, err
+		}
 	}
 	for _, tok := range []struct{ name, value string }{
 		{"admin token (-admin-token, GUARDRAIL_ADMIN_TOKEN)", cfg.adminToken},
@@ -237,7 +251,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 
-	store, err := db.Open(ctx, cfg.dbPath, db.WithSynchronous(cfg.sync))
+	now := time.Now
+	var testClock *api.TestClock
+	if cfg.testClock {
+		testClock = api.NewTestClock(time.Now())
+		now = testClock.Now
+	}
+	store, err := db.Open(ctx, cfg.dbPath, db.WithSynchronous(cfg.sync), db.WithClock(now))
 	if err != nil {
 		return err
 	}
@@ -248,7 +268,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	metrics := api.NewMetrics(nil)
 	tiers, requests := metrics.MeterStorage(store, store)
-	svc := policy.NewService(tiers, requests, policy.WithDefaultTier(cfg.defaultTier))
+	svc := policy.NewService(tiers, requests, policy.WithDefaultTier(cfg.defaultTier), policy.WithClock(now))
 	if _, err := store.Tier(ctx, cfg.defaultTier); err != nil {
 		return fmt.Errorf("default tier %q does not exist in %s", cfg.defaultTier, cfg.dbPath)
 	}
@@ -271,6 +291,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		APIToken:       cfg.apiToken,
 		FailOpen:       cfg.failOpen,
 		TrustedProxies: cfg.trustedProxies,
+		TestClock:      testClock,
 	}), tlsCfg, handler)
 	if cfg.metricsAddr != "" {
 		// Metrics on their own address can stay inside the network while
@@ -294,6 +315,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	if cfg.testClock && !loopback(ln.Addr()) { // localhost resolved beyond loopback
+		ln.Close()
+		return fmt.Errorf("-test-clock: %s is not a loopback address", ln.Addr())
+	}
 	url := "http://" + ln.Addr().String()
 	if tlsCfg != nil {
 		url = "https://" + ln.Addr().String()
@@ -304,6 +329,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if cfg.apiToken == "" && !loopback(ln.Addr()) {
 		log.Warn("checks need no API token on an address beyond loopback: anyone who reaches it can spend any user's quota; set -api-token")
 	}
+	if cfg.testClock {
+		log.Warn("test clock: time moves only through POST /v1/test/clock; this is not a real guard", "now", testClock.Now())
+	}
 	if cfg.failOpen {
 		log.Warn("fail-open: checks that storage cannot decide are admitted unrecorded")
 	}
@@ -313,7 +341,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		store.PruneEvery(bg, cfg.cleanupInterval, policy.KeepFor, time.Now, log, metrics.ObserveCleanup)
+		store.PruneEvery(bg, cfg.cleanupInterval, policy.KeepFor, now, log, metrics.ObserveCleanup)
 	}()
 
 	serveErr := make(chan error, 1)

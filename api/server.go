@@ -55,6 +55,11 @@ type Config struct {
 	// what wrong admin tokens are counted against and what the access log
 	// shows.
 	TrustedProxies []*net.IPNet
+	// TestClock, when set, is the clock Service runs on (its Now given to
+	// policy.WithClock): GET and POST /v1/test/clock then read and move it,
+	// with the admin token, and GET /healthz says "test_clock": true.
+	// Nil, the usual case, those routes do not exist.
+	TestClock *TestClock
 }
 
 // Server is the HTTP API. It is an http.Handler and safe for concurrent use.
@@ -71,6 +76,7 @@ type Server struct {
 	metrics    *Metrics
 	apiToken   *[sha256.Size]byte // nil: checks need no token
 	failOpen   failOpen
+	testClock  *TestClock // nil: the service runs on a real clock
 }
 
 // NewServer returns a Server for cfg with every route registered.
@@ -82,6 +88,7 @@ func NewServer(cfg Config) *Server {
 		adminToken: sha256.Sum256([]byte(cfg.AdminToken)),
 		log:        cfg.Logger,
 		metrics:    cfg.Metrics,
+		testClock:  cfg.TestClock,
 	}
 	if s.metrics == nil {
 		s.metrics = NewMetrics(nil)
@@ -145,6 +152,7 @@ func (s *Server) routes() {
 	e.GET("/v1/usage/:user_id", s.handleGetUsage, admin)
 	e.DELETE("/v1/usage/:user_id", s.handleDeleteUsage, admin)
 	s.adminRoutes()
+	s.testClockRoutes()
 }
 
 // Route is one method and path the server answers. Path parameters are
@@ -224,5 +232,5 @@ func (s *Server) handleHealth(c echo.Context) error {
 		s.logRequest(c, slog.LevelError, "health check failed", slog.Any("err", err))
 		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "message": policy.ErrorMessage(err)})
 	}
-	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+	return c.JSON(http.StatusOK, s.healthy())
 }

@@ -81,7 +81,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 
-	store, err := db.Open(ctx, cfg.DBPath, db.WithSynchronous(cfg.Sync))
+	now := time.Now
+	var testClock *api.TestClock
+	if cfg.TestClock {
+		testClock = api.NewTestClock(time.Now())
+		now = testClock.Now
+	}
+	store, err := db.Open(ctx, cfg.DBPath, db.WithSynchronous(cfg.Sync), db.WithClock(now))
 	if err != nil {
 		return err
 	}
@@ -92,7 +98,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	metrics := api.NewMetrics(nil)
 	tiers, requests := metrics.MeterStorage(store, store)
-	svc := policy.NewService(tiers, requests, policy.WithDefaultTier(cfg.DefaultTier))
+	svc := policy.NewService(tiers, requests, policy.WithDefaultTier(cfg.DefaultTier), policy.WithClock(now))
 	if _, err := store.Tier(ctx, cfg.DefaultTier); err != nil {
 		return fmt.Errorf("default tier %q does not exist in %s", cfg.DefaultTier, cfg.DBPath)
 	}
@@ -138,6 +144,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	if cfg.TestClock && !loopback(ln.Addr()) { // localhost resolved beyond loopback
+		ln.Close()
+		return fmt.Errorf("-test-clock: %s is not a loopback address", ln.Addr())
+	}
 	url := "http://" + ln.Addr().String()
 	if tlsCfg != nil {
 		url = "https://" + ln.Addr().String()
@@ -148,6 +158,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if cfg.APIToken == "" && !loopback(ln.Addr()) {
 		log.Warn("checks need no API token on an address beyond loopback: anyone who reaches it can spend any user's quota; set -api-token")
 	}
+	if cfg.TestClock {
+		log.Warn("test clock: time moves only through POST /v1/test/clock; this is not a real guard", "now", testClock.Now())
+	}
 	if cfg.FailOpen {
 		log.Warn("fail-open: checks that storage cannot decide are admitted unrecorded")
 	}
@@ -157,7 +170,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		store.PruneEvery(bg, cfg.CleanupInterval, policy.KeepFor, time.Now, log, metrics.ObserveCleanup)
+		store.PruneEvery(bg, cfg.CleanupInterval, policy.KeepFor, now, log, metrics.ObserveCleanup)
 	}()
 
 	serveErr := make(chan error, 1)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -158,4 +160,168 @@ func TestRunPrintsGeneratedTokenOnce(t *testing.T) {
 		t.Fatalf("generated token refused: %v %v", res, err)
 	}
 	res.Body.Close()
+}
+
+// lockedBuffer is a bytes.Buffer safe for the service's log writes and
+// the test's reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// startWithEnv runs the service with run() on a random port, with env as
+// its environment and its log in the returned buffer.
+func startWithEnv(t *testing.T, env map[string]string, extra ...string) (url string, logs *lockedBuffer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	logs = &lockedBuffer{}
+	args := append([]string{"-addr", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "g.db"), "-admin-token", token}, extra...)
+	go func() {
+		done <- run(ctx, args, func(k string) string { return env[k] }, pw, logs)
+		pw.Close()
+	}()
+	url = waitURL(t, pr)
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	return url, logs
+}
+
+// call sends a request with the admin token when admin is set and returns
+// the status and the body without its final newline.
+func call(t *testing.T, method, url, body string, admin bool) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if admin {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.StatusCode, strings.TrimSpace(string(b))
+}
+
+func TestRunWithoutTestClock(t *testing.T) {
+	url, _ := startWithEnv(t, nil)
+	for _, method := range []string{"GET", "POST"} {
+		if status, body := call(t, method, url+"/v1/test/clock", `{"advance":"1m"}`, true); status != http.StatusNotFound {
+			t.Errorf("%s /v1/test/clock: %d %s, want 404", method, status, body)
+		}
+	}
+	if _, body := call(t, "GET", url+"/healthz", "", false); body != `{"status":"ok"}` {
+		t.Errorf("healthz: %s", body)
+	}
+}
+
+func TestRunTestClock(t *testing.T) {
+	for _, on := range []struct {
+		name string
+		env  map[string]string
+		args []string
+	}{
+		{"flag", nil, []string{"-test-clock"}},
+		{"environment", map[string]string{"GUARDRAIL_TEST_CLOCK": "true"}, nil},
+		{"flag over environment", map[string]string{"GUARDRAIL_TEST_CLOCK": "false"}, []string{"-test-clock=true"}},
+	} {
+		t.Run(on.name, func(t *testing.T) {
+			before := time.Now()
+			url, logs := startWithEnv(t, on.env, on.args...)
+			after := time.Now()
+			clockURL := url + "/v1/test/clock"
+			if _, body := call(t, "GET", url+"/healthz", "", false); body != `{"status":"ok","test_clock":true}` {
+				t.Errorf("healthz: %s", body)
+			}
+			if !strings.Contains(logs.String(), "level=WARN msg=\"test clock: time moves only through POST /v1/test/clock") {
+				t.Errorf("no warning of the test clock in the log:\n%s", logs)
+			}
+			status, body := call(t, "GET", clockURL, "", true)
+			var got struct{ Now time.Time }
+			if err := json.Unmarshal([]byte(body), &got); status != 200 || err != nil {
+				t.Fatalf("GET: %d %s %v", status, body, err)
+			}
+			if got.Now.Before(before.Truncate(time.Microsecond)) || got.Now.After(after) {
+				t.Errorf("the clock starts at %v, not between %v and %v", got.Now, before, after)
+			}
+			start := got.Now.UTC().Format("2006-01-02T15:04:05.000000000Z")
+			moved := got.Now.Add(90 * time.Second).UTC().Format("2006-01-02T15:04:05.000000000Z")
+			for _, tc := range []struct {
+				method, body string
+				admin        bool
+				status       int
+				want         string
+			}{
+				{"GET", "", false, 401, `{"message":"missing or wrong admin token"}`},
+				{"POST", `{"advance":"1m"}`, false, 401, `{"message":"missing or wrong admin token"}`},
+				{"POST", `{"advance":"90s"}`, true, 200, `{"now":"` + moved + `"}`},
+				{"GET", "", true, 200, `{"now":"` + moved + `"}`},
+				{"POST", `{"set":"` + start + `"}`, true, 200, `{"now":"` + start + `"}`},
+				{"POST", `{"set":"2030-06-01T00:00:00Z"}`, true, 200, `{"now":"2030-06-01T00:00:00.000000000Z"}`},
+				{"POST", `{"advance":"-1s"}`, true, 400, "must not be negative"},
+				{"POST", `{"advance":"1s","set":"2030-06-01T00:00:00Z"}`, true, 400, "exactly one of"},
+				{"POST", `{"when":"now"}`, true, 400, "unknown field"},
+				{"POST", `{"set":"June"}`, true, 400, "not an RFC 3339 time"},
+				{"POST", `not json`, true, 400, `"message":`},
+				{"GET", "", true, 200, `{"now":"2030-06-01T00:00:00.000000000Z"}`},
+			} {
+				status, body := call(t, tc.method, clockURL, tc.body, tc.admin)
+				if status != tc.status || !strings.Contains(body, tc.want) || (status == 200 && body != tc.want) {
+					t.Errorf("%s %s: %d %s, want %d %s", tc.method, tc.body, status, body, tc.status, tc.want)
+				}
+			}
+		})
+	}
+}
+
+func TestRunTestClockRefusals(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		addr string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"0.0.0.0:0", []string{"-test-clock"}, nil, "not loopback"},
+		{":0", []string{"-test-clock"}, nil, "not loopback"},
+		{"[::]:0", nil, map[string]string{"GUARDRAIL_TEST_CLOCK": "true"}, "not loopback"},
+		{"192.0.2.1:0", []string{"-test-clock"}, nil, "not loopback"},
+		{"127.0.0.1:0", nil, map[string]string{"GUARDRAIL_TEST_CLOCK": "yes"}, `GUARDRAIL_TEST_CLOCK "yes": must be true or false`},
+		{"127.0.0.1:0", nil, map[string]string{"GUARDRAIL_TEST_CLOCK": "on"}, "must be true or false"},
+		{"127.0.0.1:0", []string{"-test-clock=maybe"}, nil, "invalid boolean value"},
+	} {
+		args := append([]string{"-addr", tc.addr, "-db", filepath.Join(dir, "r.db")}, tc.args...)
+		getenv := func(k string) string { return tc.env[k] }
+		err := run(context.Background(), args, getenv, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %v %v: err = %v, want %q", tc.addr, tc.args, tc.env, err, tc.want)
+		}
+	}
 }

@@ -173,7 +173,7 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 	e := newEnv(t)
 	s := loadSpec(t, e.srv)
 	var routes []string
-	for _, r := range e.srv.Routes() {
+	for _, r := range testClockServer(e).Routes() { // every route, those of -test-clock too
 		if !slices.Contains(httpMethods, strings.ToLower(r.Method)) {
 			continue // Echo's own entries, such as its not-found handlers
 		}
@@ -305,6 +305,7 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 		send(throttled, "GET", "/v1/tiers", "", map[string]string{"Authorization": "Bearer wrong"})
 	}
 	servers["throttled"] = throttled
+	servers["testclock"], servers["testclock-throttled"] = testClockServer(e), throttledTestClockServer(e)
 	e.putTier("one", `{"requests_per_minute":1,"requests_per_hour":10,"requests_per_day":10,"burst_allowance":0}`)
 	limits := `"requests_per_minute":3,"requests_per_hour":30,"requests_per_day":300,"burst_allowance":1`
 	big := `{"input_text":"` + strings.Repeat("a", 1<<20) + `"}`
@@ -355,6 +356,15 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 		{"GET", "/healthz", "/healthz", "", false, 200, nil, ""},
 		{"GET", "/metrics", "/metrics", "", false, 200, nil, ""},
 		{"GET", "/openapi.yaml", "/openapi.yaml", "", false, 200, nil, ""},
+		{"GET", "/v1/test/clock", "/v1/test/clock", "", true, 200, nil, "testclock"},
+		{"GET", "/v1/test/clock", "/v1/test/clock", "", false, 401, nil, "testclock"},
+		{"GET", "/v1/test/clock", "/v1/test/clock", "", true, 429, nil, "testclock-throttled"},
+		{"POST", "/v1/test/clock", "/v1/test/clock", `{"advance":"1m"}`, true, 200, nil, "testclock"},
+		{"POST", "/v1/test/clock", "/v1/test/clock", `{"set":"2026-03-01T12:00:00Z"}`, true, 200, nil, "testclock"},
+		{"POST", "/v1/test/clock", "/v1/test/clock", `{"advance":"-1m"}`, true, 400, nil, "testclock"},
+		{"POST", "/v1/test/clock", "/v1/test/clock", `{"advance":"1m"}`, false, 401, nil, "testclock"},
+		{"POST", "/v1/test/clock", "/v1/test/clock", `{"advance":"1m"}`, true, 415, map[string]string{"Content-Type": "text/plain"}, "testclock"},
+		{"POST", "/v1/test/clock", "/v1/test/clock", `{"advance":"1m"}`, true, 429, nil, "testclock-throttled"},
 		// Storage gone: the answers that say so.
 		{"close", "", "", "", false, 0, nil, ""},
 		{"POST", "/v1/check", "/v1/check", `{}`, false, 503, nil, ""},

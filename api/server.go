@@ -54,6 +54,11 @@ type Config struct {
 	// what wrong admin tokens are counted against and what the access log
 	// shows.
 	TrustedProxies []*net.IPNet
+	// TestClock, when set, is the clock Service runs on (its Now given to
+	// policy.WithClock): GET and POST /v1/test/clock then read and move it,
+	// with the admin token, and GET /healthz says "test_clock": true.
+	// Nil, the usual case, those routes do not exist.
+	TestClock *TestClock
 }
 
 // Server is the HTTP API. It is an http.Handler and safe for concurrent use.
@@ -68,17 +73,20 @@ type Server struct {
 	metrics  *Metrics
 	apiToken *auth.Token // nil: checks need no token
 	failOpen failOpen
+	// testClock is nil when the service runs on a real clock.
+	testClock *TestClock
 }
 
 // NewServer returns a Server for cfg with every route registered.
 func NewServer(cfg Config) *Server {
 	s := &Server{
-		echo:    echo.New(),
-		svc:     cfg.Service,
-		admin:   auth.NewGate(cfg.AdminToken),
-		health:  cfg.Health,
-		log:     cfg.Logger,
-		metrics: cfg.Metrics,
+		echo:      echo.New(),
+		svc:       cfg.Service,
+		admin:     auth.NewGate(cfg.AdminToken),
+		health:    cfg.Health,
+		log:       cfg.Logger,
+		metrics:   cfg.Metrics,
+		testClock: cfg.TestClock,
 	}
 	if s.metrics == nil {
 		s.metrics = NewMetrics(nil)
@@ -142,6 +150,7 @@ func (s *Server) routes() {
 	e.GET("/v1/usage/:user_id", s.handleGetUsage, admin)
 	e.DELETE("/v1/usage/:user_id", s.handleDeleteUsage, admin)
 	web.NewAdmin(web.Config{Service: s.svc, Gate: s.admin, API: pageAPI{}, Logger: s.log}).Register(e)
+	s.testClockRoutes()
 }
 
 // Route is one method and path the server answers. Path parameters are
@@ -184,5 +193,5 @@ func (s *Server) handleHealth(c echo.Context) error {
 		s.logRequest(c, slog.LevelError, "health check failed", slog.Any("err", err))
 		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "message": policy.ErrorMessage(err)})
 	}
-	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+	return c.JSON(http.StatusOK, s.healthy())
 }

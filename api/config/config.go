@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/policyguard/policyguard/api"
 	"github.com/policyguard/policyguard/db"
 	"github.com/policyguard/policyguard/policy"
 )
@@ -33,6 +34,9 @@ type Config struct {
 	TLSCert         string // empty: plain HTTP
 	TLSKey          string
 	TrustedProxies  []*net.IPNet
+	// TestClock runs the service on a clock that moves only when told
+	// (POST /v1/test/clock); loopback addresses only.
+	TestClock bool
 }
 
 // withDefaults returns a lookup through getenv that gives def for a
@@ -80,6 +84,7 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	fs.StringVar(&cfg.APIToken, "api-token", "", "bearer token every POST /v1/check must carry; empty leaves checks open (GUARDRAIL_API_TOKEN)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", env("GUARDRAIL_TLS_CERT", ""), "serve HTTPS with this PEM certificate (chain); needs -tls-key (GUARDRAIL_TLS_CERT)")
 	fs.StringVar(&cfg.TLSKey, "tls-key", env("GUARDRAIL_TLS_KEY", ""), "PEM private key of -tls-cert (GUARDRAIL_TLS_KEY)")
+	fs.BoolVar(&cfg.TestClock, "test-clock", false, "for tests: run on a clock that moves only through POST /v1/test/clock; loopback addresses only (GUARDRAIL_TEST_CLOCK)")
 	proxies := env("GUARDRAIL_TRUSTED_PROXIES", "")
 	fs.Func("trusted-proxies", "comma-separated addresses or CIDR ranges of reverse proxies whose X-Forwarded-For names the client (GUARDRAIL_TRUSTED_PROXIES, default none)", func(s string) error {
 		proxies = s
@@ -110,6 +115,18 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 			return cfg, fmt.Errorf("GUARDRAIL_FAIL_OPEN %q: must be true or false", v)
 		}
 		cfg.FailOpen = b
+	}
+	if v := getenv("GUARDRAIL_TEST_CLOCK"); v != "" && !set["test-clock"] {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return cfg, fmt.Errorf("GUARDRAIL_TEST_CLOCK %q: must be true or false", v)
+		}
+		cfg.TestClock = b
+	}
+	if cfg.TestClock {
+		if err := api.CheckTestClockAddr(cfg.Addr); err != nil {
+			return cfg, err
+		}
 	}
 	for _, tok := range []struct{ name, value string }{
 		{"admin token (-admin-token, GUARDRAIL_ADMIN_TOKEN)", cfg.AdminToken},

@@ -1,0 +1,97 @@
+package guardtest_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/policyguard/policyguard/api/client"
+	"github.com/policyguard/policyguard/api/guardtest"
+)
+
+// An agent's loop against a guard: refused at the minute limit, it waits
+// as long as retry_after says, on the guard's clock, and is admitted again.
+// In a test, agentBacksOff's body is the body of a func TestXxx(t
+// *testing.T); README.md shows it so, and TestREADMEGoSnippet keeps the two
+// the same.
+func Example() {
+	runExample(agentBacksOff)
+	// Output:
+	// call 1 admitted at +0s, 2 left this minute
+	// call 2 admitted at +0s, 1 left this minute
+	// call 3 admitted at +0s, 0 left this minute
+	// refused: per-minute limit exceeded; waiting 60s
+	// call 4 admitted at +1m0s, 0 left this minute
+	// refused: per-minute limit exceeded; waiting 1s
+	// call 5 admitted at +1m1s, 1 left this minute
+}
+
+func agentBacksOff(t testing.TB) {
+	start := time.Date(2026, 1, 5, 9, 0, 0, 0, time.UTC)
+	g := guardtest.New(t, guardtest.WithStart(start), guardtest.WithTiers(client.Tier{
+		Name: "trial", RequestsPerMinute: 3, RequestsPerHour: 100, RequestsPerDay: 1000,
+	}))
+	pg := g.Client()
+	ctx := context.Background()
+
+	// The agent makes five model calls, asking the guard before each, and
+	// waits out every refusal. Waiting on the guard's clock takes no time.
+	for calls := 0; calls < 5; {
+		d, err := pg.Check(ctx, client.CheckRequest{UserID: "alice", Tier: "trial"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed {
+			if !d.RateLimited() {
+				t.Fatalf("refused for good: %s", d.Reason)
+			}
+			t.Logf("refused: %s; waiting %ds", d.Reason, d.RetryAfter)
+			g.Clock().Advance(time.Duration(d.RetryAfter) * time.Second)
+			continue
+		}
+		calls++
+		t.Logf("call %d admitted at +%s, %d left this minute", calls, g.Clock().Now().Sub(start), d.Windows.Minute.Remaining)
+	}
+}
+
+// runExample gives f the testing.TB an Example has none of, and runs its
+// cleanups when f returns.
+func runExample(f func(t testing.TB)) {
+	t := &exampleT{}
+	defer t.cleanup()
+	f(t)
+}
+
+// exampleT is a testing.TB for examples: Log and Logf print to stdout,
+// where the example's Output checks them, and Fatal and Fatalf panic,
+// which fails the example after its cleanups have run. Only the methods
+// New and the examples call are implemented; the others panic on the nil
+// embedded interface.
+type exampleT struct {
+	testing.TB
+	cleanups []func()
+}
+
+func (t *exampleT) Helper()                           {}
+func (t *exampleT) Cleanup(f func())                  { t.cleanups = append(t.cleanups, f) }
+func (t *exampleT) Log(args ...any)                   { fmt.Println(args...) }
+func (t *exampleT) Logf(format string, args ...any)   { fmt.Printf(format+"\n", args...) }
+func (t *exampleT) Fatal(args ...any)                 { panic(fmt.Sprint(args...)) }
+func (t *exampleT) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
+
+func (t *exampleT) TempDir() string {
+	dir, err := os.MkdirTemp("", "guardtest-example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func (t *exampleT) cleanup() {
+	for i := len(t.cleanups) - 1; i >= 0; i-- {
+		t.cleanups[i]()
+	}
+}

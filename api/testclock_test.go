@@ -1,0 +1,185 @@
+package api_test
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/policyguard/policyguard/api"
+	"github.com/policyguard/policyguard/api/auth"
+	"github.com/policyguard/policyguard/policy"
+)
+
+// newTestClockServer returns a server on env's store whose service runs on
+// a test clock that starts at t0.
+func newTestClockServer(e *env) (*api.Server, *api.TestClock) {
+	clock := api.NewTestClock(t0)
+	return api.NewServer(api.Config{
+		Service:    policy.NewService(e.store, e.store, policy.WithClock(clock.Now)),
+		Health:     e.store.Ping,
+		AdminToken: adminToken,
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		TestClock:  clock,
+	}), clock
+}
+
+func TestTestClockRoutes(t *testing.T) {
+	e := newEnv(t)
+	srv, clock := newTestClockServer(e)
+	const (
+		start = `{"now":"2026-03-01T12:00:00.000000000Z"}`
+		auth  = "Bearer " + adminToken
+	)
+	if got := t0.Format(time.RFC3339); got != "2026-03-01T12:00:00Z" {
+		t.Fatalf("t0 is %s: the answers below assume 2026-03-01T12:00:00Z", got)
+	}
+	for _, tc := range []struct {
+		method, body, auth string
+		status             int
+		want               string // the whole body, or a fragment of a message
+	}{
+		{"GET", "", auth, 200, start},
+		{"GET", "", "", 401, "missing or wrong admin token"},
+		{"POST", `{"advance":"90s"}`, "", 401, "missing or wrong admin token"},
+		{"POST", `{"advance":"90s"}`, auth, 200, `{"now":"2026-03-01T12:01:30.000000000Z"}`},
+		{"POST", `{"advance":"1.5µs"}`, auth, 200, `{"now":"2026-03-01T12:01:30.000001500Z"}`},
+		{"POST", `{"advance":"0s"}`, auth, 200, `{"now":"2026-03-01T12:01:30.000001500Z"}`},
+		{"GET", "", auth, 200, `{"now":"2026-03-01T12:01:30.000001500Z"}`},
+		{"POST", `{"set":"2026-03-01T11:00:00Z"}`, auth, 200, `{"now":"2026-03-01T11:00:00.000000000Z"}`}, // back an hour
+		{"POST", `{"set":"2026-03-01T13:00:00.25+01:00"}`, auth, 200, `{"now":"2026-03-01T12:00:00.250000000Z"}`},
+		{"POST", `{"advance":"-1s"}`, auth, 400, "must not be negative; use set"},
+		{"POST", `{"advance":"soon"}`, auth, 400, "not a Go duration"},
+		{"POST", `{"advance":90}`, auth, 400, "advance must be a string"},
+		{"POST", `{"set":"yesterday"}`, auth, 400, "not an RFC 3339 time"},
+		{"POST", `{"set":"2026-03-01 12:00:00"}`, auth, 400, "not an RFC 3339 time"},
+		{"POST", `{"advance":"1s","set":"2026-03-01T12:00:00Z"}`, auth, 400, "exactly one of"},
+		{"POST", `{}`, auth, 400, "exactly one of"},
+		{"POST", `{"advance":null}`, auth, 400, "exactly one of"},
+		{"POST", `{"advance":"1s","by":"me"}`, auth, 400, `unknown field \"by\"`},
+		{"POST", `{"Advance":"1s"}`, auth, 400, `unknown field \"Advance\"`},
+		{"POST", `{"advance":"1s"}{}`, auth, 400, "single JSON object"},
+		{"POST", ``, auth, 400, "request body is empty"},
+		{"POST", `[]`, auth, 400, "must be a JSON object"},
+		{"GET", "", auth, 200, `{"now":"2026-03-01T12:00:00.250000000Z"}`}, // no refusal moved it
+	} {
+		req := httptest.NewRequest(tc.method, "/v1/test/clock", strings.NewReader(tc.body))
+		if tc.body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, req)
+		got := strings.TrimSpace(rec.Body.String())
+		if rec.Code != tc.status || (tc.status == 200 && got != tc.want) || !strings.Contains(got, tc.want) {
+			t.Errorf("%s %s: %d %s, want %d %s", tc.method, tc.body, rec.Code, got, tc.status, tc.want)
+		}
+	}
+	if got, want := clock.Now(), t0.Add(250*time.Millisecond); !got.Equal(want) {
+		t.Errorf("clock reads %v, want %v", got, want)
+	}
+}
+
+// TestTestClockMovesWindows checks that the service decides on the test
+// clock: a refusal's retry_after, waited out on the clock, admits.
+func TestTestClockMovesWindows(t *testing.T) {
+	e := newEnv(t)
+	e.putTier("one", `{"requests_per_minute":1,"requests_per_hour":10,"requests_per_day":10,"burst_allowance":0}`)
+	srv, _ := newTestClockServer(e)
+	send := func(method, path, body string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, req)
+		return rec
+	}
+	check := `{"context":{"user_id":"tc","user_tier":"one"}}`
+	for i, want := range []int{200, 429} {
+		if rec := send("POST", "/v1/check", check); rec.Code != want {
+			t.Fatalf("check %d: %d %s", i, rec.Code, rec.Body)
+		}
+	}
+	if rec := send("POST", "/v1/test/clock", `{"advance":"59s"}`); rec.Code != 200 {
+		t.Fatalf("advance: %d %s", rec.Code, rec.Body)
+	}
+	if rec := send("POST", "/v1/check", check); rec.Code != 429 || rec.Header().Get("Retry-After") != "1" {
+		t.Fatalf("after 59s: %d Retry-After %q", rec.Code, rec.Header().Get("Retry-After"))
+	}
+	send("POST", "/v1/test/clock", `{"advance":"1s"}`)
+	if rec := send("POST", "/v1/check", check); rec.Code != 200 {
+		t.Fatalf("after 60s: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestNoTestClockNoRoutes checks that a server on a real clock has no test
+// clock routes and says nothing of one in /healthz.
+func TestNoTestClockNoRoutes(t *testing.T) {
+	e := newEnv(t)
+	for _, method := range []string{"GET", "POST"} {
+		rec := e.do(method, "/v1/test/clock", `{"advance":"1s"}`, true)
+		if rec.Code != http.StatusNotFound {
+			t.Errorf("%s /v1/test/clock: %d, want 404", method, rec.Code)
+		}
+	}
+	if rec := e.do("GET", "/healthz", "", false); strings.TrimSpace(rec.Body.String()) != `{"status":"ok"}` {
+		t.Errorf("healthz: %s", rec.Body)
+	}
+	srv, _ := newTestClockServer(e)
+	rec := httptest.NewRecorder()
+	srv.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	if got := strings.TrimSpace(rec.Body.String()); got != `{"status":"ok","test_clock":true}` {
+		t.Errorf("healthz on a test clock: %s", got)
+	}
+}
+
+func TestTestClockAdvancePanicsWhenNegative(t *testing.T) {
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(r.(string), "use Set") {
+			t.Fatalf("recovered %v", r)
+		}
+	}()
+	api.NewTestClock(t0).Advance(-time.Nanosecond)
+}
+
+func TestCheckTestClockAddr(t *testing.T) {
+	for addr, ok := range map[string]bool{
+		"127.0.0.1:0":    true,
+		"127.1.2.3:8080": true,
+		"[::1]:8080":     true,
+		"localhost:8080": true,
+		"LOCALHOST:0":    true,
+		":8080":          false,
+		"0.0.0.0:8080":   false,
+		"[::]:8080":      false,
+		"10.0.0.1:8080":  false,
+		"example.com:80": false,
+		"127.0.0.1":      false, // no port
+	} {
+		if err := api.CheckTestClockAddr(addr); (err == nil) != ok {
+			t.Errorf("CheckTestClockAddr(%q) = %v, want ok %v", addr, err, ok)
+		}
+	}
+}
+
+// testClockServer is newTestClockServer's server: it answers every route
+// of the service, the test clock's included.
+func testClockServer(e *env) *api.Server {
+	srv, _ := newTestClockServer(e)
+	return srv
+}
+
+// throttledTestClockServer is a test clock server this client has already
+// sent too many wrong admin tokens.
+func throttledTestClockServer(e *env) *api.Server {
+	srv := testClockServer(e)
+	for range auth.MaxFailures {
+		send(srv, "GET", "/v1/test/clock", "", map[string]string{"Authorization": "Bearer wrong"})
+	}
+	return srv
+}

@@ -223,12 +223,12 @@ func (a *admin) handleLogin(c echo.Context) error {
 	client := throttleKey(c)
 	wait, ok := a.s.tokenThrottle.attempt(client, now)
 	if !ok {
-		secs := int64((wait + time.Second - 1) / time.Second)
+		secs := policy.CeilSeconds(wait)
 		c.Response().Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 		v.LoginError = fmt.Sprintf("Too many failed sign-ins from your address. Try again in %s.", humanDuration(secs))
 		return a.render(c, http.StatusTooManyRequests, "login", v)
 	}
-	if !a.s.validAdminToken(token) {
+	if !validToken(token, &a.s.adminToken) {
 		v.LoginError = "Wrong admin token."
 		return a.render(c, http.StatusUnauthorized, "login", v)
 	}

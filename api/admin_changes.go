@@ -2,8 +2,8 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"github.com/go-json-experiment/json"
 	"strings"
 	"time"
 
@@ -60,7 +60,7 @@ func auditTierJSON(t *policy.Tier) string {
 		return ""
 	}
 	j := tierToJSON(*t)
-	j.UpdatedAt = nil
+	j.UpdatedAt = time.Time{}
 	b, err := json.Marshal(j)
 	if err != nil {
 		return ""
@@ -79,40 +79,31 @@ func tierSummary(t *policy.Tier) string {
 		groupDigits(t.RequestsPerHour), groupDigits(t.RequestsPerDay), features)
 }
 
-// tierDiff lists the fields that differ between old and new, by their API
-// names.
-func tierDiff(old, new *policy.Tier) []string {
+// tierDiff lists the fields that differ between before and after, by their
+// API names.
+func tierDiff(before, after *policy.Tier) []string {
 	var out []string
 	for _, l := range []struct {
-		field    string
-		old, new int64
+		field         string
+		before, after int64
 	}{
-		{"requests_per_minute", old.RequestsPerMinute, new.RequestsPerMinute},
-		{"requests_per_hour", old.RequestsPerHour, new.RequestsPerHour},
-		{"requests_per_day", old.RequestsPerDay, new.RequestsPerDay},
-		{"burst_allowance", old.BurstAllowance, new.BurstAllowance},
+		{"requests_per_minute", before.RequestsPerMinute, after.RequestsPerMinute},
+		{"requests_per_hour", before.RequestsPerHour, after.RequestsPerHour},
+		{"requests_per_day", before.RequestsPerDay, after.RequestsPerDay},
+		{"burst_allowance", before.BurstAllowance, after.BurstAllowance},
 	} {
-		if l.old != l.new {
-			out = append(out, fmt.Sprintf("%s: %s → %s", l.field, groupDigits(l.old), groupDigits(l.new)))
+		if l.before != l.after {
+			out = append(out, fmt.Sprintf("%s: %s → %s", l.field, groupDigits(l.before), groupDigits(l.after)))
 		}
 	}
-	if of, nf := strings.Join(old.Features, ", "), strings.Join(new.Features, ", "); of != nf {
-		out = append(out, fmt.Sprintf("features: [%s] → [%s]", of, nf))
+	if bf, af := strings.Join(before.Features, ", "), strings.Join(after.Features, ", "); bf != af {
+		out = append(out, fmt.Sprintf("features: [%s] → [%s]", bf, af))
 	}
-	if old.Description != new.Description {
-		out = append(out, fmt.Sprintf("description: %s → %s", shorten(old.Description), shorten(new.Description)))
+	if before.Description != after.Description {
+		out = append(out, fmt.Sprintf("description: %s → %s", policy.Quote(before.Description), policy.Quote(after.Description)))
 	}
 	if len(out) == 0 {
 		out = append(out, "saved without a change")
 	}
 	return out
-}
-
-// shorten quotes s, cut to a length that fits a table cell.
-func shorten(s string) string {
-	const max = 60
-	if r := []rune(s); len(r) > max {
-		s = string(r[:max]) + "…"
-	}
-	return fmt.Sprintf("%q", s)
 }

@@ -124,9 +124,11 @@ func newSecretToken() string {
 }
 
 // throttleKey returns the client that wrong admin tokens are counted
-// against: the connection's address (the server reads no proxy header, as
-// X-Forwarded-For would let each attempt claim a fresh address), and for
-// IPv6 its /64, which is what one subscriber usually gets.
+// against: the client's address as the server's IPExtractor finds it (the
+// connection's, or with -trusted-proxies the nearest X-Forwarded-For
+// address no trusted proxy holds, so that an untrusted sender cannot claim
+// a fresh address for each attempt), and for IPv6 its /64, which is what
+// one subscriber usually gets.
 func throttleKey(c echo.Context) string {
 	ip := net.ParseIP(c.RealIP())
 	if ip == nil {

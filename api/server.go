@@ -5,14 +5,10 @@ package api
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -110,6 +106,7 @@ func NewServer(cfg Config) *Server {
 		s.echo.IPExtractor = echo.ExtractIPFromXFFHeader(opts...)
 	}
 	s.echo.HTTPErrorHandler = s.handleError
+	s.echo.JSONSerializer = jsonSerializer{}
 	// The access log wraps the panic handler, so a request that panicked
 	// still gets its line.
 	s.echo.Use(
@@ -162,43 +159,6 @@ func (s *Server) Routes() []Route {
 		out[i] = Route{Method: r.Method, Path: r.Path}
 	}
 	return out
-}
-
-// requireAdmin lets through requests with "Authorization: Bearer <token>"
-// for the admin token. Tokens are compared as hashes in constant time, so
-// neither their content nor their length leaks through timing.
-// requireAdmin lets through requests with the admin token. Wrong tokens
-// count against the client in the same throttle as the admin page's
-// sign-in, so the API is no way around it.
-func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		client := throttleKey(c)
-		if wait, ok := s.tokenThrottle.attempt(client, s.svc.Now()); !ok {
-			secs := int64((wait + time.Second - 1) / time.Second)
-			c.Response().Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-			return echo.NewHTTPError(http.StatusTooManyRequests,
-				fmt.Sprintf("too many wrong admin tokens from your address: try again in %d seconds", secs))
-		}
-		if !s.validAdminToken(bearerToken(c.Request())) {
-			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="policyguard"`)
-			return policy.Errorf(policy.EUNAUTHORIZED, "missing or wrong admin token")
-		}
-		s.tokenThrottle.succeeded(client)
-		return next(c)
-	}
-}
-
-func (s *Server) validAdminToken(token string) bool {
-	got := sha256.Sum256([]byte(token))
-	return token != "" && subtle.ConstantTimeCompare(got[:], s.adminToken[:]) == 1
-}
-
-func bearerToken(r *http.Request) string {
-	scheme, token, ok := strings.Cut(r.Header.Get(echo.HeaderAuthorization), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return ""
-	}
-	return strings.Trim(token, " \t")
 }
 
 // pathParam returns the named path parameter, unescaped. Echo routes on the

@@ -139,7 +139,7 @@ func (TierAccess) Check(_ context.Context, c *Check) (Decision, error) {
 	}
 	return Decision{
 		Outcome: Denied,
-		Reason:  "feature " + quote(c.Feature) + " is not included in tier " + quote(c.Tier.Name),
+		Reason:  "feature " + Quote(c.Feature) + " is not included in tier " + Quote(c.Tier.Name),
 	}, nil
 }
 

@@ -118,7 +118,7 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 		case errors.Is(err, errTiersChanged) && attempt < maxCheckAttempts:
 			continue
 		case errors.Is(err, errTiersChanged):
-			return Decision{}, Errorf(EUNAVAILABLE, "tier %s changed during the check %d times; try again", quote(req.Tier), attempt)
+			return Decision{}, Errorf(EUNAVAILABLE, "tier %s changed during the check %d times; try again", Quote(req.Tier), attempt)
 		case err != nil:
 			return Decision{}, err
 		case cached && d.Windows == nil:
@@ -158,7 +158,7 @@ func (s *Service) Usage(ctx context.Context, userID, tierName string) ([len(Wind
 	if tierName != "" {
 		t, err := s.tiers.Tier(ctx, tierName)
 		if ErrorCode(err) == ENOTFOUND {
-			return [len(Windows)]WindowState{}, Errorf(EINVALID, "unknown tier %s", quote(tierName))
+			return [len(Windows)]WindowState{}, Errorf(EINVALID, "unknown tier %s", Quote(tierName))
 		} else if err != nil {
 			return [len(Windows)]WindowState{}, err
 		}
@@ -180,7 +180,7 @@ func (s *Service) Forget(ctx context.Context, userID string) error {
 func (s *Service) readTier(ctx context.Context, name string) (Tier, error) {
 	t, err := s.tiers.Tier(ctx, name)
 	if ErrorCode(err) == ENOTFOUND {
-		return Tier{}, Errorf(EINVALID, "unknown tier %s", quote(name))
+		return Tier{}, Errorf(EINVALID, "unknown tier %s", Quote(name))
 	}
 	return t, err
 }
@@ -239,7 +239,7 @@ func (s *Service) putTier(ctx context.Context, t Tier, u TierUpdate) (Tier, bool
 // every request that names no tier would then fail.
 func (s *Service) DeleteTier(ctx context.Context, name string) error {
 	if name == s.defaultTier {
-		return Errorf(ECONFLICT, "tier %s is the default tier and cannot be deleted", quote(name))
+		return Errorf(ECONFLICT, "tier %s is the default tier and cannot be deleted", Quote(name))
 	}
 	_, err := s.tiers.UpdateTiers(ctx, TierUpdate{At: s.now().UTC().Truncate(Resolution), Source: ChangeSource(ctx), Delete: []string{name}})
 	return err
@@ -258,10 +258,10 @@ func (s *Service) ImportTiers(ctx context.Context, tiers []Tier, prune bool) ([]
 	seen := make(map[string]bool, len(tiers))
 	for i, t := range tiers {
 		if err := t.Validate(); err != nil {
-			return nil, Errorf(EINVALID, "tier %d (%s): %s", i+1, quote(t.Name), ErrorMessage(err))
+			return nil, Errorf(EINVALID, "tier %d (%s): %s", i+1, Quote(t.Name), ErrorMessage(err))
 		}
 		if seen[t.Name] {
-			return nil, Errorf(EINVALID, "tier %s is listed twice", quote(t.Name))
+			return nil, Errorf(EINVALID, "tier %s is listed twice", Quote(t.Name))
 		}
 		seen[t.Name] = true
 		if t.Features == nil {
@@ -271,7 +271,7 @@ func (s *Service) ImportTiers(ctx context.Context, tiers []Tier, prune bool) ([]
 		put[i] = t
 	}
 	if prune && !seen[s.defaultTier] {
-		return nil, Errorf(ECONFLICT, "tier %s is the default tier: pruning would delete it, so list it or import without pruning", quote(s.defaultTier))
+		return nil, Errorf(ECONFLICT, "tier %s is the default tier: pruning would delete it, so list it or import without pruning", Quote(s.defaultTier))
 	}
 	return s.tiers.UpdateTiers(ctx, TierUpdate{At: at, Source: SourceImport, Put: put, Prune: prune, SkipUnchanged: true})
 }

@@ -107,9 +107,9 @@ func (t *Tier) ValidateFields() []FieldError {
 	for _, f := range t.Features {
 		switch {
 		case f != AllFeatures && !featureNameRE.MatchString(f):
-			errs = append(errs, FieldError{"features", "feature " + quote(f) + " must be \"*\" or match [A-Za-z0-9][A-Za-z0-9_.:-]{0,63}"})
+			errs = append(errs, FieldError{"features", "feature " + Quote(f) + " must be \"*\" or match [A-Za-z0-9][A-Za-z0-9_.:-]{0,63}"})
 		case seen[f]:
-			errs = append(errs, FieldError{"features", "feature " + quote(f) + " is listed twice"})
+			errs = append(errs, FieldError{"features", "feature " + Quote(f) + " is listed twice"})
 		}
 		seen[f] = true
 	}
@@ -123,7 +123,7 @@ func (t *Tier) ValidateFields() []FieldError {
 
 // quote renders a user-supplied string for a message, truncated so a huge
 // input cannot make a huge error.
-func quote(s string) string {
+func Quote(s string) string {
 	const max = 64
 	if len(s) > max {
 		s = s[:max] + "..."

@@ -147,7 +147,7 @@ type Evaluation struct {
 func Evaluate(h History, t *Tier, now time.Time) (Evaluation, error) {
 	now = now.Truncate(Resolution)
 	var ev Evaluation
-	last, any, err := h.Last()
+	last, found, err := h.Last()
 	if err != nil {
 		return ev, err
 	}
@@ -155,7 +155,7 @@ func Evaluate(h History, t *Tier, now time.Time) (Evaluation, error) {
 	// records at the newest timestamp plus one tick: history never reorders
 	// and a request stays counted at least as long as the wall clock says.
 	ev.RecordAt = now
-	if any && !last.Before(now) {
+	if found && !last.Before(now) {
 		ev.RecordAt = last.Add(Resolution)
 	}
 	if err := prefetch(h, now); err != nil {
@@ -186,7 +186,7 @@ func Evaluate(h History, t *Tier, now time.Time) (Evaluation, error) {
 			}
 			wait = frees.Add(w.Duration()).Sub(now)
 		}
-		ev.RetryAfter = max(ev.RetryAfter, ceilSeconds(wait))
+		ev.RetryAfter = max(ev.RetryAfter, CeilSeconds(wait))
 	}
 
 	for _, w := range Windows {
@@ -239,13 +239,14 @@ func Usage(h History, t *Tier, now time.Time) ([len(Windows)]WindowState, error)
 func state(n, ceiling int64, oldest time.Time, w Window, now time.Time) WindowState {
 	s := WindowState{Count: n, Limit: ceiling, Remaining: max(ceiling-n, 0)}
 	if n > 0 {
-		s.Reset = ceilSeconds(oldest.Add(w.Duration()).Sub(now))
+		s.Reset = CeilSeconds(oldest.Add(w.Duration()).Sub(now))
 	}
 	return s
 }
 
-// ceilSeconds rounds d up to whole seconds, never below zero.
-func ceilSeconds(d time.Duration) int64 {
+// CeilSeconds rounds d up to whole seconds, never below zero: the seconds
+// a client told to wait d must wait.
+func CeilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}

@@ -83,30 +83,35 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 	if req.Tier == "" {
 		req.Tier = s.defaultTier
 	}
-	// A check that records takes its tier from the cache, if the store has
-	// one, and the rate limiter confirms it when recording (see TierCache);
-	// a check that the tier changed under starts again with it read afresh.
+	// The invariant: no check decides on a tier older than the last change
+	// committed before it began. A recording check first takes its tier
+	// from the store's memory (CachedTier), which costs no read but may lag
+	// behind another process; the rate limiter then confirms that tier in
+	// the same transaction that records the request, and a guardrail that
+	// refused before it is confirmed here by reading the tier. Any
+	// difference starts the check again on the tier as stored, at most
+	// maxCheckAttempts times. A request store that cannot confirm tiers says
+	// so once, and from then on every tier is read (readTier).
 	var (
 		tier  Tier
-		fresh *Tier // read afresh after a refusal, to decide on next
+		fresh *Tier // the stored tier, found to differ from the one decided on
 		c     *Check
 		d     Decision
 	)
 	for attempt := 1; ; attempt++ {
 		cached := false
-		if fresh != nil {
+		if attempt == 1 && !dryRun && !s.tiersUnconfirmable.Load() {
+			tier, cached = s.tiers.CachedTier(req.Tier)
+		}
+		switch {
+		case fresh != nil:
 			tier, fresh = *fresh, nil
-		} else {
-			if tc, ok := s.tiers.(TierCache); ok && !dryRun && attempt == 1 && !s.tiersUnconfirmable.Load() {
-				tier, cached = tc.CachedTier(req.Tier)
+		case !cached:
+			t, err := s.readTier(ctx, req.Tier)
+			if err != nil {
+				return Decision{}, err
 			}
-			if !cached {
-				t, err := s.readTier(ctx, req.Tier)
-				if err != nil {
-					return Decision{}, err
-				}
-				tier = t
-			}
+			tier = t
 		}
 		c = &Check{Request: req, Tier: &tier, Now: s.now(), DryRun: dryRun, unconfirmed: cached}
 		var err error
@@ -122,14 +127,12 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 		case err != nil:
 			return Decision{}, err
 		case cached && d.Windows == nil:
-			// Refused before the rate limiter, which confirms the tier:
-			// the refusal stands if the stored tier is the one decided on,
-			// and otherwise the stored one decides.
+			// Refused before the rate limiter could confirm the tier.
 			t, err := s.readTier(ctx, req.Tier)
 			if err != nil {
 				return Decision{}, err
 			}
-			if !sameTier(&t, &tier) {
+			if !SameLimits(&t, &tier) {
 				fresh = &t
 				continue
 			}

@@ -69,28 +69,20 @@ type History interface {
 	// NthAfter returns the k-th oldest (from 1) recorded timestamp strictly
 	// after t. k is at most CountAfter(t).
 	NthAfter(t time.Time, k int64) (time.Time, error)
-}
-
-// Prefetcher is implemented by a History that answers several cutoffs
-// faster together than one by one, such as a store that can look them up in
-// one query. Evaluate and Usage call Prefetch with every window's cutoff
-// (now minus the window's length, in the order of Windows) before asking
-// about any of them. Prefetch changes no answer, only its cost.
-type Prefetcher interface {
+	// Prefetch is told every window's cutoff (now minus the window's
+	// length, in the order of Windows) before Evaluate or Usage asks about
+	// any of them, so that a store can look them up in one query. It
+	// changes no answer, only their cost; a History may do nothing.
 	Prefetch(cutoffs *[len(Windows)]time.Time) error
 }
 
 // prefetch announces the cutoffs of the windows ending at now to h.
 func prefetch(h History, now time.Time) error {
-	p, ok := h.(Prefetcher)
-	if !ok {
-		return nil
-	}
 	var cutoffs [len(Windows)]time.Time
 	for _, w := range Windows {
 		cutoffs[w] = now.Add(-w.Duration())
 	}
-	return p.Prefetch(&cutoffs)
+	return h.Prefetch(&cutoffs)
 }
 
 // RequestStore records admitted requests. Implementations are safe for

@@ -171,7 +171,6 @@ type firstRow struct {
 	found           bool
 }
 
-
 func (h *history) reset(q rowQuerier, tx *writeTx, user string) {
 	*h = history{q: q, tx: tx, user: user}
 }

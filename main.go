@@ -87,7 +87,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		testClock = api.NewTestClock(time.Now())
 		now = testClock.Now
 	}
-	store, err := db.Open(ctx, cfg.DBPath, db.WithSynchronous(cfg.Sync), db.WithClock(now))
+	store, err := db.Open(ctx, cfg.DBPath, db.WithSynchronous(cfg.Sync))
 	if err != nil {
 		return err
 	}

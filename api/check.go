@@ -52,7 +52,7 @@ func (s *Server) handleCheck(c echo.Context) error {
 		}
 	}
 	var body checkRequest
-	if err := decodeJSON(c.Request().Body, &body, false); err != nil {
+	if err := readJSON(c.Request().Body, &body, checkBodyOptions); err != nil {
 		return err
 	}
 	req := policy.Request{

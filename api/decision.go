@@ -56,12 +56,5 @@ func setDecisionHeaders(h http.Header, d *policy.Decision) {
 // the decision as the body.
 func writeDecision(c echo.Context, d *policy.Decision) error {
 	setDecisionHeaders(c.Response().Header(), d)
-	if c.Request().URL.RawQuery != "" || c.Echo().Debug {
-		return c.JSON(decisionStatus(d), decisionBody(d)) // which may indent (?pretty)
-	}
-	bp := decisionBuffers.Get().(*[]byte)
-	*bp = appendDecisionJSON((*bp)[:0], d)
-	err := c.Blob(decisionStatus(d), echo.MIMEApplicationJSON, *bp)
-	decisionBuffers.Put(bp)
-	return err
+	return c.JSON(decisionStatus(d), decisionBody(d))
 }

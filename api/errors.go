@@ -4,9 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -81,70 +79,4 @@ func (s *Server) logRequest(c echo.Context, level slog.Level, msg string, attrs 
 		slog.String("method", req.Method),
 		slog.String("path", req.URL.Path),
 	}, attrs...)...)
-}
-
-// requestID gives every request an id, answered in X-Request-Id and logged
-// on each of its lines. An incoming X-Request-Id, such as a proxy's, is kept
-// when it is at most 128 visible ASCII characters; anything else is replaced
-// rather than copied into logs and answers. (Echo's RequestID middleware
-// copies whatever it is sent.)
-func requestID(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		id := c.Request().Header.Get(echo.HeaderXRequestID)
-		if !validRequestID(id) {
-			id = newRequestID()
-		}
-		c.Response().Header()[echo.HeaderXRequestID] = []string{id}
-		return next(c)
-	}
-}
-
-func validRequestID(id string) bool {
-	if id == "" || len(id) > 128 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		if id[i] <= ' ' || id[i] > '~' {
-			return false
-		}
-	}
-	return true
-}
-
-// newRequestID returns 32 random hex digits. The ids need to be unique, not
-// secret, so the fast per-thread generator of math/rand/v2 serves.
-func newRequestID() string {
-	var b [32]byte
-	const digits = "0123456789abcdef"
-	for half, v := range [2]uint64{rand.Uint64(), rand.Uint64()} {
-		for i := range 16 {
-			b[half*16+i] = digits[v>>(60-4*i)&0xf]
-		}
-	}
-	return string(b[:])
-}
-
-// accessLog logs one line per request: never a body, a query string or a
-// header, so prompts and tokens stay out of logs.
-func (s *Server) accessLog() echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			start := time.Now()
-			err := next(c)
-			if err != nil {
-				c.Error(err)
-			}
-			req, res := c.Request(), c.Response()
-			s.log.LogAttrs(req.Context(), slog.LevelInfo, "request",
-				slog.String("id", res.Header().Get(echo.HeaderXRequestID)),
-				slog.String("method", req.Method),
-				slog.String("path", req.URL.Path),
-				slog.Int("status", res.Status),
-				slog.Int64("bytes", res.Size),
-				slog.Duration("took", time.Since(start)),
-				slog.String("remote", c.RealIP()),
-			)
-			return nil
-		}
-	}
 }

@@ -201,6 +201,8 @@ func (m *Metrics) MeterStorage(tiers policy.TierStore, requests policy.RequestSt
 	return meteredTiers{tiers, m}, meteredRequests{requests, m}
 }
 
+// meteredTiers counts the failures of the methods that read or write
+// storage; CachedTier, which reads memory, passes through the embedding.
 type meteredTiers struct {
 	policy.TierStore
 	m *Metrics
@@ -210,15 +212,6 @@ func (s meteredTiers) Tier(ctx context.Context, name string) (policy.Tier, error
 	t, err := s.TierStore.Tier(ctx, name)
 	s.m.storageError("tier", err)
 	return t, err
-}
-
-// CachedTier passes policy.TierCache through, when the store has it, so a
-// metered store keeps checks from reading storage for their tier.
-func (s meteredTiers) CachedTier(name string) (policy.Tier, bool) {
-	if tc, ok := s.TierStore.(policy.TierCache); ok {
-		return tc.CachedTier(name)
-	}
-	return policy.Tier{}, false
 }
 
 func (s meteredTiers) Tiers(ctx context.Context) ([]policy.Tier, error) {

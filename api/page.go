@@ -1,7 +1,9 @@
 package api
 
 import (
-	"encoding/json"
+	"time"
+
+	"github.com/go-json-experiment/json"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -27,14 +29,14 @@ func (pageAPI) Status(err error) int {
 func (pageAPI) PathParam(c echo.Context, name string) (string, error) { return pathParam(c, name) }
 
 func (pageAPI) ParseLimit(field, value string) (int64, error) {
-	return parseLimit(field, json.RawMessage(value))
+	return parseLimit(field, []byte(value))
 }
 
 // TierJSON returns t as GET /v1/tiers/{name} answers it, without
 // updated_at: the audit log on the tiers page shows when apart.
 func (pageAPI) TierJSON(t policy.Tier) string {
 	j := tierToJSON(t)
-	j.UpdatedAt = nil
+	j.UpdatedAt = time.Time{}
 	b, err := json.Marshal(j)
 	if err != nil {
 		return ""

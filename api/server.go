@@ -115,6 +115,7 @@ func NewServer(cfg Config) *Server {
 		s.echo.IPExtractor = echo.ExtractIPFromXFFHeader(opts...)
 	}
 	s.echo.HTTPErrorHandler = s.handleError
+	s.echo.JSONSerializer = jsonSerializer{}
 	// The access log wraps the panic handler, so a request that panicked
 	// still gets its line.
 	s.echo.Use(

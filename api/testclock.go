@@ -119,7 +119,7 @@ func (s *Server) handleGetTestClock(c echo.Context) error {
 // which must not be negative, or to {"set": "<RFC 3339>"}, forward or back.
 func (s *Server) handleMoveTestClock(c echo.Context) error {
 	var in testClockMove
-	if err := decodeJSON(c.Request().Body, &in, true); err != nil {
+	if err := readJSON(c.Request().Body, &in, strictOptions); err != nil {
 		return err
 	}
 	var now time.Time

@@ -2,11 +2,14 @@ package api
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/policyguard/policyguard/policy"
 )
@@ -21,40 +24,29 @@ import (
 // the same rules, plus its name; updated_at is accepted and ignored, so the
 // answer of GET /v1/tiers is a tiers file too.
 type tierFile struct {
-	Tiers []json.RawMessage `json:"tiers"`
-}
-
-// fileTier is a tier as a tiers file holds it: the API's fields without
-// updated_at, so that a file kept in a repository changes only when a tier
-// does.
-type fileTier struct {
-	Name              string   `json:"name"`
-	RequestsPerMinute int64    `json:"requests_per_minute"`
-	RequestsPerHour   int64    `json:"requests_per_hour"`
-	RequestsPerDay    int64    `json:"requests_per_day"`
-	BurstAllowance    int64    `json:"burst_allowance"`
-	Features          []string `json:"features"`
-	Description       string   `json:"description"`
+	Tiers []jsontext.Value `json:"tiers"`
 }
 
 // WriteTiersFile writes tiers to w as a tiers file, ordered by name and
-// indented.
+// indented, without updated_at.
 func WriteTiersFile(w io.Writer, tiers []policy.Tier) error {
-	out := struct {
-		Tiers []fileTier `json:"tiers"`
-	}{Tiers: make([]fileTier, 0, len(tiers))}
+	out := tierFile{Tiers: make([]jsontext.Value, 0, len(tiers))}
+	tiers = slices.SortedFunc(slices.Values(tiers), func(a, b policy.Tier) int { return strings.Compare(a.Name, b.Name) })
 	for _, t := range tiers {
-		features := t.Features
-		if features == nil {
-			features = []string{}
+		j := tierToJSON(t)
+		j.UpdatedAt = time.Time{}
+		v, err := json.Marshal(j)
+		if err != nil {
+			return err
 		}
-		out.Tiers = append(out.Tiers, fileTier{t.Name, t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay, t.BurstAllowance, features, t.Description})
+		out.Tiers = append(out.Tiers, v)
 	}
-	slices.SortFunc(out.Tiers, func(a, b fileTier) int { return strings.Compare(a.Name, b.Name) })
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	return enc.Encode(out)
+	b, err := json.Marshal(out, jsontext.WithIndent("  "))
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
 }
 
 // ReadTiersFile reads a tiers file and checks every tier in it by the rules
@@ -66,11 +58,11 @@ func ReadTiersFile(r io.Reader) ([]policy.Tier, error) {
 	if err != nil {
 		return nil, err
 	}
-	if data = trimJSONSpace(data); len(data) == 0 || data[0] != '{' {
+	if start := bytes.TrimLeft(data, " \t\r\n"); len(start) == 0 || start[0] != '{' {
 		return nil, policy.Errorf(policy.EINVALID, `not a tiers file: it must be a JSON object, {"tiers": [...]}`)
 	}
 	var f tierFile
-	if err := decodeJSON(bytes.NewReader(data), &f, true); err != nil {
+	if err := unmarshalObject(data, &f, strictOptions); err != nil {
 		return nil, policy.Errorf(policy.EINVALID, "not a tiers file: %s", policy.ErrorMessage(err))
 	}
 	if f.Tiers == nil {
@@ -80,10 +72,16 @@ func ReadTiersFile(r io.Reader) ([]policy.Tier, error) {
 	tiers := make([]policy.Tier, 0, len(f.Tiers))
 	first := make(map[string]int, len(f.Tiers))
 	for i, raw := range f.Tiers {
-		t, errs := readFileTier(raw)
+		var t policy.Tier
+		var errs []string
+		if raw.Kind() != '{' {
+			errs = []string{"must be a JSON object"}
+		} else {
+			t, errs = readTier(raw, "")
+		}
 		where := fmt.Sprintf("tier %d", i+1)
 		if t.Name != "" {
-			where += fmt.Sprintf(" (%q)", t.Name)
+			where += " (" + policy.Quote(t.Name) + ")"
 		}
 		for _, e := range errs {
 			problems = append(problems, where+": "+e)
@@ -102,35 +100,6 @@ func ReadTiersFile(r io.Reader) ([]policy.Tier, error) {
 		return nil, policy.Errorf(policy.EINVALID, "%s", strings.Join(problems, "\n"))
 	}
 	return tiers, nil
-}
-
-// readFileTier reads one entry of a tiers file and returns every problem
-// with it. The returned tier carries the entry's name whenever it has one,
-// even with problems, to say which entry is wrong.
-func readFileTier(raw json.RawMessage) (policy.Tier, []string) {
-	if raw = trimJSONSpace(raw); len(raw) == 0 || raw[0] != '{' {
-		return policy.Tier{}, []string{"must be a JSON object"}
-	}
-	// The name first, leniently, so that even an entry the strict reading
-	// refuses (an unknown field, say) is named in the report.
-	var named struct {
-		Name json.RawMessage `json:"name"`
-	}
-	var name string
-	if json.Unmarshal(raw, &named) == nil && json.Unmarshal(named.Name, &name) != nil {
-		name = ""
-	}
-	var in tierInput
-	if err := decodeJSON(bytes.NewReader(raw), &in, true); err != nil {
-		return policy.Tier{Name: name}, []string{policy.ErrorMessage(err)}
-	}
-	switch {
-	case len(in.Name) == 0:
-		return policy.Tier{}, []string{"name is required"}
-	case name == "" && !bytes.Equal(in.Name, []byte(`""`)):
-		return policy.Tier{}, []string{"name must be a string"}
-	}
-	return in.tierProblems(name)
 }
 
 // DescribeTierChange says what c did in one line, as the import report and

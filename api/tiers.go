@@ -1,138 +1,122 @@
 package api
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/policyguard/policyguard/policy"
 )
 
-// tierJSON is a tier on the wire.
+// tierJSON is a tier on the wire: the answers and bodies of /v1/tiers,
+// each entry of a tiers file, and the before and after of a change on the
+// admin page. UpdatedAt is left out when zero: a tiers file and a change
+// leave it zero, so that a file kept in a repository changes only when a
+// tier does; a body may carry it, so that an answer can be sent back as
+// is, and the server then sets the time of the change.
 type tierJSON struct {
-	Name              string     `json:"name"`
-	RequestsPerMinute int64      `json:"requests_per_minute"`
-	RequestsPerHour   int64      `json:"requests_per_hour"`
-	RequestsPerDay    int64      `json:"requests_per_day"`
-	BurstAllowance    int64      `json:"burst_allowance"`
-	Features          []string   `json:"features"`
-	Description       string     `json:"description"`
-	UpdatedAt         *time.Time `json:"updated_at,omitempty"`
+	Name              string    `json:"name"`
+	RequestsPerMinute int64     `json:"requests_per_minute"`
+	RequestsPerHour   int64     `json:"requests_per_hour"`
+	RequestsPerDay    int64     `json:"requests_per_day"`
+	BurstAllowance    int64     `json:"burst_allowance"`
+	Features          []string  `json:"features"` // nil is written []
+	Description       string    `json:"description"`
+	UpdatedAt         time.Time `json:"updated_at,omitzero"`
 }
 
 func tierToJSON(t policy.Tier) tierJSON {
-	j := tierJSON{
-		Name:              t.Name,
-		RequestsPerMinute: t.RequestsPerMinute,
-		RequestsPerHour:   t.RequestsPerHour,
-		RequestsPerDay:    t.RequestsPerDay,
-		BurstAllowance:    t.BurstAllowance,
-		Features:          t.Features,
-		Description:       t.Description,
-	}
-	if j.Features == nil {
-		j.Features = []string{}
-	}
-	if !t.UpdatedAt.IsZero() {
-		u := t.UpdatedAt.UTC()
-		j.UpdatedAt = &u
-	}
-	return j
+	return tierJSON{t.Name, t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay,
+		t.BurstAllowance, t.Features, t.Description, t.UpdatedAt.UTC()}
 }
 
-// tierInput is the body of PUT /v1/tiers/{name}. Fields stay raw so that each
-// problem can be reported by field: a fraction, a string where a number
-// belongs, a missing limit.
-type tierInput struct {
-	Name              json.RawMessage `json:"name"`
-	RequestsPerMinute json.RawMessage `json:"requests_per_minute"`
-	RequestsPerHour   json.RawMessage `json:"requests_per_hour"`
-	RequestsPerDay    json.RawMessage `json:"requests_per_day"`
-	BurstAllowance    json.RawMessage `json:"burst_allowance"`
-	Features          json.RawMessage `json:"features"`
-	Description       json.RawMessage `json:"description"`
-	// updated_at is accepted so that a GET answer can be sent back as is;
-	// the server sets the time of the change.
-	UpdatedAt json.RawMessage `json:"updated_at"`
-}
+// tierFields are a tier's fields in the order their problems are listed.
+var tierFields = [...]string{"name", "requests_per_minute", "requests_per_hour", "requests_per_day", "burst_allowance", "features", "description"}
 
-// tier validates in against the tier name from the path and returns its
-// first problem, as PUT /v1/tiers/{name} answers it.
-func (in *tierInput) tier(name string) (policy.Tier, error) {
-	t, problems := in.tierProblems(name)
-	if len(problems) > 0 {
-		return t, policy.Errorf(policy.EINVALID, "%s", problems[0])
+// readTier reads data, the body of PUT /v1/tiers/{name} (pathName is then
+// the name from the path) or one entry of a tiers file (pathName "", and
+// the entry must hold a name), and returns the tier with every problem it
+// has, in field order. A value of the wrong type is a problem of its field
+// and reading goes on, so that a tiers file's report lists them all; a
+// body that is not JSON, or names an unknown field, is one problem. The
+// tier carries the name whenever there is one, to say which entry is wrong.
+func readTier(data []byte, pathName string) (policy.Tier, []string) {
+	problems := make(map[string][]string)
+	present := make(map[string]bool)
+	// must reads a value of type T, or notes that its field must be one.
+	must := func(want string) func(*jsontext.Decoder, any) error {
+		return func(dec *jsontext.Decoder, v any) error {
+			field := dec.StackPointer().LastToken()
+			val, err := dec.ReadValue()
+			if err != nil {
+				return err
+			}
+			present[field] = true
+			if json.Unmarshal(val, v) != nil {
+				problems[field] = append(problems[field], field+" must be "+want)
+			}
+			return nil
+		}
 	}
-	return t, nil
-}
-
-// tierProblems validates in against the tier name from the path and returns
-// every problem, in field order, as a tiers file's import lists them.
-func (in *tierInput) tierProblems(name string) (policy.Tier, []string) {
-	t := policy.Tier{Name: name, Features: []string{}}
-	var problems []string
+	limit, str := must(fmt.Sprintf("an integer from 0 to %d", policy.MaxLimit)), must("a string")
+	features := must("an array of strings")
+	var in tierJSON
+	err := unmarshalObject(data, &in, json.JoinOptions(strictOptions, json.WithUnmarshalers(json.JoinUnmarshalers(
+		json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *int64) error { return limit(dec, v) }),
+		json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *string) error { return str(dec, v) }),
+		json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *[]string) error { return features(dec, v) }),
+	))))
+	name := pathName
+	if name == "" {
+		name = in.Name
+	}
+	if err != nil {
+		if name == "" { // the name leniently, to say which entry is wrong
+			var named struct{ Name string }
+			_ = json.Unmarshal(data, &named)
+			name = named.Name
+		}
+		return policy.Tier{Name: name}, []string{policy.ErrorMessage(err)}
+	}
+	switch {
+	case pathName == "" && !present["name"]:
+		return policy.Tier{}, []string{"name is required"}
+	case pathName == "" && problems["name"] != nil:
+		return policy.Tier{}, problems["name"]
+	case pathName != "" && present["name"] && problems["name"] == nil && in.Name != pathName:
+		problems["name"] = []string{fmt.Sprintf("name %s in the body does not match %s in the path", policy.Quote(in.Name), policy.Quote(pathName))}
+	}
 	if !policy.ValidTierName(name) {
-		problems = append(problems, "tier name must match [a-z0-9][a-z0-9_-]{0,62}")
+		problems["name"] = append([]string{"tier name must match [a-z0-9][a-z0-9_-]{0,62}"}, problems["name"]...)
 	}
-	if in.Name != nil {
-		var bodyName string
-		if err := json.Unmarshal(in.Name, &bodyName); err != nil {
-			problems = append(problems, "name must be a string")
-		} else if bodyName != name {
-			problems = append(problems, fmt.Sprintf("name %q in the body does not match %q in the path", bodyName, name))
-		}
+	t := policy.Tier{Name: name, RequestsPerMinute: in.RequestsPerMinute, RequestsPerHour: in.RequestsPerHour,
+		RequestsPerDay: in.RequestsPerDay, BurstAllowance: in.BurstAllowance, Features: in.Features, Description: in.Description}
+	if t.Features == nil {
+		t.Features = []string{}
 	}
-	for _, l := range []struct {
-		field string
-		raw   json.RawMessage
-		dst   *int64
-	}{
-		{"requests_per_minute", in.RequestsPerMinute, &t.RequestsPerMinute},
-		{"requests_per_hour", in.RequestsPerHour, &t.RequestsPerHour},
-		{"requests_per_day", in.RequestsPerDay, &t.RequestsPerDay},
-		{"burst_allowance", in.BurstAllowance, &t.BurstAllowance},
-	} {
-		v, err := parseLimit(l.field, l.raw)
-		if err != nil {
-			problems = append(problems, policy.ErrorMessage(err))
-		}
-		*l.dst = v
-	}
-	if len(in.Features) > 0 && !bytes.Equal(in.Features, []byte("null")) {
-		if err := json.Unmarshal(in.Features, &t.Features); err != nil || t.Features == nil {
-			problems = append(problems, "features must be an array of strings")
-			t.Features = []string{}
-		}
-	}
-	if len(in.Description) > 0 && !bytes.Equal(in.Description, []byte("null")) {
-		if err := json.Unmarshal(in.Description, &t.Description); err != nil {
-			problems = append(problems, "description must be a string")
+	for _, field := range tierFields[1:5] {
+		if !present[field] {
+			problems[field] = append(problems[field], field+" is required")
 		}
 	}
 	for _, fe := range t.ValidateFields() {
-		if fe.Field != "name" { // said above, in the API's words
-			problems = append(problems, fe.Message)
+		if fe.Field != "name" && problems[fe.Field] == nil { // said above, in the API's words
+			problems[fe.Field] = append(problems[fe.Field], fe.Message)
 		}
 	}
-	return t, problems
-}
-
-// parseLimit reads a required limit: a JSON integer from 0 to MaxLimit.
-func parseLimit(field string, raw json.RawMessage) (int64, error) {
-	if len(raw) == 0 {
-		return 0, policy.Errorf(policy.EINVALID, "%s is required", field)
+	var list []string
+	for _, field := range tierFields {
+		list = append(list, problems[field]...)
 	}
-	v, err := strconv.ParseInt(string(raw), 10, 64)
-	if err != nil || v < 0 || v > policy.MaxLimit {
-		return 0, policy.Errorf(policy.EINVALID, "%s must be an integer from 0 to %d", field, policy.MaxLimit)
-	}
-	return v, nil
+	return t, list
 }
 
 func (s *Server) handleListTiers(c echo.Context) error {
@@ -164,13 +148,13 @@ func (s *Server) handlePutTier(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var in tierInput
-	if err := decodeJSON(c.Request().Body, &in, true); err != nil {
-		return err
-	}
-	t, err := in.tier(name)
+	data, err := io.ReadAll(c.Request().Body)
 	if err != nil {
-		return err
+		return err // the body limit's 413, or a broken connection
+	}
+	t, problems := readTier(data, name)
+	if len(problems) > 0 {
+		return policy.Errorf(policy.EINVALID, "%s", problems[0])
 	}
 	ctx := policy.WithChangeSource(c.Request().Context(), policy.SourceAPI)
 	// If-None-Match: * (RFC 9110, section 13.1.2) makes the PUT create
@@ -219,4 +203,17 @@ func (s *Server) handleDeleteTier(c echo.Context) error {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
+}
+
+// parseLimit reads a limit the admin page's form sent: a decimal integer
+// from 0 to MaxLimit, required, worded as a problem of a tier body is.
+func parseLimit(field string, raw []byte) (int64, error) {
+	if len(raw) == 0 {
+		return 0, policy.Errorf(policy.EINVALID, "%s is required", field)
+	}
+	v, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil || v < 0 || v > policy.MaxLimit {
+		return 0, policy.Errorf(policy.EINVALID, "%s must be an integer from 0 to %d", field, policy.MaxLimit)
+	}
+	return v, nil
 }

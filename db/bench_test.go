@@ -58,7 +58,7 @@ func newCheckFixture(b *testing.B, users, history int, opts ...db.Option) *check
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { store.Close() })
-	if _, err := store.PutTier(ctx, benchTier); err != nil {
+	if _, err := store.UpdateTiers(ctx, policy.TierUpdate{Put: []policy.Tier{benchTier}}); err != nil {
 		b.Fatal(err)
 	}
 	// Every user is checked once per users readings of the clock.

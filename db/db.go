@@ -49,7 +49,6 @@ type Store struct {
 	tiers       atomic.Pointer[tierCache]
 	reloadMu    sync.Mutex    // serializes tier cache reloads
 	tierVersion versionReader // tells whether the tier cache is stale; see tiers.go
-	now         func() time.Time
 
 	closeOnce sync.Once
 	closeErr  error
@@ -60,7 +59,6 @@ type options struct {
 	readConns   int
 	maxBatch    int
 	busyTimeout time.Duration
-	now         func() time.Time
 	commitDelay time.Duration // < 0: the default for the synchronous mode
 }
 
@@ -74,11 +72,6 @@ func WithSynchronous(mode string) Option { return func(o *options) { o.synchrono
 // WithBusyTimeout sets how long a statement waits for a lock another
 // connection or process holds before it fails (default 5s).
 func WithBusyTimeout(d time.Duration) Option { return func(o *options) { o.busyTimeout = d } }
-
-// WithClock sets the clock that stamps the tier deletions made through the
-// store's own DeleteTier (default time.Now). A policy.Service stamps its
-// changes with its own clock.
-func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
 
 // DefaultCommitDelay is how long, with SyncFull, the writer waits for more
 // writes before committing when several are already waiting (see
@@ -99,7 +92,7 @@ func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
 // Open opens the database at path, creating it (mode 0600) if it does not
 // exist, and applies every pending migration. Close releases it.
 func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
-	o := options{synchronous: SyncFull, readConns: 4, maxBatch: 256, busyTimeout: 5 * time.Second, now: time.Now, commitDelay: -1}
+	o := options{synchronous: SyncFull, readConns: 4, maxBatch: 256, busyTimeout: 5 * time.Second, commitDelay: -1}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -126,7 +119,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	sdb.SetMaxOpenConns(o.readConns + 1)
 	sdb.SetMaxIdleConns(o.readConns + 1)
 
-	s := &Store{db: sdb, now: o.now}
+	s := &Store{db: sdb}
 	if err := s.migrate(ctx); err != nil {
 		sdb.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)

@@ -237,22 +237,22 @@ func TestTiersCRUDAndCache(t *testing.T) {
 	ctx := context.Background()
 	team := policy.Tier{Name: "team", RequestsPerMinute: 7, RequestsPerHour: 70, RequestsPerDay: 700, BurstAllowance: 3,
 		Features: []string{"chat", "search"}, Description: "<b>team</b>", UpdatedAt: t0}
-	created, err := s.PutTier(ctx, team)
-	if err != nil || !created {
-		t.Fatalf("create: %v %v", created, err)
+	changes, err := s.UpdateTiers(ctx, policy.TierUpdate{At: t0, Put: []policy.Tier{team}})
+	if err != nil || !changes[0].Created() {
+		t.Fatalf("create: %v %v", changes, err)
 	}
 	got, err := s.Tier(ctx, "team")
 	if err != nil || fmt.Sprint(got) != fmt.Sprint(team) {
 		t.Fatalf("Tier = %+v, %v; want %+v", got, err, team)
 	}
 	team.RequestsPerMinute = 8
-	if created, err := s.PutTier(ctx, team); err != nil || created {
-		t.Fatalf("replace: %v %v", created, err)
+	if changes, err := s.UpdateTiers(ctx, policy.TierUpdate{At: t0, Put: []policy.Tier{team}}); err != nil || changes[0].Created() {
+		t.Fatalf("replace: %v %v", changes, err)
 	}
 	if got, _ := s.Tier(ctx, "team"); got.RequestsPerMinute != 8 {
 		t.Fatalf("cache not refreshed: %+v", got)
 	}
-	if _, err := s.PutTier(ctx, policy.Tier{Name: "x", RequestsPerMinute: -1}); policy.ErrorCode(err) != policy.EINVALID {
+	if _, err := s.UpdateTiers(ctx, policy.TierUpdate{Put: []policy.Tier{{Name: "x", RequestsPerMinute: -1}}}); policy.ErrorCode(err) != policy.EINVALID {
 		t.Fatalf("invalid tier stored: %v", err)
 	}
 	// A second store on the same file sees the change.
@@ -260,13 +260,13 @@ func TestTiersCRUDAndCache(t *testing.T) {
 	if got, _ := other.Tier(ctx, "team"); got.RequestsPerMinute != 8 {
 		t.Fatalf("not persisted: %+v", got)
 	}
-	if err := s.DeleteTier(ctx, "team"); err != nil {
+	if _, err := s.UpdateTiers(ctx, policy.TierUpdate{Delete: []string{"team"}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Tier(ctx, "team"); policy.ErrorCode(err) != policy.ENOTFOUND {
 		t.Fatalf("after delete: %v", err)
 	}
-	if err := s.DeleteTier(ctx, "team"); policy.ErrorCode(err) != policy.ENOTFOUND {
+	if _, err := s.UpdateTiers(ctx, policy.TierUpdate{Delete: []string{"team"}}); policy.ErrorCode(err) != policy.ENOTFOUND {
 		t.Fatalf("second delete: %v", err)
 	}
 }
@@ -275,7 +275,7 @@ func TestConcurrentChecksAdmitExactly(t *testing.T) {
 	s := openStore(t, "")
 	ctx := context.Background()
 	tier := policy.Tier{Name: "hammer", RequestsPerMinute: 40, RequestsPerHour: 1000, RequestsPerDay: 1000, BurstAllowance: 10}
-	if _, err := s.PutTier(ctx, tier); err != nil {
+	if _, err := s.UpdateTiers(ctx, policy.TierUpdate{Put: []policy.Tier{tier}}); err != nil {
 		t.Fatal(err)
 	}
 	var clockMu sync.Mutex

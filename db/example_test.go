@@ -24,11 +24,11 @@ func Example() {
 	defer store.Close()
 
 	// A tier of 2 requests a minute, then three checks for one user.
-	_, err = store.PutTier(ctx, policy.Tier{Name: "tiny", RequestsPerMinute: 2, RequestsPerHour: 100, RequestsPerDay: 1000})
+	svc := policy.NewService(store, store)
+	_, _, err = svc.PutTier(ctx, policy.Tier{Name: "tiny", RequestsPerMinute: 2, RequestsPerHour: 100, RequestsPerDay: 1000})
 	if err != nil {
 		log.Fatal(err)
 	}
-	svc := policy.NewService(store, store)
 	for i := 0; i < 3; i++ {
 		d, err := svc.Check(ctx, policy.Request{UserID: "alice", Tier: "tiny"}, false)
 		if err != nil {

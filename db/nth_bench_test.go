@@ -35,7 +35,7 @@ func BenchmarkRefusedCheck(b *testing.B) {
 		tier := benchTier
 		tier.Name = fmt.Sprintf("day-%d", ceiling)
 		tier.RequestsPerDay = ceiling
-		if _, err := f.store.PutTier(ctx, tier); err != nil {
+		if _, err := f.store.UpdateTiers(ctx, policy.TierUpdate{Put: []policy.Tier{tier}}); err != nil {
 			b.Fatal(err)
 		}
 		req := policy.Request{UserID: f.users[0], Tier: tier.Name}

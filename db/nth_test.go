@@ -214,7 +214,7 @@ func TestNthAfterMatchesSortedSlice(t *testing.T) {
 			copy(pre[:], cuts[len(cuts)-len(pre):])
 			for round := range 2 {
 				err := s.Admit(ctx, u, func(h policy.History) (time.Time, bool, error) {
-					if err := h.(policy.Prefetcher).Prefetch(&pre); err != nil {
+					if err := h.Prefetch(&pre); err != nil {
 						return time.Time{}, false, err
 					}
 					if err := checkNth(h, r, cuts, ks); err != nil {

@@ -171,8 +171,6 @@ type firstRow struct {
 	found           bool
 }
 
-var _ policy.Prefetcher = (*history)(nil)
-
 func (h *history) reset(q rowQuerier, tx *writeTx, user string) {
 	*h = history{q: q, tx: tx, user: user}
 }
@@ -212,7 +210,7 @@ func (h *history) Last() (time.Time, bool, error) {
 	return time.UnixMicro(h.lastTS), true, nil
 }
 
-// Prefetch implements policy.Prefetcher: it finds the oldest row after each
+// Prefetch implements policy.History: it finds the oldest row after each
 // cutoff, from the writer's cursors where they can tell and otherwise with
 // one statement.
 func (h *history) Prefetch(cutoffs *[len(policy.Windows)]time.Time) error {

@@ -2,12 +2,9 @@ package db
 
 import "github.com/policyguard/policyguard/policy"
 
-var (
-	_ policy.TierCache    = (*Store)(nil)
-	_ policy.CurrentTiers = (*history)(nil)
-)
+var _ policy.CurrentTiers = (*history)(nil)
 
-// CachedTier implements policy.TierCache: the named tier as the cache holds
+// CachedTier implements policy.TierStore: the named tier as the cache holds
 // it, without reading the database. The writer confirms it when a request
 // is recorded (see history.CurrentTier). The returned Features slice is
 // shared and must not be modified.

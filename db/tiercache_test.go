@@ -58,7 +58,7 @@ func TestTierWriteByAnotherStoreAppliesToTheNextRecordingCheck(t *testing.T) {
 	if d := check("chat"); d.Outcome != policy.Denied {
 		t.Fatalf("check of a feature removed elsewhere: %+v, want denied", d)
 	}
-	if err := importer.DeleteTier(ctx, "lesson"); err != nil {
+	if _, err := importer.UpdateTiers(ctx, policy.TierUpdate{Delete: []string{"lesson"}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := svc.Check(ctx, policy.Request{UserID: "u", Tier: "lesson"}, false); policy.ErrorCode(err) != policy.EINVALID {

@@ -3,14 +3,15 @@ package db
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
+	"database/sql/driver"
 	"fmt"
 	"maps"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/go-json-experiment/json"
 
 	"github.com/policyguard/policyguard/policy"
 )
@@ -25,18 +26,30 @@ type tierCache struct {
 	sorted  []policy.Tier
 }
 
+// tierRow is a tier as the database stores it: a row of the tiers table
+// and, as JSON, the before and after of an entry of the audit log
+// (tier_changes), which leave out updated_at: an entry has its own time.
+// The JSON names are the API's.
 type tierRow struct {
-	Name              string `db:"name"`
-	RequestsPerMinute int64  `db:"requests_per_minute"`
-	RequestsPerHour   int64  `db:"requests_per_hour"`
-	RequestsPerDay    int64  `db:"requests_per_day"`
-	BurstAllowance    int64  `db:"burst_allowance"`
-	Features          string `db:"features"`
-	Description       string `db:"description"`
-	UpdatedAt         int64  `db:"updated_at"`
+	Name              string      `db:"name" json:"name"`
+	RequestsPerMinute int64       `db:"requests_per_minute" json:"requests_per_minute"`
+	RequestsPerHour   int64       `db:"requests_per_hour" json:"requests_per_hour"`
+	RequestsPerDay    int64       `db:"requests_per_day" json:"requests_per_day"`
+	BurstAllowance    int64       `db:"burst_allowance" json:"burst_allowance"`
+	Features          featureList `db:"features" json:"features"`
+	Description       string      `db:"description" json:"description"`
+	UpdatedAt         int64       `db:"updated_at" json:"-"` // Unix microseconds; 0 for never
 }
 
-func (r *tierRow) tier() (policy.Tier, error) {
+func rowOf(t *policy.Tier) tierRow {
+	r := tierRow{t.Name, t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay, t.BurstAllowance, t.Features, t.Description, 0}
+	if !t.UpdatedAt.IsZero() {
+		r.UpdatedAt = t.UpdatedAt.UnixMicro()
+	}
+	return r
+}
+
+func (r *tierRow) tier() policy.Tier {
 	t := policy.Tier{
 		Name:              r.Name,
 		RequestsPerMinute: r.RequestsPerMinute,
@@ -44,15 +57,41 @@ func (r *tierRow) tier() (policy.Tier, error) {
 		RequestsPerDay:    r.RequestsPerDay,
 		BurstAllowance:    r.BurstAllowance,
 		Description:       r.Description,
-		Features:          []string{},
+		Features:          r.Features,
+	}
+	if t.Features == nil {
+		t.Features = []string{}
 	}
 	if r.UpdatedAt != 0 {
 		t.UpdatedAt = time.UnixMicro(r.UpdatedAt).UTC()
 	}
-	if err := json.Unmarshal([]byte(r.Features), &t.Features); err != nil {
-		return t, fmt.Errorf("tier %q: features column: %w", r.Name, err)
+	return t
+}
+
+// featureList is the features column: a JSON array of strings.
+type featureList []string
+
+// Scan implements sql.Scanner.
+func (f *featureList) Scan(src any) error {
+	var b []byte
+	switch v := src.(type) {
+	case string:
+		b = []byte(v)
+	case []byte:
+		b = v
+	default:
+		return fmt.Errorf("features column holds %T, not JSON text", src)
 	}
-	return t, nil
+	if err := json.Unmarshal(b, (*[]string)(f)); err != nil {
+		return fmt.Errorf("features column: %w", err)
+	}
+	return nil
+}
+
+// Value implements driver.Valuer.
+func (f featureList) Value() (driver.Value, error) {
+	b, err := json.Marshal([]string(f)) // nil is written []
+	return string(b), err
 }
 
 const tierColumns = `name, requests_per_minute, requests_per_hour, requests_per_day, burst_allowance, features, description, updated_at`
@@ -71,13 +110,13 @@ func (s *Store) initTiers(ctx context.Context) error {
 }
 
 // reloadTiers replaces the cache with the table's contents unless the cache
-// already holds version min or later. Reloads are serialized, and the version
+// already holds version atLeast or later. Reloads are serialized, and the version
 // and the tiers are read in one transaction, so a slower reload of an older
 // snapshot never replaces a newer one.
-func (s *Store) reloadTiers(ctx context.Context, min int64) error {
+func (s *Store) reloadTiers(ctx context.Context, atLeast int64) error {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
-	if c := s.tiers.Load(); c != nil && min > 0 && c.version >= min {
+	if c := s.tiers.Load(); c != nil && atLeast > 0 && c.version >= atLeast {
 		return nil // another caller reloaded meanwhile
 	}
 	tx, err := s.db.BeginTxx(ctx, nil)
@@ -95,10 +134,7 @@ func (s *Store) reloadTiers(ctx context.Context, min int64) error {
 	}
 	c.byName, c.sorted = make(map[string]policy.Tier, len(rows)), make([]policy.Tier, 0, len(rows))
 	for i := range rows {
-		t, err := rows[i].tier()
-		if err != nil {
-			return err
-		}
+		t := rows[i].tier()
 		c.byName[t.Name] = t
 		c.sorted = append(c.sorted, t)
 	}
@@ -200,25 +236,6 @@ func (s *Store) Tiers(ctx context.Context) ([]policy.Tier, error) {
 	return slices.Clone(c.sorted), nil
 }
 
-// PutTier creates or replaces t and reports whether it was created. t must
-// be valid; its UpdatedAt is stored as given and is the time the audit log
-// records, with the source ctx carries (policy.WithChangeSource).
-func (s *Store) PutTier(ctx context.Context, t policy.Tier) (bool, error) {
-	changes, err := s.UpdateTiers(ctx, policy.TierUpdate{At: t.UpdatedAt, Source: policy.ChangeSource(ctx), Put: []policy.Tier{t}})
-	if err != nil {
-		return false, err
-	}
-	return changes[0].Created(), nil
-}
-
-// DeleteTier removes the named tier, or returns an ENOTFOUND error. The audit
-// log records it at the store's clock (WithClock) with the source ctx
-// carries.
-func (s *Store) DeleteTier(ctx context.Context, name string) error {
-	_, err := s.UpdateTiers(ctx, policy.TierUpdate{At: s.now(), Source: policy.ChangeSource(ctx), Delete: []string{name}})
-	return err
-}
-
 // UpdateTiers implements policy.TierStore. It runs in one writer
 // transaction: the audit rows commit with the changes they describe, and
 // the comparisons of SkipUnchanged and Prune see the table as it is then,
@@ -247,14 +264,14 @@ func (s *Store) UpdateTiers(ctx context.Context, u policy.TierUpdate) ([]policy.
 		if err != nil {
 			return err
 		}
-		record := func(name string, old, new *policy.Tier) error {
+		record := func(name string, before, after *policy.Tier) error {
 			var id int64
 			err := tx.queryRowSQL(`INSERT INTO tier_changes (at, tier, source, old, new) VALUES (?, ?, ?, ?, ?) RETURNING id`,
-				at.UnixMicro(), name, u.Source, auditJSON(old), auditJSON(new)).Scan(&id)
+				at.UnixMicro(), name, u.Source, auditJSON(before), auditJSON(after)).Scan(&id)
 			if err != nil {
 				return unavailable(err)
 			}
-			changes = append(changes, policy.TierChange{ID: id, At: at, Tier: name, Source: u.Source, Old: old, New: new})
+			changes = append(changes, policy.TierChange{ID: id, At: at, Tier: name, Source: u.Source, Old: before, New: after})
 			return nil
 		}
 		for _, t := range u.Put {
@@ -337,21 +354,15 @@ func tiersInTx(tx *writeTx) (map[string]policy.Tier, error) {
 			&r.Features, &r.Description, &r.UpdatedAt); err != nil {
 			return nil, unavailable(err)
 		}
-		t, err := r.tier()
-		if err != nil {
-			return nil, err
-		}
+		t := r.tier()
 		tiers[t.Name] = t
 	}
 	return tiers, unavailable(rows.Err())
 }
 
 func upsertTier(tx *writeTx, t *policy.Tier) error {
-	fj, err := json.Marshal(t.Features)
-	if err != nil {
-		return err
-	}
-	_, err = tx.execSQL(`INSERT INTO tiers (`+tierColumns+`)
+	r := rowOf(t)
+	_, err := tx.execSQL(`INSERT INTO tiers (`+tierColumns+`)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (name) DO UPDATE SET
 				requests_per_minute = excluded.requests_per_minute,
@@ -361,20 +372,8 @@ func upsertTier(tx *writeTx, t *policy.Tier) error {
 				features            = excluded.features,
 				description         = excluded.description,
 				updated_at          = excluded.updated_at`,
-		t.Name, t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay, t.BurstAllowance, string(fj), t.Description, t.UpdatedAt.UnixMicro())
+		r.Name, r.RequestsPerMinute, r.RequestsPerHour, r.RequestsPerDay, r.BurstAllowance, r.Features, r.Description, t.UpdatedAt.UnixMicro())
 	return unavailable(err)
-}
-
-// auditTier is a tier as the audit log stores it: the API's field names,
-// without updated_at, which is the entry's own time.
-type auditTier struct {
-	Name              string   `json:"name"`
-	RequestsPerMinute int64    `json:"requests_per_minute"`
-	RequestsPerHour   int64    `json:"requests_per_hour"`
-	RequestsPerDay    int64    `json:"requests_per_day"`
-	BurstAllowance    int64    `json:"burst_allowance"`
-	Features          []string `json:"features"`
-	Description       string   `json:"description"`
 }
 
 // auditJSON returns t as the audit log stores it, or nil (NULL) for no tier.
@@ -382,7 +381,7 @@ func auditJSON(t *policy.Tier) any {
 	if t == nil {
 		return nil
 	}
-	b, _ := json.Marshal(auditTier{t.Name, t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay, t.BurstAllowance, t.Features, t.Description})
+	b, _ := json.Marshal(rowOf(t)) // cannot fail: the row holds only strings and integers
 	return string(b)
 }
 
@@ -392,15 +391,12 @@ func tierFromAudit(s sql.NullString) (*policy.Tier, error) {
 	if !s.Valid {
 		return nil, nil
 	}
-	var a auditTier
-	if err := json.NewDecoder(strings.NewReader(s.String)).Decode(&a); err != nil {
+	var r tierRow
+	if err := json.Unmarshal([]byte(s.String), &r); err != nil {
 		return nil, fmt.Errorf("tier_changes: %w", err)
 	}
-	if a.Features == nil {
-		a.Features = []string{}
-	}
-	return &policy.Tier{Name: a.Name, RequestsPerMinute: a.RequestsPerMinute, RequestsPerHour: a.RequestsPerHour,
-		RequestsPerDay: a.RequestsPerDay, BurstAllowance: a.BurstAllowance, Features: a.Features, Description: a.Description}, nil
+	t := r.tier()
+	return &t, nil
 }
 
 // TierChanges implements policy.TierStore.
@@ -422,18 +418,18 @@ func (s *Store) TierChanges(ctx context.Context, limit int) ([]policy.TierChange
 	out := make([]policy.TierChange, len(rows))
 	for i, r := range rows {
 		at := time.UnixMicro(r.At).UTC()
-		old, err := tierFromAudit(r.Old)
+		before, err := tierFromAudit(r.Old)
 		if err != nil {
 			return nil, err
 		}
-		new, err := tierFromAudit(r.New)
+		after, err := tierFromAudit(r.New)
 		if err != nil {
 			return nil, err
 		}
-		if new != nil {
-			new.UpdatedAt = at
+		if after != nil {
+			after.UpdatedAt = at
 		}
-		out[i] = policy.TierChange{ID: r.ID, At: at, Tier: r.Tier, Source: r.Source, Old: old, New: new}
+		out[i] = policy.TierChange{ID: r.ID, At: at, Tier: r.Tier, Source: r.Source, Old: before, New: after}
 	}
 	return out, nil
 }

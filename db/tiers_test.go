@@ -55,7 +55,7 @@ func TestTierWriteByAnotherStoreAppliesToTheNextCheck(t *testing.T) {
 		t.Errorf("Tiers = %s", got)
 	}
 
-	if err := importer.DeleteTier(ctx, "lesson"); err != nil {
+	if _, err := importer.UpdateTiers(ctx, policy.TierUpdate{Delete: []string{"lesson"}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := check(); policy.ErrorCode(err) != policy.EINVALID {

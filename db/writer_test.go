@@ -196,7 +196,7 @@ func TestWriterHistoryMatchesReference(t *testing.T) {
 			for _, w := range policy.Windows {
 				cutoffs[w] = now.Add(-w.Duration())
 			}
-			if err := h.(policy.Prefetcher).Prefetch(&cutoffs); err != nil {
+			if err := h.Prefetch(&cutoffs); err != nil {
 				return now, false, err
 			}
 			for _, cut := range cutoffs {

@@ -30,6 +30,8 @@ func (h memHistory) CountAfter(t time.Time) (int64, error) { return int64(len(h.
 
 func (h memHistory) NthAfter(t time.Time, k int64) (time.Time, error) { return h.after(t)[k-1], nil }
 
+func (memHistory) Prefetch(*[len(policy.Windows)]time.Time) error { return nil }
+
 // memStore is a RequestStore and TierStore in memory.
 type memStore struct {
 	mu    sync.Mutex
@@ -89,6 +91,9 @@ func (s *memStore) Tier(_ context.Context, name string) (policy.Tier, error) {
 	return t, nil
 }
 
+// CachedTier implements policy.TierStore: memStore keeps no copy apart.
+func (s *memStore) CachedTier(string) (policy.Tier, bool) { return policy.Tier{}, false }
+
 func (s *memStore) Tiers(context.Context) ([]policy.Tier, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -106,8 +111,8 @@ func (s *memStore) UpdateTiers(_ context.Context, u policy.TierUpdate) ([]policy
 	s.updates = append(s.updates, u)
 	next := maps.Clone(s.tiers)
 	var changes []policy.TierChange
-	change := func(name string, old, new *policy.Tier) {
-		changes = append(changes, policy.TierChange{At: u.At, Tier: name, Source: u.Source, Old: old, New: new})
+	change := func(name string, before, after *policy.Tier) {
+		changes = append(changes, policy.TierChange{At: u.At, Tier: name, Source: u.Source, Old: before, New: after})
 	}
 	listed := map[string]bool{}
 	for _, t := range u.Put {

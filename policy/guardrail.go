@@ -37,8 +37,8 @@ type Check struct {
 	Now  time.Time
 	// DryRun asks guardrails to decide without changing any state.
 	DryRun bool
-	// unconfirmed is set when Tier came from a TierCache: the RateLimiter
-	// must confirm it before recording anything.
+	// unconfirmed is set when Tier came from TierStore.CachedTier: the
+	// RateLimiter must confirm it before recording anything.
 	unconfirmed bool
 }
 
@@ -139,7 +139,7 @@ func (TierAccess) Check(_ context.Context, c *Check) (Decision, error) {
 	}
 	return Decision{
 		Outcome: Denied,
-		Reason:  "feature " + quote(c.Feature) + " is not included in tier " + quote(c.Tier.Name),
+		Reason:  "feature " + Quote(c.Feature) + " is not included in tier " + Quote(c.Tier.Name),
 	}, nil
 }
 
@@ -164,13 +164,13 @@ func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 	unconfirmable := false
 	decide := func(h History) (time.Time, bool, error) {
 		if ct, ok := h.(CurrentTiers); ok && !c.DryRun {
-			// Confirm the tier the check began with (see TierCache). A
-			// changed tier records nothing: the check starts again.
+			// Confirm the tier the check began with (see Service.Check):
+			// a changed tier records nothing, and the check starts again.
 			cur, found, err := ct.CurrentTier(c.Tier.Name)
 			if err != nil {
 				return time.Time{}, false, err
 			}
-			if stale = !found || !sameTier(cur, c.Tier); stale {
+			if stale = !found || !SameLimits(cur, c.Tier); stale {
 				return time.Time{}, false, nil
 			}
 		} else if c.unconfirmed && !c.DryRun {

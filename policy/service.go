@@ -83,30 +83,35 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 	if req.Tier == "" {
 		req.Tier = s.defaultTier
 	}
-	// A check that records takes its tier from the cache, if the store has
-	// one, and the rate limiter confirms it when recording (see TierCache);
-	// a check that the tier changed under starts again with it read afresh.
+	// The invariant: no check decides on a tier older than the last change
+	// committed before it began. A recording check first takes its tier
+	// from the store's memory (CachedTier), which costs no read but may lag
+	// behind another process; the rate limiter then confirms that tier in
+	// the same transaction that records the request, and a guardrail that
+	// refused before it is confirmed here by reading the tier. Any
+	// difference starts the check again on the tier as stored, at most
+	// maxCheckAttempts times. A request store that cannot confirm tiers says
+	// so once, and from then on every tier is read (readTier).
 	var (
 		tier  Tier
-		fresh *Tier // read afresh after a refusal, to decide on next
+		fresh *Tier // the stored tier, found to differ from the one decided on
 		c     *Check
 		d     Decision
 	)
 	for attempt := 1; ; attempt++ {
 		cached := false
-		if fresh != nil {
+		if attempt == 1 && !dryRun && !s.tiersUnconfirmable.Load() {
+			tier, cached = s.tiers.CachedTier(req.Tier)
+		}
+		switch {
+		case fresh != nil:
 			tier, fresh = *fresh, nil
-		} else {
-			if tc, ok := s.tiers.(TierCache); ok && !dryRun && attempt == 1 && !s.tiersUnconfirmable.Load() {
-				tier, cached = tc.CachedTier(req.Tier)
+		case !cached:
+			t, err := s.readTier(ctx, req.Tier)
+			if err != nil {
+				return Decision{}, err
 			}
-			if !cached {
-				t, err := s.readTier(ctx, req.Tier)
-				if err != nil {
-					return Decision{}, err
-				}
-				tier = t
-			}
+			tier = t
 		}
 		c = &Check{Request: req, Tier: &tier, Now: s.now(), DryRun: dryRun, unconfirmed: cached}
 		var err error
@@ -118,18 +123,16 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 		case errors.Is(err, errTiersChanged) && attempt < maxCheckAttempts:
 			continue
 		case errors.Is(err, errTiersChanged):
-			return Decision{}, Errorf(EUNAVAILABLE, "tier %s changed during the check %d times; try again", quote(req.Tier), attempt)
+			return Decision{}, Errorf(EUNAVAILABLE, "tier %s changed during the check %d times; try again", Quote(req.Tier), attempt)
 		case err != nil:
 			return Decision{}, err
 		case cached && d.Windows == nil:
-			// Refused before the rate limiter, which confirms the tier:
-			// the refusal stands if the stored tier is the one decided on,
-			// and otherwise the stored one decides.
+			// Refused before the rate limiter could confirm the tier.
 			t, err := s.readTier(ctx, req.Tier)
 			if err != nil {
 				return Decision{}, err
 			}
-			if !sameTier(&t, &tier) {
+			if !SameLimits(&t, &tier) {
 				fresh = &t
 				continue
 			}
@@ -158,7 +161,7 @@ func (s *Service) Usage(ctx context.Context, userID, tierName string) ([len(Wind
 	if tierName != "" {
 		t, err := s.tiers.Tier(ctx, tierName)
 		if ErrorCode(err) == ENOTFOUND {
-			return [len(Windows)]WindowState{}, Errorf(EINVALID, "unknown tier %s", quote(tierName))
+			return [len(Windows)]WindowState{}, Errorf(EINVALID, "unknown tier %s", Quote(tierName))
 		} else if err != nil {
 			return [len(Windows)]WindowState{}, err
 		}
@@ -180,7 +183,7 @@ func (s *Service) Forget(ctx context.Context, userID string) error {
 func (s *Service) readTier(ctx context.Context, name string) (Tier, error) {
 	t, err := s.tiers.Tier(ctx, name)
 	if ErrorCode(err) == ENOTFOUND {
-		return Tier{}, Errorf(EINVALID, "unknown tier %s", quote(name))
+		return Tier{}, Errorf(EINVALID, "unknown tier %s", Quote(name))
 	}
 	return t, err
 }
@@ -239,7 +242,7 @@ func (s *Service) putTier(ctx context.Context, t Tier, u TierUpdate) (Tier, bool
 // every request that names no tier would then fail.
 func (s *Service) DeleteTier(ctx context.Context, name string) error {
 	if name == s.defaultTier {
-		return Errorf(ECONFLICT, "tier %s is the default tier and cannot be deleted", quote(name))
+		return Errorf(ECONFLICT, "tier %s is the default tier and cannot be deleted", Quote(name))
 	}
 	_, err := s.tiers.UpdateTiers(ctx, TierUpdate{At: s.now().UTC().Truncate(Resolution), Source: ChangeSource(ctx), Delete: []string{name}})
 	return err
@@ -258,10 +261,10 @@ func (s *Service) ImportTiers(ctx context.Context, tiers []Tier, prune bool) ([]
 	seen := make(map[string]bool, len(tiers))
 	for i, t := range tiers {
 		if err := t.Validate(); err != nil {
-			return nil, Errorf(EINVALID, "tier %d (%s): %s", i+1, quote(t.Name), ErrorMessage(err))
+			return nil, Errorf(EINVALID, "tier %d (%s): %s", i+1, Quote(t.Name), ErrorMessage(err))
 		}
 		if seen[t.Name] {
-			return nil, Errorf(EINVALID, "tier %s is listed twice", quote(t.Name))
+			return nil, Errorf(EINVALID, "tier %s is listed twice", Quote(t.Name))
 		}
 		seen[t.Name] = true
 		if t.Features == nil {
@@ -271,7 +274,7 @@ func (s *Service) ImportTiers(ctx context.Context, tiers []Tier, prune bool) ([]
 		put[i] = t
 	}
 	if prune && !seen[s.defaultTier] {
-		return nil, Errorf(ECONFLICT, "tier %s is the default tier: pruning would delete it, so list it or import without pruning", quote(s.defaultTier))
+		return nil, Errorf(ECONFLICT, "tier %s is the default tier: pruning would delete it, so list it or import without pruning", Quote(s.defaultTier))
 	}
 	return s.tiers.UpdateTiers(ctx, TierUpdate{At: at, Source: SourceImport, Put: put, Prune: prune, SkipUnchanged: true})
 }

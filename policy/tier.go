@@ -107,9 +107,9 @@ func (t *Tier) ValidateFields() []FieldError {
 	for _, f := range t.Features {
 		switch {
 		case f != AllFeatures && !featureNameRE.MatchString(f):
-			errs = append(errs, FieldError{"features", "feature " + quote(f) + " must be \"*\" or match [A-Za-z0-9][A-Za-z0-9_.:-]{0,63}"})
+			errs = append(errs, FieldError{"features", "feature " + Quote(f) + " must be \"*\" or match [A-Za-z0-9][A-Za-z0-9_.:-]{0,63}"})
 		case seen[f]:
-			errs = append(errs, FieldError{"features", "feature " + quote(f) + " is listed twice"})
+			errs = append(errs, FieldError{"features", "feature " + Quote(f) + " is listed twice"})
 		}
 		seen[f] = true
 	}
@@ -121,12 +121,14 @@ func (t *Tier) ValidateFields() []FieldError {
 	return errs
 }
 
-// quote renders a user-supplied string for a message, truncated so a huge
-// input cannot make a huge error.
-func quote(s string) string {
-	const max = 64
-	if len(s) > max {
-		s = s[:max] + "..."
+// Quote renders a user-supplied string for a message: in double quotes,
+// with quotes and backslashes escaped, control characters and invalid UTF-8
+// shown as '?', and cut after 64 bytes so a huge input cannot make a huge
+// message.
+func Quote(s string) string {
+	const maxBytes = 64
+	if len(s) > maxBytes {
+		s = s[:maxBytes] + "..."
 	}
 	b := make([]byte, 0, len(s)+2)
 	b = append(b, '"')
@@ -191,8 +193,8 @@ func (c *TierChange) Created() bool { return c.Old == nil && c.New != nil }
 func (c *TierChange) Deleted() bool { return c.New == nil }
 
 // SameLimits reports whether a and b have the same limits, features and
-// description: whether replacing one by the other would change any answer.
-// Names and UpdatedAt are not compared.
+// description: whether deciding a check on one instead of the other could
+// change any answer. Names and UpdatedAt are not compared.
 func SameLimits(a, b *Tier) bool {
 	return a.RequestsPerMinute == b.RequestsPerMinute &&
 		a.RequestsPerHour == b.RequestsPerHour &&
@@ -249,6 +251,12 @@ type TierUpdate struct {
 type TierStore interface {
 	// Tier returns the named tier, or an ENOTFOUND error.
 	Tier(ctx context.Context, name string) (Tier, error)
+	// CachedTier returns the named tier from memory, reading no storage,
+	// and so perhaps older than a change another process committed a
+	// moment ago; ok is false when the store keeps no such copy, and the
+	// service then asks Tier. Service.Check takes a recording check's tier
+	// from here and has the RateLimiter confirm it (see CurrentTiers).
+	CachedTier(name string) (t Tier, ok bool)
 	// Tiers returns every tier ordered by name.
 	Tiers(ctx context.Context) ([]Tier, error)
 	// UpdateTiers applies u in one transaction, all of it or none, records

@@ -69,28 +69,20 @@ type History interface {
 	// NthAfter returns the k-th oldest (from 1) recorded timestamp strictly
 	// after t. k is at most CountAfter(t).
 	NthAfter(t time.Time, k int64) (time.Time, error)
-}
-
-// Prefetcher is implemented by a History that answers several cutoffs
-// faster together than one by one, such as a store that can look them up in
-// one query. Evaluate and Usage call Prefetch with every window's cutoff
-// (now minus the window's length, in the order of Windows) before asking
-// about any of them. Prefetch changes no answer, only its cost.
-type Prefetcher interface {
+	// Prefetch is told every window's cutoff (now minus the window's
+	// length, in the order of Windows) before Evaluate or Usage asks about
+	// any of them, so that a store can look them up in one query. It
+	// changes no answer, only their cost; a History may do nothing.
 	Prefetch(cutoffs *[len(Windows)]time.Time) error
 }
 
 // prefetch announces the cutoffs of the windows ending at now to h.
 func prefetch(h History, now time.Time) error {
-	p, ok := h.(Prefetcher)
-	if !ok {
-		return nil
-	}
 	var cutoffs [len(Windows)]time.Time
 	for _, w := range Windows {
 		cutoffs[w] = now.Add(-w.Duration())
 	}
-	return p.Prefetch(&cutoffs)
+	return h.Prefetch(&cutoffs)
 }
 
 // RequestStore records admitted requests. Implementations are safe for
@@ -147,7 +139,7 @@ type Evaluation struct {
 func Evaluate(h History, t *Tier, now time.Time) (Evaluation, error) {
 	now = now.Truncate(Resolution)
 	var ev Evaluation
-	last, any, err := h.Last()
+	last, found, err := h.Last()
 	if err != nil {
 		return ev, err
 	}
@@ -155,7 +147,7 @@ func Evaluate(h History, t *Tier, now time.Time) (Evaluation, error) {
 	// records at the newest timestamp plus one tick: history never reorders
 	// and a request stays counted at least as long as the wall clock says.
 	ev.RecordAt = now
-	if any && !last.Before(now) {
+	if found && !last.Before(now) {
 		ev.RecordAt = last.Add(Resolution)
 	}
 	if err := prefetch(h, now); err != nil {
@@ -186,7 +178,7 @@ func Evaluate(h History, t *Tier, now time.Time) (Evaluation, error) {
 			}
 			wait = frees.Add(w.Duration()).Sub(now)
 		}
-		ev.RetryAfter = max(ev.RetryAfter, ceilSeconds(wait))
+		ev.RetryAfter = max(ev.RetryAfter, CeilSeconds(wait))
 	}
 
 	for _, w := range Windows {
@@ -239,13 +231,14 @@ func Usage(h History, t *Tier, now time.Time) ([len(Windows)]WindowState, error)
 func state(n, ceiling int64, oldest time.Time, w Window, now time.Time) WindowState {
 	s := WindowState{Count: n, Limit: ceiling, Remaining: max(ceiling-n, 0)}
 	if n > 0 {
-		s.Reset = ceilSeconds(oldest.Add(w.Duration()).Sub(now))
+		s.Reset = CeilSeconds(oldest.Add(w.Duration()).Sub(now))
 	}
 	return s
 }
 
-// ceilSeconds rounds d up to whole seconds, never below zero.
-func ceilSeconds(d time.Duration) int64 {
+// CeilSeconds rounds d up to whole seconds, never below zero: the seconds
+// a client told to wait d must wait.
+func CeilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}

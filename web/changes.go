@@ -88,23 +88,14 @@ func TierDiff(before, after *policy.Tier) []string {
 			out = append(out, fmt.Sprintf("%s: %s → %s", l.field, groupDigits(l.before), groupDigits(l.after)))
 		}
 	}
-	if of, nf := strings.Join(before.Features, ", "), strings.Join(after.Features, ", "); of != nf {
-		out = append(out, fmt.Sprintf("features: [%s] → [%s]", of, nf))
+	if bf, af := strings.Join(before.Features, ", "), strings.Join(after.Features, ", "); bf != af {
+		out = append(out, fmt.Sprintf("features: [%s] → [%s]", bf, af))
 	}
 	if before.Description != after.Description {
-		out = append(out, fmt.Sprintf("description: %s → %s", shorten(before.Description), shorten(after.Description)))
+		out = append(out, fmt.Sprintf("description: %s → %s", policy.Quote(before.Description), policy.Quote(after.Description)))
 	}
 	if len(out) == 0 {
 		out = append(out, "saved without a change")
 	}
 	return out
-}
-
-// shorten quotes s, cut to a length that fits a table cell.
-func shorten(s string) string {
-	const maxRunes = 60
-	if r := []rune(s); len(r) > maxRunes {
-		s = string(r[:maxRunes]) + "…"
-	}
-	return fmt.Sprintf("%q", s)
 }

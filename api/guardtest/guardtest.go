@@ -97,7 +97,7 @@ func New(t testing.TB, opts ...Option) *Guard {
 
 	// SyncNormal: a test's database need not survive a power cut, and
 	// skipping the fsync of every commit keeps checks fast.
-	store, err := db.Open(ctx, filepath.Join(t.TempDir(), "guardrail.db"), db.WithSynchronous(db.SyncNormal), db.WithClock(clock.Now))
+	store, err := db.Open(ctx, filepath.Join(t.TempDir(), "guardrail.db"), db.WithSynchronous(db.SyncNormal))
 	if err != nil {
 		t.Fatalf("guardtest: %v", err)
 	}

@@ -1,0 +1,158 @@
+package api
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"strings"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+	jsonv1 "github.com/go-json-experiment/json/v1"
+	"github.com/labstack/echo/v4"
+
+	"github.com/policyguard/policyguard/policy"
+)
+
+// Request bodies are read by github.com/go-json-experiment/json, which
+// refuses what a proxy in front might read differently: invalid UTF-8,
+// escapes of unpaired UTF-16 surrogates, a name given twice in one object,
+// trailing data, and nesting deeper than its limit of 10,000 levels (the
+// 1 MiB body limit bounds the work before that).
+var (
+	// checkBodyOptions read a check body. Names match fields ignoring
+	// letter case, as encoding/json matched them (strings.EqualFold, so
+	// "user-id" is not "user_id"), and two names that match one field are
+	// a duplicate. Members no field takes are ignored.
+	checkBodyOptions = json.JoinOptions(json.MatchCaseInsensitiveNames(true), jsonv1.MatchCaseSensitiveDelimiter(true))
+	// strictOptions read tier bodies and tiers files: names match exactly,
+	// and a member no field takes is refused, so that a misspelt limit is
+	// an error rather than a limit left out.
+	strictOptions = json.RejectUnknownMembers(true)
+)
+
+// jsonSerializer writes every answer of the server through the library,
+// as Echo's JSONSerializer: c.JSON comes here. Maps are written in key
+// order, and text that is not UTF-8 is written as U+FFFD rather than
+// failing the answer.
+type jsonSerializer struct{}
+
+var answerOptions = json.JoinOptions(json.Deterministic(true), jsontext.AllowInvalidUTF8(true))
+
+func (jsonSerializer) Serialize(c echo.Context, v any, indent string) error {
+	opts := answerOptions
+	if indent != "" {
+		opts = json.JoinOptions(opts, jsontext.WithIndent(indent))
+	}
+	if err := json.MarshalWrite(c.Response(), v, opts); err != nil {
+		return err
+	}
+	_, err := c.Response().Write([]byte{'\n'})
+	return err
+}
+
+// Deserialize reads a body as strictly as a tier body; no handler binds.
+func (jsonSerializer) Deserialize(c echo.Context, v any) error {
+	return readJSON(c.Request().Body, v, strictOptions)
+}
+
+// readJSON reads body, which must hold one JSON object, into v, and turns
+// every failure into an EINVALID error that says what is wrong.
+func readJSON(body io.Reader, v any, opts json.Options) error {
+	data, err := io.ReadAll(body)
+	if err != nil {
+		return err // the body limit's 413, or a broken connection
+	}
+	return unmarshalObject(data, v, opts)
+}
+
+// unmarshalObject is readJSON for a body already read.
+func unmarshalObject(data []byte, v any, opts json.Options) error {
+	// Only the white space JSON allows: bytes.TrimSpace would also take
+	// what JSON refuses (\v, \f, U+00A0, ...).
+	switch start := bytes.TrimLeft(data, " \t\r\n"); {
+	case len(start) == 0:
+		return policy.Errorf(policy.EINVALID, "request body is empty: send a JSON object")
+	case start[0] != '{':
+		return policy.Errorf(policy.EINVALID, "request body must be a JSON object")
+	}
+	if err := json.Unmarshal(data, v, opts); err != nil {
+		return jsonError(data, err)
+	}
+	return nil
+}
+
+// jsonError words a failure of json.Unmarshal on data for the client. It
+// never copies the library's message whole: that may quote a JSON pointer
+// thousands of levels long.
+func jsonError(data []byte, err error) error {
+	var syn *jsontext.SyntacticError
+	var sem *json.SemanticError
+	switch {
+	case errors.As(err, &syn):
+		return syntaxError(data, syn)
+	case errors.As(err, &sem) && sem.Err == json.ErrUnknownName:
+		return policy.Errorf(policy.EINVALID, "unknown field %s", policy.Quote(sem.JSONPointer.LastToken()))
+	case errors.As(err, &sem) && sem.JSONPointer != "":
+		field := strings.ReplaceAll(strings.TrimPrefix(string(sem.JSONPointer), "/"), "/", ".")
+		// A field of ours: its path is short and needs no quoting.
+		return policy.Errorf(policy.EINVALID, "%s must be %s, not %s", field, goKind(sem), jsonKind(sem.JSONKind))
+	}
+	return policy.Errorf(policy.EINVALID, "request body must be a JSON object")
+}
+
+func syntaxError(data []byte, e *jsontext.SyntacticError) error {
+	msg, at := e.Err.Error(), int(e.ByteOffset)
+	switch {
+	case errors.Is(e.Err, jsontext.ErrDuplicateName):
+		return policy.Errorf(policy.EINVALID, "duplicate key %s in the request body (for a check, names that differ only in case count as the same)", policy.Quote(e.JSONPointer.LastToken()))
+	case msg == "invalid UTF-8":
+		return policy.Errorf(policy.EINVALID, "request body must be UTF-8: JSON text is never anything else")
+	case strings.HasPrefix(msg, "invalid surrogate pair") && at+6 <= len(data):
+		return policy.Errorf(policy.EINVALID, "request body escapes an unpaired UTF-16 surrogate (%s): not a character", data[at:at+6])
+	case msg == "exceeded max depth":
+		return policy.Errorf(policy.EINVALID, "request body nests deeper than 10000 levels")
+	case strings.HasSuffix(msg, "after top-level value") && at < len(data) && strings.IndexByte(`{["`, data[at]) >= 0:
+		return policy.Errorf(policy.EINVALID, "request body must hold a single JSON object")
+	case errors.Is(e.Err, io.ErrUnexpectedEOF):
+		return policy.Errorf(policy.EINVALID, "malformed JSON: unexpected end of body")
+	}
+	return policy.Errorf(policy.EINVALID, "malformed JSON at byte %d: %s", at, msg)
+}
+
+// goKind names what a field takes, as a JSON client thinks of it.
+func goKind(e *json.SemanticError) string {
+	if e.GoType == nil {
+		return "something else"
+	}
+	switch e.GoType.Kind().String() {
+	case "string":
+		return "a string"
+	case "struct", "map":
+		return "an object"
+	case "slice", "array":
+		return "an array"
+	case "bool":
+		return "a boolean"
+	}
+	return "a number"
+}
+
+// jsonKind names the kind of a JSON value, as encoding/json named it.
+func jsonKind(k jsontext.Kind) string {
+	switch k {
+	case '"':
+		return "string"
+	case '0':
+		return "number"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case 't', 'f':
+		return "bool"
+	case 'n':
+		return "null"
+	}
+	return "something else"
+}

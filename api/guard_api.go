@@ -1,0 +1,161 @@
+package api
+
+import (
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/policyguard/policyguard/api/auth"
+	"github.com/policyguard/policyguard/policy"
+)
+
+// The middleware that guards the API's routes, in the order a request meets
+// it: every route gets an id and an access-log line (NewServer), a check
+// must come from no other site's page, carry the API token if there is one
+// and declare JSON (routes), and the admin routes need the admin token.
+
+// requestID gives every request an id, answered in X-Request-Id and logged
+// on each of its lines. An incoming X-Request-Id, such as a proxy's, is kept
+// when it is at most 128 visible ASCII characters; anything else is replaced
+// rather than copied into logs and answers. (Echo's RequestID middleware
+// copies whatever it is sent.)
+func requestID(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		id := c.Request().Header.Get(echo.HeaderXRequestID)
+		if !validRequestID(id) {
+			id = newRequestID()
+		}
+		c.Response().Header()[echo.HeaderXRequestID] = []string{id}
+		return next(c)
+	}
+}
+
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// newRequestID returns 32 random hex digits. The ids need to be unique, not
+// secret, so the fast per-thread generator of math/rand/v2 serves.
+func newRequestID() string {
+	var b [32]byte
+	const digits = "0123456789abcdef"
+	for half, v := range [2]uint64{rand.Uint64(), rand.Uint64()} {
+		for i := range 16 {
+			b[half*16+i] = digits[v>>(60-4*i)&0xf]
+		}
+	}
+	return string(b[:])
+}
+
+// accessLog logs one line per request: never a body, a query string or a
+// header, so prompts and tokens stay out of logs.
+func (s *Server) accessLog() echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			start := time.Now()
+			err := next(c)
+			if err != nil {
+				c.Error(err)
+			}
+			req, res := c.Request(), c.Response()
+			s.log.LogAttrs(req.Context(), slog.LevelInfo, "request",
+				slog.String("id", res.Header().Get(echo.HeaderXRequestID)),
+				slog.String("method", req.Method),
+				slog.String("path", req.URL.Path),
+				slog.Int("status", res.Status),
+				slog.Int64("bytes", res.Size),
+				slog.Duration("took", time.Since(start)),
+				slog.String("remote", c.RealIP()),
+			)
+			return nil
+		}
+	}
+}
+
+// crossSite judges requests by Sec-Fetch-Site, or else Origin against Host.
+var crossSite = http.NewCrossOriginProtection()
+
+// refuseCrossSite refuses with 403 a request a browser sends from a page of
+// another site. Browsers send some requests to other sites without asking
+// first (a form, or a fetch of a body with no type), so without this any
+// page a user opened could spend quota on a service only their machine can
+// reach. Clients that are not browsers send neither header and pass.
+func refuseCrossSite(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if err := crossSite.Check(c.Request()); err != nil {
+			return echo.NewHTTPError(http.StatusForbidden, "cross-site requests from browsers are refused")
+		}
+		return next(c)
+	}
+}
+
+// requireJSON refuses with 415 a request whose body is declared as anything
+// but JSON, such as curl's default form type: the body would not be read
+// as what its sender meant. A body with no Content-Type at all is read as
+// JSON, for the simplest clients.
+func requireJSON(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		ct := c.Request().Header.Get(echo.HeaderContentType)
+		if ct == "" {
+			return next(c)
+		}
+		mt, params, err := mime.ParseMediaType(ct)
+		if err != nil || mt != echo.MIMEApplicationJSON {
+			return echo.NewHTTPError(http.StatusUnsupportedMediaType, "Content-Type must be application/json")
+		}
+		if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+			return echo.NewHTTPError(http.StatusUnsupportedMediaType, "Content-Type must be application/json with no charset or charset=utf-8")
+		}
+		return next(c)
+	}
+}
+
+// requireAdmin lets through requests with "Authorization: Bearer <admin
+// token>". Wrong tokens count against the client in the same auth.Gate as
+// the admin page's sign-in, so the API is no way around its throttle.
+func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		ok, secs := s.admin.Admit(auth.Client(c), auth.BearerToken(c.Request()), s.svc.Now())
+		if secs > 0 {
+			c.Response().Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+			return echo.NewHTTPError(http.StatusTooManyRequests,
+				fmt.Sprintf("too many wrong admin tokens from your address: try again in %d seconds", secs))
+		}
+		if !ok {
+			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="policyguard"`)
+			return policy.Errorf(policy.EUNAUTHORIZED, "missing or wrong admin token")
+		}
+		return next(c)
+	}
+}
+
+// requireAPIToken lets a check through only with "Authorization: Bearer
+// <api token>" when the server has an API token; without one every check
+// is let through, as on a loopback address.
+func (s *Server) requireAPIToken(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if s.apiToken == nil {
+			return next(c)
+		}
+		if !s.apiToken.Matches(auth.BearerToken(c.Request())) {
+			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="policyguard"`)
+			return policy.Errorf(policy.EUNAUTHORIZED, "missing or wrong API token")
+		}
+		return next(c)
+	}
+}

@@ -121,6 +121,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		APIToken:       cfg.APIToken,
 		FailOpen:       cfg.FailOpen,
 		TrustedProxies: cfg.TrustedProxies,
+		TestClock:      testClock,
 	}), tlsCfg, handler)
 	if cfg.MetricsAddr != "" {
 		// Metrics on their own address can stay inside the network while

@@ -354,6 +354,10 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 		{"GET", "/healthz", "/healthz", "", false, 200, nil, ""},
 		{"GET", "/metrics", "/metrics", "", false, 200, nil, ""},
 		{"GET", "/openapi.yaml", "/openapi.yaml", "", false, 200, nil, ""},
+		// The body limit holds on every route, GETs included.
+		{"GET", "/healthz", "/healthz", big, false, 413, nil, ""},
+		{"GET", "/metrics", "/metrics", big, false, 413, nil, ""},
+		{"GET", "/openapi.yaml", "/openapi.yaml", big, false, 413, nil, ""},
 		// Storage gone: the answers that say so.
 		{"close", "", "", "", false, 0, nil, ""},
 		{"POST", "/v1/check", "/v1/check", `{}`, false, 503, nil, ""},

@@ -356,6 +356,7 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 		{"GET", "/healthz", "/healthz", "", false, 200, nil, ""},
 		{"GET", "/metrics", "/metrics", "", false, 200, nil, ""},
 		{"GET", "/openapi.yaml", "/openapi.yaml", "", false, 200, nil, ""},
+		{"GET", "/healthz", "/healthz", "", false, 200, nil, "testclock"},
 		{"GET", "/v1/test/clock", "/v1/test/clock", "", true, 200, nil, "testclock"},
 		{"GET", "/v1/test/clock", "/v1/test/clock", "", false, 401, nil, "testclock"},
 		{"GET", "/v1/test/clock", "/v1/test/clock", "", true, 429, nil, "testclock-throttled"},
@@ -365,6 +366,10 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 		{"POST", "/v1/test/clock", "/v1/test/clock", `{"advance":"1m"}`, false, 401, nil, "testclock"},
 		{"POST", "/v1/test/clock", "/v1/test/clock", `{"advance":"1m"}`, true, 415, map[string]string{"Content-Type": "text/plain"}, "testclock"},
 		{"POST", "/v1/test/clock", "/v1/test/clock", `{"advance":"1m"}`, true, 429, nil, "testclock-throttled"},
+		// The body limit holds on every route, GETs included.
+		{"GET", "/healthz", "/healthz", big, false, 413, nil, ""},
+		{"GET", "/metrics", "/metrics", big, false, 413, nil, ""},
+		{"GET", "/openapi.yaml", "/openapi.yaml", big, false, 413, nil, ""},
 		// Storage gone: the answers that say so.
 		{"close", "", "", "", false, 0, nil, ""},
 		{"POST", "/v1/check", "/v1/check", `{}`, false, 503, nil, ""},

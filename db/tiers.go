@@ -34,6 +34,11 @@ type tierRow struct {
 	Features          string `db:"features"`
 	Description       string `db:"description"`
 	UpdatedAt         int64  `db:"updated_at"`
+
+	TokensPerMinute *int64 `db:"tokens_per_minute"`
+	TokensPerHour   *int64 `db:"tokens_per_hour"`
+	TokensPerDay    *int64 `db:"tokens_per_day"`
+	MaxConcurrent   *int64 `db:"max_concurrent"`
 }
 
 func (r *tierRow) tier() (policy.Tier, error) {
@@ -45,6 +50,10 @@ func (r *tierRow) tier() (policy.Tier, error) {
 		BurstAllowance:    r.BurstAllowance,
 		Description:       r.Description,
 		Features:          []string{},
+		TokensPerMinute:   r.TokensPerMinute,
+		TokensPerHour:     r.TokensPerHour,
+		TokensPerDay:      r.TokensPerDay,
+		MaxConcurrent:     r.MaxConcurrent,
 	}
 	if r.UpdatedAt != 0 {
 		t.UpdatedAt = time.UnixMicro(r.UpdatedAt).UTC()
@@ -55,7 +64,8 @@ func (r *tierRow) tier() (policy.Tier, error) {
 	return t, nil
 }
 
-const tierColumns = `name, requests_per_minute, requests_per_hour, requests_per_day, burst_allowance, features, description, updated_at`
+const tierColumns = `name, requests_per_minute, requests_per_hour, requests_per_day, burst_allowance, features, description, updated_at, ` +
+	`tokens_per_minute, tokens_per_hour, tokens_per_day, max_concurrent`
 
 // initTiers loads the tier cache and prepares the statement that tells
 // whether it is stale.
@@ -334,7 +344,7 @@ func tiersInTx(tx *writeTx) (map[string]policy.Tier, error) {
 	for rows.Next() {
 		var r tierRow
 		if err := rows.Scan(&r.Name, &r.RequestsPerMinute, &r.RequestsPerHour, &r.RequestsPerDay, &r.BurstAllowance,
-			&r.Features, &r.Description, &r.UpdatedAt); err != nil {
+			&r.Features, &r.Description, &r.UpdatedAt, &r.TokensPerMinute, &r.TokensPerHour, &r.TokensPerDay, &r.MaxConcurrent); err != nil {
 			return nil, unavailable(err)
 		}
 		t, err := r.tier()
@@ -352,7 +362,7 @@ func upsertTier(tx *writeTx, t *policy.Tier) error {
 		return err
 	}
 	_, err = tx.execSQL(`INSERT INTO tiers (`+tierColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (name) DO UPDATE SET
 				requests_per_minute = excluded.requests_per_minute,
 				requests_per_hour   = excluded.requests_per_hour,
@@ -360,8 +370,13 @@ func upsertTier(tx *writeTx, t *policy.Tier) error {
 				burst_allowance     = excluded.burst_allowance,
 				features            = excluded.features,
 				description         = excluded.description,
-				updated_at          = excluded.updated_at`,
-		t.Name, t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay, t.BurstAllowance, string(fj), t.Description, t.UpdatedAt.UnixMicro())
+				updated_at          = excluded.updated_at,
+				tokens_per_minute   = excluded.tokens_per_minute,
+				tokens_per_hour     = excluded.tokens_per_hour,
+				tokens_per_day      = excluded.tokens_per_day,
+				max_concurrent      = excluded.max_concurrent`,
+		t.Name, t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay, t.BurstAllowance, string(fj), t.Description, t.UpdatedAt.UnixMicro(),
+		t.TokensPerMinute, t.TokensPerHour, t.TokensPerDay, t.MaxConcurrent)
 	return unavailable(err)
 }
 
@@ -375,6 +390,11 @@ type auditTier struct {
 	BurstAllowance    int64    `json:"burst_allowance"`
 	Features          []string `json:"features"`
 	Description       string   `json:"description"`
+
+	TokensPerMinute *int64 `json:"tokens_per_minute"`
+	TokensPerHour   *int64 `json:"tokens_per_hour"`
+	TokensPerDay    *int64 `json:"tokens_per_day"`
+	MaxConcurrent   *int64 `json:"max_concurrent"`
 }
 
 // auditJSON returns t as the audit log stores it, or nil (NULL) for no tier.
@@ -382,7 +402,8 @@ func auditJSON(t *policy.Tier) any {
 	if t == nil {
 		return nil
 	}
-	b, _ := json.Marshal(auditTier{t.Name, t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay, t.BurstAllowance, t.Features, t.Description})
+	b, _ := json.Marshal(auditTier{t.Name, t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay, t.BurstAllowance, t.Features, t.Description,
+		t.TokensPerMinute, t.TokensPerHour, t.TokensPerDay, t.MaxConcurrent})
 	return string(b)
 }
 
@@ -400,7 +421,8 @@ func tierFromAudit(s sql.NullString) (*policy.Tier, error) {
 		a.Features = []string{}
 	}
 	return &policy.Tier{Name: a.Name, RequestsPerMinute: a.RequestsPerMinute, RequestsPerHour: a.RequestsPerHour,
-		RequestsPerDay: a.RequestsPerDay, BurstAllowance: a.BurstAllowance, Features: a.Features, Description: a.Description}, nil
+		RequestsPerDay: a.RequestsPerDay, BurstAllowance: a.BurstAllowance, Features: a.Features, Description: a.Description,
+		TokensPerMinute: a.TokensPerMinute, TokensPerHour: a.TokensPerHour, TokensPerDay: a.TokensPerDay, MaxConcurrent: a.MaxConcurrent}, nil
 }
 
 // TierChanges implements policy.TierStore.

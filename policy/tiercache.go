@@ -49,6 +49,7 @@ func sameTier(t, u *Tier) bool {
 		t.RequestsPerHour == u.RequestsPerHour &&
 		t.RequestsPerDay == u.RequestsPerDay &&
 		t.BurstAllowance == u.BurstAllowance &&
+		sameMetering(t, u) &&
 		slices.Equal(t.Features, u.Features) &&
 		t.Description == u.Description &&
 		t.UpdatedAt.Equal(u.UpdatedAt)

@@ -34,7 +34,7 @@ type meteredFixture struct {
 	user string
 }
 
-func newMeteredFixture(b *testing.B, tier policy.Tier, history int, opts ...db.Option) *meteredFixture {
+func newMeteredFixture(b *testing.B, tier policy.Tier, history int, finish bool, opts ...db.Option) *meteredFixture {
 	b.Helper()
 	ctx := context.Background()
 	store, err := db.Open(ctx, filepath.Join(b.TempDir(), "bench.db"), opts...)
@@ -45,7 +45,11 @@ func newMeteredFixture(b *testing.B, tier policy.Tier, history int, opts ...db.O
 	if _, err := store.PutTier(ctx, tier); err != nil {
 		b.Fatal(err)
 	}
-	clk := &stepClock{start: t0, step: 24 * time.Hour / time.Duration(history)}
+	readings := 1 // of the clock per call: the check, and the finish if any
+	if finish && tier.Metered() {
+		readings = 2
+	}
+	clk := &stepClock{start: t0, step: 24 * time.Hour / time.Duration(history*readings)}
 	f := &meteredFixture{svc: policy.NewService(store, store, policy.WithClock(clk.Now)), user: "user"}
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -54,7 +58,7 @@ func newMeteredFixture(b *testing.B, tier policy.Tier, history int, opts ...db.O
 		go func() {
 			defer wg.Done()
 			for i := next.Add(1); i <= int64(history); i = next.Add(1) {
-				if err := f.call(ctx, tier.Name, tier.Metered()); err != nil {
+				if err := f.call(ctx, tier.Name, finish); err != nil {
 					b.Error(err)
 					return
 				}
@@ -99,7 +103,7 @@ func BenchmarkMeteredCheck(b *testing.B) {
 			{"metered", meteredBenchTier, false},
 			{"metered+finish", meteredBenchTier, true},
 		} {
-			f := newMeteredFixture(b, c.tier, history, db.WithSynchronous(db.SyncNormal))
+			f := newMeteredFixture(b, c.tier, history, c.finish, db.WithSynchronous(db.SyncNormal))
 			b.Run(fmt.Sprintf("history=%d/%s", history, c.name), func(b *testing.B) {
 				defer reportCPU(b, cpuTime())
 				for b.Loop() {

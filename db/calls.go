@@ -28,6 +28,7 @@ var callQueries = map[query]string{
 	qTokPrune:    `DELETE FROM call_tokens WHERE user_id = ? AND ts <= ?`,
 	qOpenCalls: `SELECT count(*), coalesce(sum(reserved), 0), coalesce(min(expires_at), 0)
 		FROM calls WHERE user_id = ? AND finished_at IS NULL`,
+	qNextExpiry: `SELECT expires_at FROM calls WHERE user_id = ? AND finished_at IS NULL ORDER BY expires_at LIMIT 1`,
 	qExpiredCalls: `SELECT id, reserved, expires_at FROM calls
 		WHERE user_id = ? AND finished_at IS NULL AND expires_at <= ? ORDER BY expires_at, id`,
 	qCallInsert:    `INSERT INTO calls (id, user_id, tier, reserved, opened_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)`,

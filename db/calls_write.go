@@ -61,16 +61,23 @@ func (tx *writeTx) settle(st *userState, user string, now int64) (*ledgerState, 
 			return nil, unavailable(err)
 		}
 	}
-	// The open calls left, and the next to expire: one seek.
-	var next int64
-	if err := tx.queryRow(qOpenCalls, user).Scan(&l.open, &l.reserved, &next); err != nil {
-		return nil, unavailable(err)
+	for _, c := range expired {
+		l.open--
+		l.reserved -= c.reserved
 	}
+	return l, tx.nextExpiry(l, user)
+}
+
+// nextExpiry finds the earliest expiry of user's open calls: one seek.
+func (tx *writeTx) nextExpiry(l *ledgerState, user string) error {
 	l.nextExpiry = noExpiry
-	if l.open > 0 {
-		l.nextExpiry = next
+	if l.open == 0 {
+		return nil
 	}
-	return l, nil
+	if err := tx.queryRow(qNextExpiry, user).Scan(&l.nextExpiry); err != nil {
+		return unavailable(err)
+	}
+	return nil
 }
 
 // openCall stores c, opened by the admission h just recorded.
@@ -184,10 +191,14 @@ func (tx *writeTx) finishCall(id string, tokens *int64, now int64) (policy.Call,
 		r.tokens = sql.NullInt64{Int64: count, Valid: true}
 		l.open--
 		l.reserved -= r.reserved
-		if l.open == 0 {
-			l.nextExpiry = noExpiry
-		} else if r.expiresAt == l.nextExpiry {
-			st.calls = nil // the next to expire is read again when needed
+		if r.expiresAt == l.nextExpiry {
+			// The call is still open in the table until the update below.
+			if _, err := tx.exec(qCallFinish, r.finishedAt.Int64, r.tokens.Int64, count, id); err != nil {
+				return policy.Call{}, unavailable(err)
+			}
+			if err := tx.nextExpiry(l, r.user); err != nil {
+				return policy.Call{}, err
+			}
 		}
 	}
 	if row, ok := l.add(now, add); ok {

@@ -39,6 +39,7 @@ const (
 	qTokNextUser
 	qTokPrune
 	qOpenCalls
+	qNextExpiry
 	qExpiredCalls
 	qCallInsert
 	qCallGet

@@ -327,12 +327,12 @@ func seed(t *testing.T, path string, users []string, perUser int, from time.Time
 		go func() {
 			defer wg.Done()
 			for i := next.Add(1) - 1; i < total; i = next.Add(1) - 1 {
-				err := store.Admit(ctx, users[i%int64(len(users))], func(h policy.History) (time.Time, bool, error) {
+				err := store.Admit(ctx, users[i%int64(len(users))], func(h policy.History) (policy.Admission, error) {
 					last, ok, err := h.Last()
 					if !ok || last.Before(from) {
-						return from, true, err
+						return policy.Admission{At: from, Record: true}, err
 					}
-					return last.Add(spacing), true, err
+					return policy.Admission{At: last.Add(spacing), Record: true}, err
 				})
 				if err != nil {
 					select {

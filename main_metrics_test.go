@@ -43,7 +43,7 @@ func TestRunServesMetrics(t *testing.T) {
 	}
 	for i := range 3 {
 		at := time.Now().Add(-48*time.Hour + time.Duration(i)*time.Second)
-		err := store.Admit(context.Background(), "old", func(policy.History) (time.Time, bool, error) { return at, true, nil })
+		err := store.Admit(context.Background(), "old", func(policy.History) (policy.Admission, error) { return policy.Admission{At: at, Record: true}, nil })
 		if err != nil {
 			t.Fatal(err)
 		}

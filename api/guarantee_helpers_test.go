@@ -44,21 +44,20 @@ func (s *recordingStore) faultErr() error {
 	return s.fault
 }
 
-func (s *recordingStore) Admit(ctx context.Context, user string, decide func(policy.History) (time.Time, bool, error)) error {
+func (s *recordingStore) Admit(ctx context.Context, user string, decide func(policy.History) (policy.Admission, error)) error {
 	if err := s.faultErr(); err != nil {
 		return err
 	}
-	var at time.Time
-	var record bool
-	err := s.RequestStore.Admit(ctx, user, func(h policy.History) (time.Time, bool, error) {
+	var a policy.Admission
+	err := s.RequestStore.Admit(ctx, user, func(h policy.History) (policy.Admission, error) {
 		var err error
-		at, record, err = decide(h)
-		return at, record, err
+		a, err = decide(h)
+		return a, err
 	})
-	if err == nil && record {
+	if err == nil && a.Record {
 		s.recorded.Add(1)
 		if s.onRecord != nil {
-			s.onRecord(user, at)
+			s.onRecord(user, a.At)
 		}
 	}
 	return err

@@ -237,7 +237,7 @@ type meteredRequests struct {
 	m *Metrics
 }
 
-func (s meteredRequests) Admit(ctx context.Context, userID string, decide func(policy.History) (time.Time, bool, error)) error {
+func (s meteredRequests) Admit(ctx context.Context, userID string, decide func(policy.History) (policy.Admission, error)) error {
 	err := s.RequestStore.Admit(ctx, userID, decide)
 	s.m.storageError("admit", err)
 	return err

@@ -183,15 +183,15 @@ func BenchmarkStore(b *testing.B) {
 	f := newCheckFixture(b, 1000, 10)
 	now := t0.Add(48 * time.Hour)
 	var tick atomic.Int64
-	decide := func(h policy.History) (time.Time, bool, error) {
+	decide := func(h policy.History) (policy.Admission, error) {
 		at := now.Add(time.Duration(tick.Add(1)) * time.Microsecond)
 		if err := readWindows(h, at); err != nil {
-			return at, false, err
+			return policy.Admission{}, err
 		}
 		if last, ok, err := h.Last(); err != nil || (ok && !last.Before(at)) {
-			return last.Add(time.Microsecond), ok, err
+			return policy.Admission{At: last.Add(time.Microsecond), Record: ok}, err
 		}
-		return at, true, nil
+		return policy.Admission{At: at, Record: true}, nil
 	}
 	b.Run("admit/serial", func(b *testing.B) {
 		defer reportCPU(b, cpuTime())

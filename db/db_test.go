@@ -36,7 +36,7 @@ func openStore(t *testing.T, path string) *db.Store {
 // admit records one request for user at at, unconditionally.
 func admit(t *testing.T, s *db.Store, user string, at time.Time) {
 	t.Helper()
-	err := s.Admit(context.Background(), user, func(policy.History) (time.Time, bool, error) { return at, true, nil })
+	err := s.Admit(context.Background(), user, func(policy.History) (policy.Admission, error) { return policy.Admission{At: at, Record: true}, nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestCountsSurviveReopen(t *testing.T) {
 func TestAdmitRejectsNonIncreasingTimestamps(t *testing.T) {
 	s := openStore(t, "")
 	admit(t, s, "u", t0)
-	err := s.Admit(context.Background(), "u", func(policy.History) (time.Time, bool, error) { return t0, true, nil })
+	err := s.Admit(context.Background(), "u", func(policy.History) (policy.Admission, error) { return policy.Admission{At: t0, Record: true}, nil })
 	if err == nil {
 		t.Fatal("a second request at the same instant was recorded")
 	}
@@ -319,7 +319,7 @@ func TestConcurrentChecksAdmitExactly(t *testing.T) {
 func TestClosedStoreFailsUnavailable(t *testing.T) {
 	s := openStore(t, "")
 	s.Close()
-	err := s.Admit(context.Background(), "u", func(policy.History) (time.Time, bool, error) { return t0, true, nil })
+	err := s.Admit(context.Background(), "u", func(policy.History) (policy.Admission, error) { return policy.Admission{At: t0, Record: true}, nil })
 	if policy.ErrorCode(err) != policy.EUNAVAILABLE {
 		t.Fatalf("err = %v, want EUNAVAILABLE", err)
 	}

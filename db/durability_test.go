@@ -42,7 +42,7 @@ func TestAdmitAnswersAfterCommit(t *testing.T) {
 			user := fmt.Sprintf("durable-%d", w)
 			for i := range each {
 				at := t0.Add(time.Duration(i) * time.Millisecond)
-				err := s.Admit(context.Background(), user, func(policy.History) (time.Time, bool, error) { return at, true, nil })
+				err := s.Admit(context.Background(), user, func(policy.History) (policy.Admission, error) { return policy.Admission{At: at, Record: true}, nil })
 				if err != nil {
 					errs <- err
 					return

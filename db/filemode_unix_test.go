@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/policyguard/policyguard/policy"
 )
@@ -22,7 +21,7 @@ func TestDatabaseFilesArePrivate(t *testing.T) {
 	defer syscall.Umask(old)
 	path := filepath.Join(t.TempDir(), "private.db")
 	s := openStore(t, path)
-	if err := s.Admit(context.Background(), "u", func(policy.History) (time.Time, bool, error) { return t0, true, nil }); err != nil {
+	if err := s.Admit(context.Background(), "u", func(policy.History) (policy.Admission, error) { return policy.Admission{At: t0, Record: true}, nil }); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{path, path + "-wal", path + "-shm"} {

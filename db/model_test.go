@@ -35,8 +35,18 @@ type refWindow struct {
 
 var refWindows = [3]refWindow{{"minute", time.Minute}, {"hour", time.Hour}, {"day", 24 * time.Hour}}
 
-// refLimits are a tier's limits.
-type refLimits struct{ perMinute, burst, perHour, perDay int64 }
+// refLimits are a tier's limits. tokens and maxConcurrent are -1 when
+// unset.
+type refLimits struct {
+	perMinute, burst, perHour, perDay int64
+	tokens                            [3]int64
+	maxConcurrent                     int64
+}
+
+// metered reports whether a check the tier admits opens a call.
+func (l refLimits) metered() bool {
+	return l.tokens != [3]int64{-1, -1, -1} || l.maxConcurrent >= 0
+}
 
 // ceilings returns the ceiling of each window: the burst widens only the
 // minute.
@@ -54,18 +64,132 @@ type refRecord struct {
 type refModel struct {
 	tiers map[string]refLimits
 	hist  map[string][]refRecord // by user, in the order admitted
+	// The calls, and each user's finished tokens in the order counted.
+	calls   map[string]*refCall
+	tokens  map[string][]refTokens
+	timeout time.Duration
+}
+
+// refCall is one call as the README describes it.
+type refCall struct {
+	id, user   string
+	reserved   int64
+	expires    time.Time
+	finished   bool
+	finishedAt time.Time
+	counted    int64
+	reported   int64 // -1 until its caller finished it
+	expired    bool
+}
+
+// refTokens is tokens counted at an instant.
+type refTokens struct {
+	at time.Time
+	n  int64
 }
 
 type refWindowState struct{ count, limit, remaining, reset int64 }
+
+// refTokenState is a window's tokens; limited is false when the tier sets
+// no limit for it.
+type refTokenState struct {
+	limited                       bool
+	limit, used, remaining, reset int64
+}
 
 type refDecision struct {
 	allowed    bool
 	reason     string
 	retryAfter int64
 	windows    [3]refWindowState
-	// zeroBlocked is true when a blocking window has a ceiling of 0: no
-	// amount of waiting admits the request.
+	tokens     [3]refTokenState
+	metered    bool
+	// inFlight is the calls in flight after the check, when the tier sets
+	// max_concurrent.
+	inFlight, maxConcurrent int64
+	// zeroBlocked is true when a blocking window has a ceiling of 0, or a
+	// blocking call limit no wait on finished tokens lifts: no amount of
+	// waiting admits the request.
 	zeroBlocked bool
+}
+
+// countAt is when tokens finished at t are counted for user: at t, or just
+// after the newest counted tokens when the clock stepped back.
+func (m *refModel) countAt(user string, t time.Time) time.Time {
+	rows := m.tokens[user]
+	if len(rows) > 0 && !rows[len(rows)-1].at.Before(t) {
+		return rows[len(rows)-1].at.Add(time.Microsecond)
+	}
+	return t
+}
+
+// count adds n tokens of user finished at t.
+func (m *refModel) count(user string, t time.Time, n int64) {
+	if n > 0 {
+		m.tokens[user] = append(m.tokens[user], refTokens{m.countAt(user, t), n})
+	}
+}
+
+// expire finishes user's calls open past their expiry at now, each at its
+// expiry with its reservation, in the order they expired (ties by id).
+func (m *refModel) expire(user string, now time.Time) {
+	var due []*refCall
+	for _, c := range m.calls {
+		if c.user == user && !c.finished && !c.expires.After(now) {
+			due = append(due, c)
+		}
+	}
+	slices.SortFunc(due, func(a, b *refCall) int {
+		if c := a.expires.Compare(b.expires); c != 0 {
+			return c
+		}
+		return strings.Compare(a.id, b.id)
+	})
+	for _, c := range due {
+		c.finished, c.expired, c.counted = true, true, c.reserved
+		c.finishedAt = m.countAt(user, c.expires)
+		m.count(user, c.expires, c.reserved)
+	}
+}
+
+// clone returns a copy whose calls and tokens can change without changing m.
+func (m *refModel) clone() *refModel {
+	c := *m
+	c.calls = map[string]*refCall{}
+	for id, call := range m.calls {
+		cp := *call
+		c.calls[id] = &cp
+	}
+	c.tokens = map[string][]refTokens{}
+	for u, rows := range m.tokens {
+		c.tokens[u] = slices.Clone(rows)
+	}
+	return &c
+}
+
+// inFlight returns user's open calls and their reservations.
+func (m *refModel) inFlight(user string) (n, reserved int64) {
+	for _, c := range m.calls {
+		if c.user == user && !c.finished {
+			n++
+			reserved += c.reserved
+		}
+	}
+	return n, reserved
+}
+
+// tokensAfter returns user's tokens counted strictly after t, and the
+// oldest time among them.
+func (m *refModel) tokensAfter(user string, t time.Time) (n int64, oldest time.Time) {
+	for _, r := range m.tokens[user] {
+		if r.at.After(t) {
+			if n == 0 {
+				oldest = r.at
+			}
+			n += r.n
+		}
+	}
+	return n, oldest
 }
 
 // refCeilSeconds rounds d up to whole seconds.
@@ -91,11 +215,14 @@ func inWindow(recs []refRecord, w refWindow, now time.Time) []time.Time {
 	return out
 }
 
-// check decides one request the way the README says, and records it unless
-// refused or a dry run.
-func (m *refModel) check(user, tier string, now time.Time, dryRun bool) refDecision {
+// check decides one request the way the README says, and records it (with
+// its call, named id) unless refused or a dry run. A check that is not a
+// dry run of a metered tier first finishes the calls that expired; a dry
+// run counts them as finished without changing anything.
+func (m *refModel) check(user, tier string, tokens int64, now time.Time, dryRun bool, id string) refDecision {
 	now = now.Truncate(time.Microsecond) // timestamps are stored in microseconds
-	c := m.tiers[tier].ceilings()
+	l := m.tiers[tier]
+	c := l.ceilings()
 	recs := m.hist[user]
 	d := refDecision{allowed: true}
 	for i, w := range refWindows {
@@ -118,6 +245,64 @@ func (m *refModel) check(user, tier string, now time.Time, dryRun bool) refDecis
 		}
 		d.retryAfter = max(d.retryAfter, refCeilSeconds(wait))
 	}
+	view := m
+	if l.metered() {
+		d.metered, d.maxConcurrent = true, l.maxConcurrent
+		if dryRun {
+			view = m.clone()
+		}
+		view.expire(user, now)
+		refuse := func(reason string, retry int64) {
+			if d.allowed {
+				d.allowed, d.reason = false, reason
+			}
+			d.retryAfter = max(d.retryAfter, retry)
+		}
+		open, reserved := view.inFlight(user)
+		if l.maxConcurrent >= 0 && open >= l.maxConcurrent {
+			refuse("concurrent call limit exceeded", 1)
+			d.zeroBlocked = true
+		}
+		for i, w := range refWindows {
+			limit := l.tokens[i]
+			finished, _ := view.tokensAfter(user, now.Add(-w.length))
+			if limit < 0 || finished+reserved+tokens <= limit {
+				continue
+			}
+			// Wait until the tokens finished after some counted instant
+			// fit beside the reservations: the oldest such instant, plus
+			// the window.
+			budget := limit - reserved - tokens
+			if budget < 0 {
+				refuse("per-"+w.name+" token limit exceeded", refCeilSeconds(w.length))
+				d.zeroBlocked = true
+				continue
+			}
+			for _, r := range view.tokens[user] {
+				if after, _ := view.tokensAfter(user, r.at); after <= budget {
+					refuse("per-"+w.name+" token limit exceeded", refCeilSeconds(r.at.Add(w.length).Sub(now)))
+					break
+				}
+			}
+		}
+		var mine, calls int64
+		if d.allowed {
+			mine, calls = tokens, 1
+		}
+		d.inFlight = open + calls
+		for i, w := range refWindows {
+			if l.tokens[i] < 0 {
+				continue
+			}
+			finished, oldest := view.tokensAfter(user, now.Add(-w.length))
+			s := refTokenState{limited: true, limit: l.tokens[i], used: finished + reserved + mine}
+			s.remaining = max(s.limit-s.used, 0)
+			if finished > 0 {
+				s.reset = refCeilSeconds(oldest.Add(w.length).Sub(now))
+			}
+			d.tokens[i] = s
+		}
+	}
 	after := recs
 	if d.allowed {
 		// Recorded at max(now, newest + 1µs): a user's timestamps strictly
@@ -131,6 +316,9 @@ func (m *refModel) check(user, tier string, now time.Time, dryRun bool) refDecis
 		after = append(slices.Clone(recs), refRecord{at: at, ceilings: c})
 		if !dryRun {
 			m.hist[user] = after
+			if l.metered() {
+				m.calls[id] = &refCall{id: id, user: user, reserved: tokens, expires: now.Add(m.timeout), reported: -1}
+			}
 		}
 	}
 	for i, w := range refWindows {
@@ -145,10 +333,84 @@ func (m *refModel) check(user, tier string, now time.Time, dryRun bool) refDecis
 	return d
 }
 
-// prune deletes every record at or before cutoff.
+// refFinish is the answer to a finish: the call or an error code.
+type refFinish struct {
+	code string
+	call refCall
+}
+
+// finish finishes call id with tokens (-1: its reservation) at now.
+func (m *refModel) finish(id string, tokens int64, now time.Time) refFinish {
+	now = now.Truncate(time.Microsecond)
+	c, ok := m.calls[id]
+	if !ok {
+		return refFinish{code: policy.ENOTFOUND}
+	}
+	n := tokens
+	if n < 0 {
+		n = c.reserved
+	}
+	if c.reported >= 0 {
+		if c.reported != n {
+			return refFinish{code: policy.ECONFLICT}
+		}
+		return refFinish{call: *c}
+	}
+	m.expire(c.user, now)
+	c.reported = n
+	if c.finished {
+		// Expired first: only a count above the reservation adds, now.
+		m.count(c.user, now, n-c.reserved)
+		c.counted = max(c.reserved, n)
+	} else {
+		c.finished, c.finishedAt, c.counted = true, m.countAt(c.user, now), n
+		m.count(c.user, now, n)
+	}
+	return refFinish{call: *c}
+}
+
+// keepAlive moves the expiry of open call id to now plus the timeout.
+func (m *refModel) keepAlive(id string, now time.Time) refFinish {
+	now = now.Truncate(time.Microsecond)
+	c, ok := m.calls[id]
+	switch {
+	case !ok:
+		return refFinish{code: policy.ENOTFOUND}
+	case c.finished || !c.expires.After(now):
+		return refFinish{code: policy.ECONFLICT}
+	}
+	c.expires = now.Add(m.timeout)
+	return refFinish{call: *c}
+}
+
+// forget deletes everything of user.
+func (m *refModel) forget(user string) {
+	delete(m.hist, user)
+	delete(m.tokens, user)
+	for id, c := range m.calls {
+		if c.user == user {
+			delete(m.calls, id)
+		}
+	}
+}
+
+// prune deletes every record at or before cutoff; it finishes the calls
+// expired by then, and deletes the calls finished and the tokens counted at
+// or before it.
 func (m *refModel) prune(cutoff time.Time) {
 	for u, recs := range m.hist {
 		m.hist[u] = slices.DeleteFunc(slices.Clone(recs), func(r refRecord) bool { return !r.at.After(cutoff) })
+	}
+	for _, u := range modelUsers {
+		m.expire(u, cutoff)
+	}
+	for id, c := range m.calls {
+		if c.finished && !c.finishedAt.After(cutoff) {
+			delete(m.calls, id)
+		}
+	}
+	for u, rows := range m.tokens {
+		m.tokens[u] = slices.DeleteFunc(rows, func(r refTokens) bool { return !r.at.After(cutoff) })
 	}
 }
 
@@ -162,6 +424,8 @@ const (
 	opSetTier
 	opForget
 	opPrune
+	opFinish
+	opKeepAlive
 )
 
 type modelOp struct {
@@ -170,6 +434,8 @@ type modelOp struct {
 	tier   int
 	step   time.Duration
 	limits refLimits
+	tokens int64 // a check's; a finish's, -1 for none
+	call   int   // which call a finish or keepalive names (see callID)
 }
 
 // Users and tiers of the model. A user id with SQL in it and one with
@@ -182,14 +448,18 @@ var (
 func (o modelOp) String() string {
 	switch o.kind {
 	case opCheck:
-		return fmt.Sprintf("check(%s, %s)", modelUsers[o.user], modelTiers[o.tier])
+		return fmt.Sprintf("check(%s, %s, tokens %d)", modelUsers[o.user], modelTiers[o.tier], o.tokens)
 	case opDryRun:
-		return fmt.Sprintf("dry-run(%s, %s)", modelUsers[o.user], modelTiers[o.tier])
+		return fmt.Sprintf("dry-run(%s, %s, tokens %d)", modelUsers[o.user], modelTiers[o.tier], o.tokens)
+	case opFinish:
+		return fmt.Sprintf("finish(call %d, tokens %d)", o.call, o.tokens)
+	case opKeepAlive:
+		return fmt.Sprintf("keepalive(call %d)", o.call)
 	case opAdvance:
 		return fmt.Sprintf("advance(%v)", o.step)
 	case opSetTier:
 		l := o.limits
-		return fmt.Sprintf("set-tier(%s, minute %d + burst %d, hour %d, day %d)", modelTiers[o.tier], l.perMinute, l.burst, l.perHour, l.perDay)
+		return fmt.Sprintf("set-tier(%s, minute %d + burst %d, hour %d, day %d, tokens %v, max_concurrent %d)", modelTiers[o.tier], l.perMinute, l.burst, l.perHour, l.perDay, l.tokens, l.maxConcurrent)
 	case opForget:
 		return fmt.Sprintf("forget(%s)", modelUsers[o.user])
 	default:
@@ -221,12 +491,34 @@ func (r *opReader) next() byte {
 func (r *opReader) limits() refLimits {
 	// Small limits, so that sequences of a few dozen checks hit them,
 	// including zero ceilings.
-	return refLimits{
+	l := refLimits{
 		perMinute: int64(r.next() % 6),
 		burst:     int64(r.next() % 4),
 		perHour:   int64(r.next() % 14),
 		perDay:    int64(r.next() % 24),
 	}
+	// Token limits and max_concurrent, each unset half the time; small,
+	// so that calls of a few tokens hit them.
+	for i, most := range [3]byte{50, 90, 150} {
+		l.tokens[i] = -1
+		if b := r.next(); b%2 == 1 {
+			l.tokens[i] = int64(b / 2 % most)
+		}
+	}
+	l.maxConcurrent = -1
+	if b := r.next(); b%2 == 1 {
+		l.maxConcurrent = int64(b / 2 % 4)
+	}
+	return l
+}
+
+// tokens decodes a check's tokens, small and often 0.
+func (r *opReader) tokens() int64 {
+	b := r.next()
+	if b%4 == 0 {
+		return 0
+	}
+	return int64(b / 4 % 40)
 }
 
 // step decodes a clock step: zero, nanoseconds, microseconds, seconds,
@@ -269,19 +561,27 @@ func decodeOps(data []byte) (initial [len(modelTiers)]refLimits, ops []modelOp) 
 	}
 	for len(r.data) > 0 {
 		b := r.next()
-		switch b % 16 {
+		switch b % 20 {
 		case 0, 1, 2, 3, 4, 5, 6:
-			ops = append(ops, modelOp{kind: opCheck, user: int(r.next()) % len(modelUsers), tier: int(r.next()) % len(modelTiers)})
+			ops = append(ops, modelOp{kind: opCheck, user: int(r.next()) % len(modelUsers), tier: int(r.next()) % len(modelTiers), tokens: r.tokens()})
 		case 7:
-			ops = append(ops, modelOp{kind: opDryRun, user: int(r.next()) % len(modelUsers), tier: int(r.next()) % len(modelTiers)})
+			ops = append(ops, modelOp{kind: opDryRun, user: int(r.next()) % len(modelUsers), tier: int(r.next()) % len(modelTiers), tokens: r.tokens()})
 		case 8, 9, 10, 11, 12:
 			ops = append(ops, modelOp{kind: opAdvance, step: r.step()})
 		case 13:
 			ops = append(ops, modelOp{kind: opSetTier, tier: int(r.next()) % len(modelTiers), limits: r.limits()})
 		case 14:
 			ops = append(ops, modelOp{kind: opForget, user: int(r.next()) % len(modelUsers)})
-		default:
+		case 15:
 			ops = append(ops, modelOp{kind: opPrune})
+		case 16, 17, 18:
+			op := modelOp{kind: opFinish, call: int(r.next()), tokens: -1}
+			if b := r.next(); b%3 != 0 {
+				op.tokens = int64(b / 3 % 50)
+			}
+			ops = append(ops, op)
+		default:
+			ops = append(ops, modelOp{kind: opKeepAlive, call: int(r.next())})
 		}
 	}
 	return initial, ops
@@ -294,6 +594,24 @@ type modelHarness struct {
 	svc   *policy.Service
 	now   time.Time
 	ref   *refModel
+	// callIDs are the calls opened in this sequence, in order; operations
+	// name them by index, one past the end being an id never issued.
+	callIDs []string
+	// stats counts what the sequences exercised, by outcome.
+	stats map[string]int
+}
+
+// modelCallTimeout is the call timeout of the model's service: short, so
+// that sequences see calls expire.
+const modelCallTimeout = 2 * time.Minute
+
+// callID returns the id operation index i names.
+func (h *modelHarness) callID(i int) string {
+	i %= len(h.callIDs) + 1
+	if i == len(h.callIDs) {
+		return "never-issued"
+	}
+	return h.callIDs[i]
 }
 
 func newModelHarness(tb testing.TB) *modelHarness {
@@ -305,8 +623,8 @@ func newModelHarness(tb testing.TB) *modelHarness {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { store.Close() })
-	h := &modelHarness{store: store}
-	h.svc = policy.NewService(store, store, policy.WithClock(func() time.Time { return h.now }))
+	h := &modelHarness{store: store, stats: map[string]int{}}
+	h.svc = policy.NewService(store, store, policy.WithClock(func() time.Time { return h.now }), policy.WithCallTimeout(modelCallTimeout))
 	return h
 }
 
@@ -335,7 +653,9 @@ func (h *modelHarness) run(tb testing.TB, name string, data []byte) {
 	run := &modelRun{tb: tb, name: name, ops: ops}
 
 	h.now = t0
-	h.ref = &refModel{tiers: map[string]refLimits{}, hist: map[string][]refRecord{}}
+	h.ref = &refModel{tiers: map[string]refLimits{}, hist: map[string][]refRecord{},
+		calls: map[string]*refCall{}, tokens: map[string][]refTokens{}, timeout: modelCallTimeout}
+	h.callIDs = h.callIDs[:0]
 	for _, u := range modelUsers {
 		if err := h.svc.Forget(ctx, u); err != nil {
 			tb.Fatal(err)
@@ -349,7 +669,9 @@ func (h *modelHarness) run(tb testing.TB, name string, data []byte) {
 		run.at = i
 		switch op.kind {
 		case opCheck, opDryRun:
-			h.check(run, modelUsers[op.user], modelTiers[op.tier], op.kind == opDryRun)
+			h.check(run, modelUsers[op.user], modelTiers[op.tier], op.tokens, op.kind == opDryRun)
+		case opFinish, opKeepAlive:
+			h.finish(run, op)
 		case opAdvance:
 			h.now = h.now.Add(op.step)
 		case opSetTier:
@@ -358,7 +680,7 @@ func (h *modelHarness) run(tb testing.TB, name string, data []byte) {
 			if err := h.svc.Forget(ctx, modelUsers[op.user]); err != nil {
 				run.fatalf("forget: %v", err)
 			}
-			delete(h.ref.hist, modelUsers[op.user])
+			h.ref.forget(modelUsers[op.user])
 		case opPrune:
 			cutoff := h.now.Add(-24 * time.Hour)
 			if _, err := h.store.Prune(ctx, cutoff); err != nil {
@@ -372,9 +694,17 @@ func (h *modelHarness) run(tb testing.TB, name string, data []byte) {
 
 func (h *modelHarness) setTier(run *modelRun, name string, l refLimits) {
 	run.tb.Helper()
+	opt := func(v int64) *int64 {
+		if v < 0 {
+			return nil
+		}
+		return &v
+	}
 	_, _, err := h.svc.PutTier(context.Background(), policy.Tier{
 		Name: name, RequestsPerMinute: l.perMinute, BurstAllowance: l.burst,
 		RequestsPerHour: l.perHour, RequestsPerDay: l.perDay,
+		TokensPerMinute: opt(l.tokens[0]), TokensPerHour: opt(l.tokens[1]), TokensPerDay: opt(l.tokens[2]),
+		MaxConcurrent: opt(l.maxConcurrent),
 	})
 	if err != nil {
 		run.fatalf("put tier: %v", err)
@@ -384,15 +714,25 @@ func (h *modelHarness) setTier(run *modelRun, name string, l refLimits) {
 
 // check runs one check on both sides, compares every field of the answers
 // and asserts the promises directly.
-func (h *modelHarness) check(run *modelRun, user, tier string, dryRun bool) {
+func (h *modelHarness) check(run *modelRun, user, tier string, tokens int64, dryRun bool) {
 	run.tb.Helper()
 	ctx := context.Background()
-	want := h.ref.check(user, tier, h.now, dryRun)
-	got, err := h.svc.Check(ctx, policy.Request{UserID: user, Tier: tier}, dryRun)
+	got, err := h.svc.Check(ctx, policy.Request{UserID: user, Tier: tier, Tokens: tokens}, dryRun)
 	if err != nil {
 		run.fatalf("check: %v", err)
 	}
+	want := h.ref.check(user, tier, tokens, h.now, dryRun, got.CallID)
 	h.compare(run, "check", got, want)
+	if opened := want.allowed && want.metered && !dryRun; opened != (got.CallID != "") {
+		run.fatalf("check: call id %q, reference opens a call: %v", got.CallID, opened)
+	}
+	if got.CallID != "" {
+		if len(got.CallID) > policy.MaxCallIDBytes || !policy.ValidCallID(got.CallID) || slices.Contains(h.callIDs, got.CallID) {
+			run.fatalf("check: call id %q", got.CallID)
+		}
+		h.callIDs = append(h.callIDs, got.CallID)
+	}
+	h.stats[got.Reason]++
 
 	if got.RetryAfter < 0 {
 		run.fatalf("negative retry_after %d", got.RetryAfter)
@@ -430,17 +770,17 @@ func (h *modelHarness) check(run *modelRun, user, tier string, dryRun bool) {
 		saved := h.now
 		defer func() { h.now = saved }()
 		h.now = saved.Add(time.Duration(got.RetryAfter) * time.Second)
-		probe, err := h.svc.Check(ctx, policy.Request{UserID: user, Tier: tier}, true)
+		probe, err := h.svc.Check(ctx, policy.Request{UserID: user, Tier: tier, Tokens: tokens}, true)
 		if err != nil {
 			run.fatalf("probe: %v", err)
 		}
 		if !probe.Allowed() {
 			run.fatalf("refused with retry_after %d, but refused again %ds later: %q", got.RetryAfter, got.RetryAfter, probe.Reason)
 		}
-		h.compare(run, "probe at retry_after", probe, h.ref.check(user, tier, h.now, true))
+		h.compare(run, "probe at retry_after", probe, h.ref.check(user, tier, tokens, h.now, true, ""))
 		if got.RetryAfter >= 1 {
 			h.now = saved.Add(time.Duration(got.RetryAfter-1) * time.Second)
-			early, err := h.svc.Check(ctx, policy.Request{UserID: user, Tier: tier}, true)
+			early, err := h.svc.Check(ctx, policy.Request{UserID: user, Tier: tier, Tokens: tokens}, true)
 			if err != nil {
 				run.fatalf("probe: %v", err)
 			}
@@ -468,6 +808,63 @@ func (h *modelHarness) compare(run *modelRun, what string, got policy.Decision, 
 		if w.Count != ws.count || w.Limit != ws.limit || w.Remaining != ws.remaining || w.Reset != ws.reset {
 			run.fatalf("%s: %s window %+v, reference %+v", what, refWindows[i].name, w, ws)
 		}
+		wt := want.tokens[i]
+		switch {
+		case !wt.limited && w.Tokens != nil:
+			run.fatalf("%s: %s window has tokens %+v, reference none", what, refWindows[i].name, *w.Tokens)
+		case wt.limited && (w.Tokens == nil || *w.Tokens != policy.TokenState{Limited: true, Limit: wt.limit, Used: wt.used, Remaining: wt.remaining, Reset: wt.reset}):
+			run.fatalf("%s: %s window tokens %+v, reference %+v", what, refWindows[i].name, w.Tokens, wt)
+		}
+		if wt.limited && wt.used > wt.limit && want.allowed {
+			run.fatalf("%s: admitted with %d tokens used in the %s, limit %d", what, wt.used, refWindows[i].name, wt.limit)
+		}
+	}
+	switch {
+	case want.metered && want.maxConcurrent >= 0:
+		if got.Concurrency == nil || *got.Concurrency != (policy.ConcurrencyState{Limit: want.maxConcurrent, InFlight: want.inFlight}) {
+			run.fatalf("%s: concurrency %+v, reference limit %d in flight %d", what, got.Concurrency, want.maxConcurrent, want.inFlight)
+		}
+	case got.Concurrency != nil:
+		run.fatalf("%s: concurrency %+v, reference none", what, *got.Concurrency)
+	}
+}
+
+// finish runs one finish or keepalive on both sides and compares them.
+func (h *modelHarness) finish(run *modelRun, op modelOp) {
+	run.tb.Helper()
+	ctx := context.Background()
+	id := h.callID(op.call)
+	var (
+		got  policy.Call
+		err  error
+		want refFinish
+	)
+	if op.kind == opKeepAlive {
+		want = h.ref.keepAlive(id, h.now)
+		got, err = h.svc.KeepAlive(ctx, id)
+	} else {
+		var tokens *int64
+		if op.tokens >= 0 {
+			tokens = &op.tokens
+		}
+		want = h.ref.finish(id, op.tokens, h.now)
+		got, err = h.svc.FinishCall(ctx, id, tokens)
+	}
+	h.stats[fmt.Sprintf("%v %q expired=%v", op.kind, want.code, want.call.expired)]++
+	if code := policy.ErrorCode(err); code != want.code {
+		run.fatalf("%v: error %v, reference code %q", op, err, want.code)
+	}
+	if err != nil {
+		return
+	}
+	w := want.call
+	reported := int64(-1)
+	if got.Reported != nil {
+		reported = *got.Reported
+	}
+	if got.ID != id || got.Reserved != w.reserved || !got.ExpiresAt.Equal(w.expires) || got.Open() == w.finished ||
+		got.Expired != w.expired || reported != w.reported || (w.finished && (got.Tokens != w.counted || !got.FinishedAt.Equal(w.finishedAt))) {
+		run.fatalf("%v: call %+v (reported %d), reference %+v", op, got, reported, w)
 	}
 }
 
@@ -496,6 +893,22 @@ func (h *modelHarness) compareHistories(run *modelRun) {
 		})
 		if err != nil {
 			run.fatalf("view %s: %v", user, err)
+		}
+		u, err := h.svc.UsageReport(context.Background(), user, "")
+		if err != nil {
+			run.fatalf("usage %s: %v", user, err)
+		}
+		view := h.ref.clone()
+		view.expire(user, h.now.Truncate(time.Microsecond))
+		open, reserved := view.inFlight(user)
+		if u.CallsInFlight != open {
+			run.fatalf("user %q: %d calls in flight, reference %d", user, u.CallsInFlight, open)
+		}
+		for i, w := range refWindows {
+			finished, _ := view.tokensAfter(user, h.now.Truncate(time.Microsecond).Add(-w.length))
+			if got := u.Windows[i].Tokens; got == nil || got.Used != finished+reserved {
+				run.fatalf("user %q: %s tokens %+v, reference used %d", user, w.name, got, finished+reserved)
+			}
 		}
 		recs := h.ref.hist[user]
 		var want []time.Time
@@ -553,6 +966,7 @@ func TestModel(t *testing.T) {
 		}
 	}
 	t.Logf("%d sequences, %d operations, %d checks: store and reference agree", n, ops, checks)
+	t.Logf("outcomes: %v", h.stats)
 }
 
 // FuzzModel lets the fuzzer write the sequences. Its seed corpus is in

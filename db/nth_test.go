@@ -213,30 +213,30 @@ func TestNthAfterMatchesSortedSlice(t *testing.T) {
 			var pre [len(policy.Windows)]time.Time
 			copy(pre[:], cuts[len(cuts)-len(pre):])
 			for round := range 2 {
-				err := s.Admit(ctx, u, func(h policy.History) (time.Time, bool, error) {
+				err := s.Admit(ctx, u, func(h policy.History) (policy.Admission, error) {
 					if err := h.Prefetch(&pre); err != nil {
-						return time.Time{}, false, err
+						return policy.Admission{}, err
 					}
 					if err := checkNth(h, r, cuts, ks); err != nil {
-						return time.Time{}, false, err
+						return policy.Admission{}, err
 					}
 					if round == 0 {
-						return time.Time{}, false, nil
+						return policy.Admission{}, nil
 					}
 					at := w0
 					if len(r) > 0 {
 						at = time.UnixMicro(r[len(r)-1] + 1 + rng.Int64N(1000))
 					}
 					r = append(r, at.UnixMicro())
-					return at, true, nil
+					return policy.Admission{At: at, Record: true}, nil
 				})
 				if err != nil {
 					t.Fatalf("%s: admission %d of %s: %v", stage, round, u, err)
 				}
 			}
 			ref[u] = r
-			err := s.Admit(ctx, u, func(h policy.History) (time.Time, bool, error) {
-				return time.Time{}, false, checkNth(h, r, cuts, ks)
+			err := s.Admit(ctx, u, func(h policy.History) (policy.Admission, error) {
+				return policy.Admission{}, checkNth(h, r, cuts, ks)
 			})
 			if err != nil {
 				t.Fatalf("%s: admission after recording for %s: %v", stage, u, err)

@@ -12,8 +12,9 @@ import (
 // so a step holds the write lock about as long as a batch of checks does.
 const pruneBatch = 1000
 
-// Prune deletes every request recorded at or before cutoff and returns how
-// many it deleted. It works in small steps, each its own transaction shared
+// Prune deletes every request recorded at or before cutoff, and the calls
+// finished and the finished tokens counted at or before it (first settling
+// the calls expired by then), and returns how many rows it deleted. It works in small steps, each its own transaction shared
 // with whatever checks are queued, so checks never wait behind it for long.
 func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 	var total int64
@@ -27,6 +28,24 @@ func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 		err := s.writer.do(ctx, func(tx *writeTx) error {
 			var err error
 			deleted, next, done, err = pruneStep(tx, cursor, cutoff.UnixMicro())
+			return err
+		})
+		if err != nil {
+			return total, err
+		}
+		total += deleted
+		cursor = next
+	}
+	// Then the calls and their finished tokens, the same way.
+	for cursor, done = "", false; !done; {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		var deleted int64
+		var next string
+		err := s.writer.do(ctx, func(tx *writeTx) error {
+			var err error
+			deleted, next, done, err = pruneCallsStep(tx, cursor, cutoff.UnixMicro())
 			return err
 		})
 		if err != nil {

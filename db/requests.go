@@ -29,6 +29,24 @@ const (
 	qBegin
 	qCommit
 	qDataVersion
+	// Metered calls (see calls.go).
+	qTokLast
+	qTokFirstAfter
+	qTokFirstAfter3
+	qTokReaching
+	qTokInsert
+	qTokForget
+	qTokNextUser
+	qTokPrune
+	qOpenCalls
+	qNextExpiry
+	qExpiredCalls
+	qCallInsert
+	qCallGet
+	qCallSettle
+	qCallFinish
+	qCallKeepAlive
+	qCallsForget
 	numQueries
 )
 
@@ -70,8 +88,15 @@ var queries = [numQueries]string{
 	qDataVersion: `PRAGMA data_version`,
 }
 
+func init() {
+	for q, text := range callQueries {
+		queries[q] = text
+	}
+}
+
 // readQueries are the queries View runs on the read connections.
-var readQueries = [...]query{qLast, qFirstAfter, qFirstAfter3, qNthAfter, qAround}
+var readQueries = [...]query{qLast, qFirstAfter, qFirstAfter3, qNthAfter, qAround,
+	qTokLast, qTokFirstAfter, qTokReaching, qOpenCalls, qExpiredCalls, qCallGet}
 
 // rowQuerier runs one of the queries.
 type rowQuerier interface {
@@ -89,6 +114,9 @@ type userState struct {
 	any             bool // whether the user has a row
 	lastTS, lastSeq int64
 	windows         [len(policy.Windows)]cursor
+	// calls is the user's ledger of metered calls, once a metered check,
+	// a finish or a keepalive read it; nil until then.
+	calls *ledgerState
 }
 
 // cursor holds the oldest rows after cutoff. When valid, the rows numbered
@@ -163,6 +191,8 @@ type history struct {
 	firstAfterFilled int
 	scanned          firstRow // what queries scan into: a field, so no scan allocates
 	scannedIndex     int
+
+	led ledger // the user's calls, once Calls is asked
 }
 
 // firstRow is the oldest row after cutoff; found is false when there is none.
@@ -556,19 +586,19 @@ func (h *history) around(x int64) (below, above firstRow, err error) {
 
 // Admit implements policy.RequestStore. decide runs inside the writer's
 // transaction, so nothing else writes between its reading and the insert.
-func (s *Store) Admit(ctx context.Context, userID string, decide func(policy.History) (time.Time, bool, error)) error {
+func (s *Store) Admit(ctx context.Context, userID string, decide func(policy.History) (policy.Admission, error)) error {
 	return s.writer.admit(ctx, userID, decide)
 }
 
 // admit runs one admission in the writer's transaction.
-func (tx *writeTx) admit(user string, decide func(policy.History) (time.Time, bool, error)) error {
+func (tx *writeTx) admit(user string, decide func(policy.History) (policy.Admission, error)) error {
 	h := &tx.hist
 	h.reset(tx, tx, user)
-	at, record, err := decide(h)
-	if err != nil || !record {
+	a, err := decide(h)
+	if err != nil || !a.Record {
 		return err
 	}
-	ts := at.UnixMicro()
+	ts := a.At.UnixMicro()
 	if err := h.load(); err != nil {
 		return err
 	}
@@ -583,6 +613,9 @@ func (tx *writeTx) admit(user string, decide func(policy.History) (time.Time, bo
 	st.any, st.lastTS, st.lastSeq = true, ts, seq
 	for i := range st.windows {
 		st.windows[i].appended(ts, seq)
+	}
+	if a.Call != nil {
+		return tx.openCall(h, a.Call)
 	}
 	return nil
 }
@@ -632,7 +665,11 @@ func (s *Store) View(ctx context.Context, userID string, fn func(policy.History)
 func (s *Store) Forget(ctx context.Context, userID string) error {
 	return s.writer.do(ctx, func(tx *writeTx) error {
 		tx.forgetUser(userID)
-		_, err := tx.exec(qForget, userID)
-		return unavailable(err)
+		for _, q := range [...]query{qForget, qCallsForget, qTokForget} {
+			if _, err := tx.exec(q, userID); err != nil {
+				return unavailable(err)
+			}
+		}
+		return nil
 	})
 }

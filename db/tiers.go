@@ -39,10 +39,16 @@ type tierRow struct {
 	Features          featureList `db:"features" json:"features"`
 	Description       string      `db:"description" json:"description"`
 	UpdatedAt         int64       `db:"updated_at" json:"-"` // Unix microseconds; 0 for never
+
+	TokensPerMinute *int64 `db:"tokens_per_minute" json:"tokens_per_minute"`
+	TokensPerHour   *int64 `db:"tokens_per_hour" json:"tokens_per_hour"`
+	TokensPerDay    *int64 `db:"tokens_per_day" json:"tokens_per_day"`
+	MaxConcurrent   *int64 `db:"max_concurrent" json:"max_concurrent"`
 }
 
 func rowOf(t *policy.Tier) tierRow {
-	r := tierRow{t.Name, t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay, t.BurstAllowance, t.Features, t.Description, 0}
+	r := tierRow{t.Name, t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay, t.BurstAllowance, t.Features, t.Description, 0,
+		t.TokensPerMinute, t.TokensPerHour, t.TokensPerDay, t.MaxConcurrent}
 	if !t.UpdatedAt.IsZero() {
 		r.UpdatedAt = t.UpdatedAt.UnixMicro()
 	}
@@ -58,6 +64,10 @@ func (r *tierRow) tier() policy.Tier {
 		BurstAllowance:    r.BurstAllowance,
 		Description:       r.Description,
 		Features:          r.Features,
+		TokensPerMinute:   r.TokensPerMinute,
+		TokensPerHour:     r.TokensPerHour,
+		TokensPerDay:      r.TokensPerDay,
+		MaxConcurrent:     r.MaxConcurrent,
 	}
 	if t.Features == nil {
 		t.Features = []string{}
@@ -94,7 +104,8 @@ func (f featureList) Value() (driver.Value, error) {
 	return string(b), err
 }
 
-const tierColumns = `name, requests_per_minute, requests_per_hour, requests_per_day, burst_allowance, features, description, updated_at`
+const tierColumns = `name, requests_per_minute, requests_per_hour, requests_per_day, burst_allowance, features, description, updated_at, ` +
+	`tokens_per_minute, tokens_per_hour, tokens_per_day, max_concurrent`
 
 // initTiers loads the tier cache and prepares the statement that tells
 // whether it is stale.
@@ -351,7 +362,7 @@ func tiersInTx(tx *writeTx) (map[string]policy.Tier, error) {
 	for rows.Next() {
 		var r tierRow
 		if err := rows.Scan(&r.Name, &r.RequestsPerMinute, &r.RequestsPerHour, &r.RequestsPerDay, &r.BurstAllowance,
-			&r.Features, &r.Description, &r.UpdatedAt); err != nil {
+			&r.Features, &r.Description, &r.UpdatedAt, &r.TokensPerMinute, &r.TokensPerHour, &r.TokensPerDay, &r.MaxConcurrent); err != nil {
 			return nil, unavailable(err)
 		}
 		t := r.tier()
@@ -363,7 +374,7 @@ func tiersInTx(tx *writeTx) (map[string]policy.Tier, error) {
 func upsertTier(tx *writeTx, t *policy.Tier) error {
 	r := rowOf(t)
 	_, err := tx.execSQL(`INSERT INTO tiers (`+tierColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (name) DO UPDATE SET
 				requests_per_minute = excluded.requests_per_minute,
 				requests_per_hour   = excluded.requests_per_hour,
@@ -371,8 +382,13 @@ func upsertTier(tx *writeTx, t *policy.Tier) error {
 				burst_allowance     = excluded.burst_allowance,
 				features            = excluded.features,
 				description         = excluded.description,
-				updated_at          = excluded.updated_at`,
-		r.Name, r.RequestsPerMinute, r.RequestsPerHour, r.RequestsPerDay, r.BurstAllowance, r.Features, r.Description, t.UpdatedAt.UnixMicro())
+				updated_at          = excluded.updated_at,
+				tokens_per_minute   = excluded.tokens_per_minute,
+				tokens_per_hour     = excluded.tokens_per_hour,
+				tokens_per_day      = excluded.tokens_per_day,
+				max_concurrent      = excluded.max_concurrent`,
+		r.Name, r.RequestsPerMinute, r.RequestsPerHour, r.RequestsPerDay, r.BurstAllowance, r.Features, r.Description, t.UpdatedAt.UnixMicro(),
+		r.TokensPerMinute, r.TokensPerHour, r.TokensPerDay, r.MaxConcurrent)
 	return unavailable(err)
 }
 

@@ -72,7 +72,7 @@ type job struct {
 	ctx    context.Context
 	run    func(tx *writeTx) error
 	user   string
-	decide func(policy.History) (time.Time, bool, error)
+	decide func(policy.History) (policy.Admission, error)
 	errc   chan error
 }
 
@@ -169,7 +169,7 @@ func (w *writer) do(ctx context.Context, fn func(tx *writeTx) error) error {
 // admit runs an admission of user in the writer's next transaction: decide
 // reads the user's history and says whether and when to record a request.
 // It returns once that transaction has committed (nil) or failed.
-func (w *writer) admit(ctx context.Context, user string, decide func(policy.History) (time.Time, bool, error)) error {
+func (w *writer) admit(ctx context.Context, user string, decide func(policy.History) (policy.Admission, error)) error {
 	j := jobPool.Get().(*job)
 	j.ctx, j.user, j.decide = ctx, user, decide
 	return w.submit(j)

@@ -26,8 +26,8 @@ func openTestStore(t *testing.T, path string) *Store {
 	return s
 }
 
-func admitAt(at time.Time) func(policy.History) (time.Time, bool, error) {
-	return func(policy.History) (time.Time, bool, error) { return at, true, nil }
+func admitAt(at time.Time) func(policy.History) (policy.Admission, error) {
+	return func(policy.History) (policy.Admission, error) { return policy.Admission{At: at, Record: true}, nil }
 }
 
 // dayCount is what the store counts for user after w0-1h, on a read
@@ -138,12 +138,12 @@ func TestWriterCacheForgetsPrunedRows(t *testing.T) {
 	if n, err := s.Prune(ctx, w0.Add(2*time.Hour)); err != nil || n != 1 {
 		t.Fatalf("prune: %d, %v", n, err)
 	}
-	err := s.Admit(ctx, "u", func(h policy.History) (time.Time, bool, error) {
+	err := s.Admit(ctx, "u", func(h policy.History) (policy.Admission, error) {
 		last, ok, err := h.Last()
 		if ok {
-			return w0, false, errors.New("Last() = " + last.String() + " after every row was deleted")
+			return policy.Admission{}, errors.New("Last() = " + last.String() + " after every row was deleted")
 		}
-		return w0, true, err
+		return policy.Admission{At: w0, Record: true}, err
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -190,31 +190,31 @@ func TestWriterHistoryMatchesReference(t *testing.T) {
 			continue
 		}
 		var recorded time.Time
-		err := s.Admit(ctx, u, func(h policy.History) (time.Time, bool, error) {
+		err := s.Admit(ctx, u, func(h policy.History) (policy.Admission, error) {
 			r := ref[u]
 			var cutoffs [len(policy.Windows)]time.Time
 			for _, w := range policy.Windows {
 				cutoffs[w] = now.Add(-w.Duration())
 			}
 			if err := h.Prefetch(&cutoffs); err != nil {
-				return now, false, err
+				return policy.Admission{}, err
 			}
 			for _, cut := range cutoffs {
 				k := sort.Search(len(r), func(i int) bool { return r[i].After(cut) })
 				n, err := h.CountAfter(cut)
 				if err != nil {
-					return now, false, err
+					return policy.Admission{}, err
 				}
 				if n != int64(len(r)-k) {
-					return now, false, fmt.Errorf("CountAfter(%v) = %d, want %d", cut, n, len(r)-k)
+					return policy.Admission{}, fmt.Errorf("CountAfter(%v) = %d, want %d", cut, n, len(r)-k)
 				}
 				if n > 0 {
 					first, err := h.NthAfter(cut, 1)
 					if err != nil {
-						return now, false, err
+						return policy.Admission{}, err
 					}
 					if !first.Equal(r[k]) {
-						return now, false, fmt.Errorf("NthAfter(%v, 1) = %v, want %v", cut, first, r[k])
+						return policy.Admission{}, fmt.Errorf("NthAfter(%v, 1) = %v, want %v", cut, first, r[k])
 					}
 				}
 			}
@@ -222,7 +222,7 @@ func TestWriterHistoryMatchesReference(t *testing.T) {
 			if len(r) > 0 && !r[len(r)-1].Before(now) {
 				recorded = r[len(r)-1].Add(policy.Resolution)
 			}
-			return recorded, true, nil
+			return policy.Admission{At: recorded, Record: true}, nil
 		})
 		if err != nil {
 			t.Fatalf("step %d (user %s, %v): %v", i, u, step, err)

@@ -42,6 +42,10 @@ type memStore struct {
 	// of Mode and IfUpdatedAt are the store's to check (db tests them);
 	// tests of the service check that it asks for them.
 	updates []policy.TierUpdate
+	// calls by id. An open call past its expiry counts as finished then;
+	// this fake never settles it on disk, and keeps no time order of
+	// finished tokens beyond the finish times.
+	calls map[string]*policy.Call
 }
 
 func newMemStore(tiers ...policy.Tier) *memStore {
@@ -52,12 +56,20 @@ func newMemStore(tiers ...policy.Tier) *memStore {
 	return s
 }
 
-func (s *memStore) Admit(_ context.Context, user string, decide func(policy.History) (time.Time, bool, error)) error {
+func (s *memStore) Admit(_ context.Context, user string, decide func(policy.History) (policy.Admission, error)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	at, ok, err := decide(s.users[user])
-	if ok && err == nil {
-		s.users[user] = append(s.users[user], at)
+	a, err := decide(memCallHistory{s.users[user], s, user})
+	if a.Record && err == nil {
+		s.users[user] = append(s.users[user], a.At)
+		if a.Call != nil {
+			if s.calls == nil {
+				s.calls = map[string]*policy.Call{}
+			}
+			c := *a.Call
+			c.UserID = user
+			s.calls[c.ID] = &c
+		}
 	}
 	return err
 }
@@ -65,13 +77,18 @@ func (s *memStore) Admit(_ context.Context, user string, decide func(policy.Hist
 func (s *memStore) View(_ context.Context, user string, fn func(policy.History) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return fn(s.users[user])
+	return fn(memCallHistory{s.users[user], s, user})
 }
 
 func (s *memStore) Forget(_ context.Context, user string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.users, user)
+	for id, c := range s.calls {
+		if c.UserID == user {
+			delete(s.calls, id)
+		}
+	}
 	return nil
 }
 

@@ -27,6 +27,9 @@ type Request struct {
 	UserID    string
 	Tier      string
 	Feature   string
+	// Tokens is the most tokens the call may use, reserved when a metered
+	// tier admits it: from 0 to MaxLimit.
+	Tokens int64
 }
 
 // Check is a Request resolved for the guardrails: defaults applied, the tier
@@ -57,6 +60,12 @@ type Decision struct {
 	// Windows is the user's window state after this check. It is nil from a
 	// guardrail that does not track windows.
 	Windows *[len(Windows)]WindowState
+	// CallID names the call an admitted check of a metered tier opened;
+	// empty when none was opened (refused, a dry run, or not metered).
+	CallID string
+	// Concurrency is the user's calls in flight against the tier's
+	// max_concurrent (counting the call opened); nil when the tier sets none.
+	Concurrency *ConcurrencyState
 }
 
 // Allowed reports whether the request was admitted.
@@ -116,6 +125,7 @@ func (ch *Chain) Check(ctx context.Context, c *Check) (Decision, error) {
 		if gd.Windows != nil {
 			d.Windows = gd.Windows
 		}
+		d.CallID, d.Concurrency = gd.CallID, gd.Concurrency
 		if !d.Allowed() {
 			break
 		}
@@ -147,6 +157,9 @@ func (TierAccess) Check(_ context.Context, c *Check) (Decision, error) {
 // admitted request in its store.
 type RateLimiter struct {
 	Store RequestStore
+	// CallTimeout is how long a call it opens stays open without a finish
+	// or keepalive; 0 means DefaultCallTimeout.
+	CallTimeout time.Duration
 }
 
 // Name implements Guardrail.
@@ -159,33 +172,53 @@ func (*RateLimiter) Priority() int { return 5 }
 // Check implements Guardrail. Evaluation and recording happen in one Admit,
 // so concurrent checks for a user never admit past a limit.
 func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
-	var ev Evaluation
-	stale := false
-	unconfirmable := false
-	decide := func(h History) (time.Time, bool, error) {
+	var (
+		ev            Evaluation
+		m             Metering
+		stale         bool
+		unconfirmable bool
+	)
+	metered := c.Tier.Metered()
+	var call *Call
+	if metered && !c.DryRun {
+		// Drawn before the admission, which then spends no time on it.
+		call = &Call{ID: newCallID(), UserID: c.UserID, Tier: c.Tier.Name, Reserved: c.Tokens}
+	}
+	decide := func(h History) (Admission, error) {
 		if ct, ok := h.(CurrentTiers); ok && !c.DryRun {
 			// Confirm the tier the check began with (see Service.Check):
 			// a changed tier records nothing, and the check starts again.
 			cur, found, err := ct.CurrentTier(c.Tier.Name)
 			if err != nil {
-				return time.Time{}, false, err
+				return Admission{}, err
 			}
 			if stale = !found || !SameLimits(cur, c.Tier); stale {
-				return time.Time{}, false, nil
+				return Admission{}, nil
 			}
 		} else if c.unconfirmed && !c.DryRun {
 			// A cached tier that this store cannot confirm decides
 			// nothing: it may be older than a change made elsewhere.
 			unconfirmable = true
-			return time.Time{}, false, nil
+			return Admission{}, nil
 		}
 		var err error
-		ev, err = Evaluate(h, c.Tier, c.Now)
-		return ev.RecordAt, ev.Allowed && !c.DryRun, err
+		if ev, err = Evaluate(h, c.Tier, c.Now); err != nil || !metered {
+			return Admission{At: ev.RecordAt, Record: ev.Allowed && !c.DryRun}, err
+		}
+		if m, err = meter(h, c); err != nil {
+			return Admission{}, err
+		}
+		a := Admission{At: ev.RecordAt, Record: ev.Allowed && m.Allowed && !c.DryRun}
+		if a.Record {
+			now := c.Now.Truncate(Resolution)
+			call.OpenedAt, call.ExpiresAt = now, now.Add(r.callTimeout())
+			a.Call = call
+		}
+		return a, nil
 	}
 	var err error
 	if c.DryRun {
-		err = r.Store.View(ctx, c.UserID, func(h History) error { _, _, err := decide(h); return err })
+		err = r.Store.View(ctx, c.UserID, func(h History) error { _, err := decide(h); return err })
 	} else {
 		err = r.Store.Admit(ctx, c.UserID, decide)
 	}
@@ -202,17 +235,78 @@ func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 	if !ev.Allowed {
 		d.Outcome, d.Reason, d.RetryAfter = RateLimited, ev.Blocked.Reason(), ev.RetryAfter
 	}
+	if metered {
+		admitted := ev.Allowed && m.Allowed
+		if ev.Allowed && !m.Allowed {
+			ev.withdraw()
+			d.Outcome, d.Reason = RateLimited, m.Reason
+		}
+		d.RetryAfter = max(d.RetryAfter, m.RetryAfter)
+		tokens, conc := m.States(c.Tier, admitted, c.Now)
+		for w := range ev.Windows {
+			ev.Windows[w].Tokens = tokens[w]
+		}
+		d.Concurrency = conc
+		if admitted && call != nil {
+			d.CallID = call.ID
+		}
+	}
 	return d, nil
+}
+
+// meter reads the ledger of c's user from h and meters c's call.
+func meter(h History, c *Check) (Metering, error) {
+	ch, ok := h.(CallHistory)
+	if !ok {
+		return Metering{}, Errorf(EINTERNAL, "tier %s meters calls, which this request store does not keep", Quote(c.Tier.Name))
+	}
+	l, err := ch.Calls(c.Now.Truncate(Resolution))
+	if err != nil {
+		return Metering{}, err
+	}
+	return Meter(l, c.Tier, c.Tokens, c.Now)
+}
+
+func (r *RateLimiter) callTimeout() time.Duration {
+	if r.CallTimeout > 0 {
+		return r.CallTimeout
+	}
+	return DefaultCallTimeout
 }
 
 // Usage returns userID's window state under tier t (only counts when t is
 // nil) without recording anything.
 func (r *RateLimiter) Usage(ctx context.Context, userID string, t *Tier, now time.Time) ([len(Windows)]WindowState, error) {
-	var states [len(Windows)]WindowState
+	u, err := r.usage(ctx, userID, t, now, false)
+	return u.Windows, err
+}
+
+// usage is Usage with, when calls is set and the store keeps them, each
+// window's tokens and the calls in flight.
+func (r *RateLimiter) usage(ctx context.Context, userID string, t *Tier, now time.Time, calls bool) (UsageReport, error) {
+	var u UsageReport
 	err := r.Store.View(ctx, userID, func(h History) error {
 		var err error
-		states, err = Usage(h, t, now)
-		return err
+		if u.Windows, err = Usage(h, t, now); err != nil || !calls {
+			return err
+		}
+		ch, ok := h.(CallHistory)
+		if !ok {
+			return nil
+		}
+		l, err := ch.Calls(now.Truncate(Resolution))
+		if err != nil {
+			return err
+		}
+		tokens, inFlight, err := CallUsage(l, t, now)
+		if err != nil {
+			return err
+		}
+		u.CallsInFlight, u.CallsKept = inFlight, true
+		for w := range tokens {
+			u.Windows[w].Tokens = &tokens[w]
+		}
+		return nil
 	})
-	return states, err
+	return u, err
 }

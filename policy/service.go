@@ -83,6 +83,9 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 	if req.Tier == "" {
 		req.Tier = s.defaultTier
 	}
+	if req.Tokens < 0 || req.Tokens > MaxLimit {
+		return Decision{}, Errorf(EINVALID, "tokens must be an integer from 0 to 2147483647")
+	}
 	// The invariant: no check decides on a tier older than the last change
 	// committed before it began. A recording check first takes its tier
 	// from the store's memory (CachedTier), which costs no read but may lag
@@ -142,11 +145,11 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 	if d.Windows == nil {
 		// Refused before the rate limiter ran: report the windows as they
 		// stand, with nothing consumed.
-		states, err := s.limiter.Usage(ctx, c.UserID, &tier, c.Now)
+		u, err := s.limiter.usage(ctx, c.UserID, &tier, c.Now, tier.Metered())
 		if err != nil {
 			return Decision{}, err
 		}
-		d.Windows = &states
+		d.Windows, d.Concurrency = &u.Windows, unconsumed(&u, &tier)
 	}
 	return d, nil
 }
@@ -167,7 +170,8 @@ func (s *Service) Usage(ctx context.Context, userID, tierName string) ([len(Wind
 		}
 		tier = &t
 	}
-	return s.limiter.Usage(ctx, userID, tier, s.now())
+	u, err := s.limiter.usage(ctx, userID, tier, s.now(), true)
+	return u.Windows, err
 }
 
 // Forget deletes userID's recorded requests.

@@ -36,6 +36,11 @@ type Tier struct {
 	Features       []string
 	Description    string
 	UpdatedAt      time.Time
+
+	// TokensPerMinute, TokensPerHour and TokensPerDay limit the tokens of
+	// the tier's calls in each window, and MaxConcurrent the calls open at
+	// once; nil sets no limit (see Metered).
+	TokensPerMinute, TokensPerHour, TokensPerDay, MaxConcurrent *int64
 }
 
 // Ceiling returns the number of admitted requests window w may hold.
@@ -103,6 +108,7 @@ func (t *Tier) ValidateFields() []FieldError {
 			errs = append(errs, FieldError{l.field, l.field + " must be an integer from 0 to 2147483647"})
 		}
 	}
+	errs = append(errs, t.validateMetering()...)
 	seen := make(map[string]bool, len(t.Features))
 	for _, f := range t.Features {
 		switch {
@@ -200,6 +206,7 @@ func SameLimits(a, b *Tier) bool {
 		a.RequestsPerHour == b.RequestsPerHour &&
 		a.RequestsPerDay == b.RequestsPerDay &&
 		a.BurstAllowance == b.BurstAllowance &&
+		sameMetering(a, b) &&
 		a.Description == b.Description &&
 		slices.Equal(a.Features, b.Features)
 }

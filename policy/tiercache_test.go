@@ -28,8 +28,8 @@ func (s *cachingStore) Tier(ctx context.Context, name string) (policy.Tier, erro
 	return s.memStore.Tier(ctx, name)
 }
 
-func (s *cachingStore) Admit(ctx context.Context, user string, decide func(policy.History) (time.Time, bool, error)) error {
-	return s.memStore.Admit(ctx, user, func(h policy.History) (time.Time, bool, error) {
+func (s *cachingStore) Admit(ctx context.Context, user string, decide func(policy.History) (policy.Admission, error)) error {
+	return s.memStore.Admit(ctx, user, func(h policy.History) (policy.Admission, error) {
 		return decide(confirmingHistory{h, s.memStore})
 	})
 }

@@ -85,19 +85,38 @@ func prefetch(h History, now time.Time) error {
 	return h.Prefetch(&cutoffs)
 }
 
-// RequestStore records admitted requests. Implementations are safe for
-// concurrent use.
+// RequestStore records admitted requests and the calls metered tiers open.
+// Implementations are safe for concurrent use.
 type RequestStore interface {
 	// Admit calls decide with userID's history and, when decide returns
-	// record=true, records one request at the time it returns. No other
-	// Admit for the same user runs between the two, so a limit checked in
-	// decide holds under any number of concurrent callers. Admit returns
-	// after the record is durable, or with an error and nothing recorded.
-	Admit(ctx context.Context, userID string, decide func(History) (at time.Time, record bool, err error)) error
-	// View calls fn with a consistent read-only view of userID's history.
+	// an Admission with Record set, records one request at its At and opens
+	// its Call, if any, together. No other Admit, FinishCall or KeepAlive
+	// for the same user runs between the two, so a limit checked in decide
+	// holds under any number of concurrent callers. The History implements
+	// CallHistory when the store keeps calls; reading calls is the only
+	// extra cost a metered check pays. Admit returns after the record is
+	// durable, or with an error and nothing recorded.
+	Admit(ctx context.Context, userID string, decide func(History) (Admission, error)) error
+	// View calls fn with a consistent read-only view of userID's history,
+	// which implements CallHistory (settling nothing) when the store keeps
+	// calls.
 	View(ctx context.Context, userID string, fn func(History) error) error
-	// Forget deletes every recorded request of userID.
+	// Forget deletes every recorded request, call and finished token of
+	// userID.
 	Forget(ctx context.Context, userID string) error
+	// FinishCall finishes the call named id at now with tokens used (nil:
+	// its reservation) and returns it. A call the caller finished already
+	// is returned unchanged when tokens match what it reported (nil
+	// matching Reserved), and fails with ECONFLICT otherwise. A call open
+	// past its ExpiresAt is first finished at ExpiresAt with its
+	// reservation; a count above the reservation then adds the excess at
+	// now. An unknown id fails with ENOTFOUND. tokens, when set, is from 0
+	// to MaxLimit.
+	FinishCall(ctx context.Context, id string, tokens *int64, now time.Time) (Call, error)
+	// KeepAlive sets the ExpiresAt of the open call named id to expiresAt
+	// and returns it. A call finished or expired at now fails with
+	// ECONFLICT, an unknown id with ENOTFOUND.
+	KeepAlive(ctx context.Context, id string, now, expiresAt time.Time) (Call, error)
 }
 
 // WindowState describes one window of one user at one instant.
@@ -111,6 +130,11 @@ type WindowState struct {
 	// Reset is the whole seconds until the window next frees a slot, 0 when
 	// it is empty.
 	Reset int64
+
+	// Tokens is the window's token state: in a Decision, set when the tier
+	// limits the window's tokens; from Service.Usage, set when the store
+	// keeps calls.
+	Tokens *TokenState
 }
 
 // Evaluation is the rate-limit verdict for one request.
@@ -197,6 +221,19 @@ func Evaluate(h History, t *Tier, now time.Time) (Evaluation, error) {
 		ev.Windows[w] = state(n, t.Ceiling(w), oldest, w, now)
 	}
 	return ev, nil
+}
+
+// withdraw undoes the counting of the admitted request in ev.Windows, for a
+// request another limit refused after Evaluate admitted it.
+func (ev *Evaluation) withdraw() {
+	for w := range ev.Windows {
+		s := &ev.Windows[w]
+		s.Count--
+		s.Remaining = max(s.Limit-s.Count, 0)
+		if s.Count == 0 {
+			s.Reset = 0 // the reset came from the withdrawn request
+		}
+	}
 }
 
 // Usage returns the state of each window of h under tier t at now, without

@@ -1,0 +1,317 @@
+package db
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/policyguard/policyguard/policy"
+)
+
+// callQueries are the statements of metered calls, prepared with queries.
+// Each is a seek on a primary key or an index: the user's finished tokens
+// are counted from running totals (see call_tokens in the migration), and
+// the open calls are read through the partial index calls_open.
+var callQueries = map[query]string{
+	qTokLast:       `SELECT ts, total FROM call_tokens WHERE user_id = ? ORDER BY ts DESC LIMIT 1`,
+	qTokFirstAfter: `SELECT ts, total - tokens FROM call_tokens WHERE user_id = ? AND ts > ? ORDER BY ts LIMIT 1`,
+	// The same for three cutoffs, in one statement.
+	qTokFirstAfter3: `SELECT 0, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?2 ORDER BY ts LIMIT 1)
+		UNION ALL SELECT 1, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?3 ORDER BY ts LIMIT 1)
+		UNION ALL SELECT 2, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?4 ORDER BY ts LIMIT 1)`,
+	qTokReaching: `SELECT ts FROM call_tokens WHERE user_id = ? AND total >= ? ORDER BY total LIMIT 1`,
+	qTokInsert:   `INSERT INTO call_tokens (user_id, ts, tokens, total) VALUES (?, ?, ?, ?)`,
+	qTokForget:   `DELETE FROM call_tokens WHERE user_id = ?`,
+	qTokNextUser: `SELECT user_id FROM call_tokens WHERE user_id > ? ORDER BY user_id LIMIT 1`,
+	qTokPrune:    `DELETE FROM call_tokens WHERE user_id = ? AND ts <= ?`,
+	qOpenCalls: `SELECT count(*), coalesce(sum(reserved), 0), coalesce(min(expires_at), 0)
+		FROM calls WHERE user_id = ? AND finished_at IS NULL`,
+	qNextExpiry: `SELECT expires_at FROM calls WHERE user_id = ? AND finished_at IS NULL ORDER BY expires_at LIMIT 1`,
+	qExpiredCalls: `SELECT id, reserved, expires_at FROM calls
+		WHERE user_id = ? AND finished_at IS NULL AND expires_at <= ? ORDER BY expires_at, id`,
+	qCallInsert:    `INSERT INTO calls (id, user_id, tier, reserved, opened_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)`,
+	qCallGet:       `SELECT user_id, tier, reserved, opened_at, expires_at, finished_at, tokens, reported, expired FROM calls WHERE id = ?`,
+	qCallSettle:    `UPDATE calls SET finished_at = ?, tokens = reserved, expired = 1 WHERE id = ?`,
+	qCallFinish:    `UPDATE calls SET finished_at = ?, tokens = ?, reported = ? WHERE id = ?`,
+	qCallKeepAlive: `UPDATE calls SET expires_at = ? WHERE id = ?`,
+	qCallsForget:   `DELETE FROM calls WHERE user_id = ?`,
+}
+
+// noExpiry is ledgerState.nextExpiry when no call is open.
+const noExpiry = math.MaxInt64
+
+// ledgerState is what is known of one user's calls: the newest row of
+// finished tokens and the open calls. The writer caches it in userState;
+// every write to the user's calls goes through the writer, which keeps it
+// current.
+type ledgerState struct {
+	anyRow            bool
+	lastTS, lastTotal int64
+	open, reserved    int64
+	nextExpiry        int64 // the earliest expires_at of an open call, noExpiry when none
+}
+
+// tokRow is one row of finished tokens.
+type tokRow struct{ ts, tokens, total int64 }
+
+// tokFirst is the oldest row of finished tokens after cutoff and the
+// running total before it.
+type tokFirst struct {
+	cutoff, ts, before int64
+	found              bool
+}
+
+// ledger implements policy.Ledger for one user at one instant, on the
+// writer's transaction (where expired calls are settled first, so virt is
+// empty) or on a read connection (where they are not, and virt holds the
+// rows settling them would write).
+type ledger struct {
+	q      rowQuerier
+	user   string
+	st     ledgerState
+	virt   []tokRow
+	firsts [len(policy.Windows) + 1]tokFirst
+	nfirst int
+}
+
+var (
+	_ policy.CallHistory = (*history)(nil)
+	_ policy.Ledger      = (*ledger)(nil)
+)
+
+// loadLedger reads user's ledger state.
+func loadLedger(q rowQuerier, user string) (ledgerState, error) {
+	st := ledgerState{nextExpiry: noExpiry}
+	err := q.queryRow(qTokLast, user).Scan(&st.lastTS, &st.lastTotal)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return st, unavailable(err)
+	default:
+		st.anyRow = true
+	}
+	var next int64
+	if err := q.queryRow(qOpenCalls, user).Scan(&st.open, &st.reserved, &next); err != nil {
+		return st, unavailable(err)
+	}
+	if st.open > 0 {
+		st.nextExpiry = next
+	}
+	return st, nil
+}
+
+// expiredCall is an open call past its expiry.
+type expiredCall struct {
+	id                  string
+	reserved, expiresAt int64
+}
+
+// expiredCalls returns user's open calls that expired at or before now, in
+// the order they are settled: by expiry, then id.
+func expiredCalls(q rowQuerier, user string, now int64) ([]expiredCall, error) {
+	rows, err := q.query(qExpiredCalls, user, now)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	defer rows.Close()
+	var out []expiredCall
+	for rows.Next() {
+		var c expiredCall
+		if err := rows.Scan(&c.id, &c.reserved, &c.expiresAt); err != nil {
+			return nil, unavailable(err)
+		}
+		out = append(out, c)
+	}
+	return out, unavailable(rows.Err())
+}
+
+// countAt returns when tokens finished at t are counted: at t, or just after
+// the newest counted tokens when the clock stepped back, so that a user's
+// rows stay in time order.
+func (st *ledgerState) countAt(t int64) int64 {
+	if st.anyRow && t <= st.lastTS {
+		return st.lastTS + 1
+	}
+	return t
+}
+
+// add counts tokens finished at t and returns the row to store, ok false
+// when there are none to store.
+func (st *ledgerState) add(t, tokens int64) (r tokRow, ok bool) {
+	if tokens <= 0 {
+		return r, false
+	}
+	r = tokRow{ts: st.countAt(t), tokens: tokens, total: st.lastTotal + tokens}
+	st.anyRow, st.lastTS, st.lastTotal = true, r.ts, r.total
+	return r, true
+}
+
+// Calls implements policy.CallHistory. In the writer it first settles the
+// calls that expired at or before now, in the same transaction as the
+// admission; on a read connection it counts them as settled without
+// writing them.
+func (h *history) Calls(now time.Time) (policy.Ledger, error) {
+	at := now.UnixMicro()
+	l := &h.led
+	*l = ledger{q: h.q, user: h.user}
+	if h.tx != nil {
+		if err := h.load(); err != nil {
+			return nil, err
+		}
+		st, err := h.tx.settle(h.st, h.user, at)
+		if err != nil {
+			return nil, err
+		}
+		l.st = *st
+		return l, l.prefetch(at)
+	}
+	st, err := loadLedger(h.q, h.user)
+	if err != nil {
+		return nil, err
+	}
+	l.st = st
+	if st.nextExpiry <= at {
+		expired, err := expiredCalls(h.q, h.user, at)
+		if err != nil {
+			return nil, err
+		}
+		next := st // where the rows settling them would go
+		for _, c := range expired {
+			l.st.open--
+			l.st.reserved -= c.reserved
+			if r, ok := next.add(c.expiresAt, c.reserved); ok {
+				l.virt = append(l.virt, r)
+			}
+		}
+	}
+	return l, nil
+}
+
+// prefetch finds the oldest stored row after every window's cutoff in one
+// statement, when any could be after one.
+func (l *ledger) prefetch(now int64) error {
+	if !l.st.anyRow || l.st.lastTS <= now-(24*time.Hour).Microseconds() {
+		return nil // no window holds a stored row
+	}
+	var c [len(policy.Windows)]int64
+	for _, w := range policy.Windows {
+		c[w] = now - w.Duration().Microseconds()
+		l.firsts[w] = tokFirst{cutoff: c[w]}
+	}
+	l.nfirst = len(c)
+	rows, err := l.q.query(qTokFirstAfter3, l.user, c[0], c[1], c[2])
+	if err != nil {
+		return unavailable(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var i int
+		var f tokFirst
+		if err := rows.Scan(&i, &f.ts, &f.before); err != nil {
+			return unavailable(err)
+		}
+		if i < 0 || i >= len(c) {
+			return fmt.Errorf("calls of %q: row for cutoff %d", l.user, i)
+		}
+		f.cutoff, f.found = c[i], true
+		l.firsts[i] = f
+	}
+	return unavailable(rows.Err())
+}
+
+// first returns the oldest stored row after cutoff.
+func (l *ledger) first(cutoff int64) (tokFirst, error) {
+	if !l.st.anyRow || l.st.lastTS <= cutoff {
+		return tokFirst{cutoff: cutoff}, nil
+	}
+	for _, f := range l.firsts[:l.nfirst] {
+		if f.cutoff == cutoff {
+			if !f.found {
+				return f, fmt.Errorf("calls of %q: no row after %d but the newest is at %d", l.user, cutoff, l.st.lastTS)
+			}
+			return f, nil
+		}
+	}
+	f := tokFirst{cutoff: cutoff}
+	if err := l.q.queryRow(qTokFirstAfter, l.user, cutoff).Scan(&f.ts, &f.before); err != nil {
+		return f, unavailable(err)
+	}
+	f.found = true
+	if l.nfirst < len(l.firsts) {
+		l.firsts[l.nfirst] = f
+		l.nfirst++
+	}
+	return f, nil
+}
+
+// InFlight implements policy.Ledger.
+func (l *ledger) InFlight() (calls, reserved int64, err error) { return l.st.open, l.st.reserved, nil }
+
+// TokensAfter implements policy.Ledger: the newest running total minus the
+// one before the oldest row after t.
+func (l *ledger) TokensAfter(t time.Time) (int64, error) {
+	cutoff := t.UnixMicro()
+	f, err := l.first(cutoff)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	if f.found {
+		n = l.st.lastTotal - f.before
+	}
+	for _, r := range l.virt {
+		if r.ts > cutoff {
+			n += r.tokens
+		}
+	}
+	return n, nil
+}
+
+// OldestAfter implements policy.Ledger.
+func (l *ledger) OldestAfter(t time.Time) (time.Time, bool, error) {
+	cutoff := t.UnixMicro()
+	f, err := l.first(cutoff)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	if f.found {
+		return time.UnixMicro(f.ts), true, nil
+	}
+	for _, r := range l.virt {
+		if r.ts > cutoff {
+			return time.UnixMicro(r.ts), true, nil
+		}
+	}
+	return time.Time{}, false, nil
+}
+
+// SettledAt implements policy.Ledger: the oldest row whose running total
+// reaches the newest total minus n, one seek on (user_id, total).
+func (l *ledger) SettledAt(n int64) (time.Time, bool, error) {
+	last := l.st.lastTotal
+	if k := len(l.virt); k > 0 {
+		last = l.virt[k-1].total
+	}
+	target := last - n
+	if target > l.st.lastTotal {
+		for _, r := range l.virt {
+			if r.total >= target {
+				return time.UnixMicro(r.ts), true, nil
+			}
+		}
+	}
+	if !l.st.anyRow {
+		return time.Time{}, false, nil
+	}
+	var ts int64
+	err := l.q.queryRow(qTokReaching, l.user, target).Scan(&ts)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return time.Time{}, false, nil
+	case err != nil:
+		return time.Time{}, false, unavailable(err)
+	}
+	return time.UnixMicro(ts), true, nil
+}

@@ -1,0 +1,323 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/policyguard/policyguard/policy"
+)
+
+// ledgerOf returns user's ledger state as the writer caches it, loading it
+// when needed. The caller may change it: the user is touched, so a rollback
+// forgets it.
+func (tx *writeTx) ledgerOf(st *userState, user string) (*ledgerState, error) {
+	if st.calls == nil {
+		l, err := loadLedger(tx, user)
+		if err != nil {
+			return nil, err
+		}
+		st.calls = &l
+	}
+	return st.calls, nil
+}
+
+// userOf returns user's cached state, creating it (with its requests
+// unknown, so the next admission reads them) when there is none.
+func (tx *writeTx) userOf(user string) (*userState, error) {
+	if st := tx.cachedUser(user); st != nil {
+		tx.touch(user)
+		return st, nil
+	}
+	h := &history{q: tx, tx: tx, user: user}
+	if err := h.load(); err != nil {
+		return nil, err
+	}
+	return h.st, nil
+}
+
+// settle finishes user's open calls that expired at or before now, each at
+// its expiry with its reservation, in expiry order, and returns the ledger
+// state after it. Rows of finished tokens are written in time order, so
+// this runs before any write of new ones.
+func (tx *writeTx) settle(st *userState, user string, now int64) (*ledgerState, error) {
+	l, err := tx.ledgerOf(st, user)
+	if err != nil || l.nextExpiry > now {
+		return l, err
+	}
+	expired, err := expiredCalls(tx, user, now)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range expired {
+		at := l.countAt(c.expiresAt)
+		if r, ok := l.add(c.expiresAt, c.reserved); ok {
+			if _, err := tx.exec(qTokInsert, user, r.ts, r.tokens, r.total); err != nil {
+				return nil, unavailable(err)
+			}
+		}
+		if _, err := tx.exec(qCallSettle, at, c.id); err != nil {
+			return nil, unavailable(err)
+		}
+	}
+	for _, c := range expired {
+		l.open--
+		l.reserved -= c.reserved
+	}
+	return l, tx.nextExpiry(l, user)
+}
+
+// nextExpiry finds the earliest expiry of user's open calls: one seek.
+func (tx *writeTx) nextExpiry(l *ledgerState, user string) error {
+	l.nextExpiry = noExpiry
+	if l.open == 0 {
+		return nil
+	}
+	if err := tx.queryRow(qNextExpiry, user).Scan(&l.nextExpiry); err != nil {
+		return unavailable(err)
+	}
+	return nil
+}
+
+// openCall stores c, opened by the admission h just recorded.
+func (tx *writeTx) openCall(h *history, c *policy.Call) error {
+	if !policy.ValidCallID(c.ID) {
+		return policy.Errorf(policy.EINTERNAL, "call id %q is not URL-safe", c.ID)
+	}
+	l, err := tx.ledgerOf(h.st, h.user)
+	if err != nil {
+		return err
+	}
+	exp := c.ExpiresAt.UnixMicro()
+	if _, err := tx.exec(qCallInsert, c.ID, h.user, c.Tier, c.Reserved, c.OpenedAt.UnixMicro(), exp); err != nil {
+		return unavailable(err)
+	}
+	l.open++
+	l.reserved += c.Reserved
+	l.nextExpiry = min(l.nextExpiry, exp)
+	return nil
+}
+
+// callRow is a row of calls.
+type callRow struct {
+	user, tier                    string
+	reserved, openedAt, expiresAt int64
+	finishedAt, tokens, reported  sql.NullInt64
+	expired                       bool
+}
+
+func getCall(q rowQuerier, id string) (callRow, error) {
+	var r callRow
+	err := q.queryRow(qCallGet, id).Scan(&r.user, &r.tier, &r.reserved, &r.openedAt, &r.expiresAt,
+		&r.finishedAt, &r.tokens, &r.reported, &r.expired)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return r, policy.Errorf(policy.ENOTFOUND, "call %q not found", id)
+	case err != nil:
+		return r, unavailable(err)
+	}
+	return r, nil
+}
+
+func (r *callRow) call(id string) policy.Call {
+	c := policy.Call{
+		ID: id, UserID: r.user, Tier: r.tier, Reserved: r.reserved,
+		OpenedAt:  time.UnixMicro(r.openedAt).UTC(),
+		ExpiresAt: time.UnixMicro(r.expiresAt).UTC(),
+		Expired:   r.expired,
+	}
+	if r.finishedAt.Valid {
+		c.FinishedAt = time.UnixMicro(r.finishedAt.Int64).UTC()
+		c.Tokens = r.tokens.Int64
+	}
+	if r.reported.Valid {
+		n := r.reported.Int64
+		c.Reported = &n
+	}
+	return c
+}
+
+// FinishCall implements policy.RequestStore.
+func (s *Store) FinishCall(ctx context.Context, id string, tokens *int64, now time.Time) (policy.Call, error) {
+	var c policy.Call
+	err := s.writer.do(ctx, func(tx *writeTx) error {
+		var err error
+		c, err = tx.finishCall(id, tokens, now.UnixMicro())
+		return err
+	})
+	return c, err
+}
+
+func (tx *writeTx) finishCall(id string, tokens *int64, now int64) (policy.Call, error) {
+	r, err := getCall(tx, id)
+	if err != nil {
+		return policy.Call{}, err
+	}
+	count := r.reserved
+	if tokens != nil {
+		count = *tokens
+	}
+	if r.reported.Valid {
+		// Finished by its caller already: a retry, or a contradiction.
+		if r.reported.Int64 != count {
+			return policy.Call{}, policy.Errorf(policy.ECONFLICT, "call %q already finished with %d tokens", id, r.reported.Int64)
+		}
+		return r.call(id), nil
+	}
+	st, err := tx.userOf(r.user)
+	if err != nil {
+		return policy.Call{}, err
+	}
+	l, err := tx.settle(st, r.user, now)
+	if err != nil {
+		return policy.Call{}, err
+	}
+	if !r.finishedAt.Valid && r.expiresAt <= now {
+		if r, err = getCall(tx, id); err != nil { // settled just now
+			return policy.Call{}, err
+		}
+	}
+	r.reported = sql.NullInt64{Int64: count, Valid: true}
+	var add int64
+	if r.finishedAt.Valid {
+		// Expired before its caller finished it: the reservation is
+		// counted; only a count above it adds, now.
+		add = max(count-r.reserved, 0)
+		r.tokens.Int64 = max(r.reserved, count)
+	} else {
+		add = count
+		r.finishedAt = sql.NullInt64{Int64: l.countAt(now), Valid: true}
+		r.tokens = sql.NullInt64{Int64: count, Valid: true}
+		l.open--
+		l.reserved -= r.reserved
+		if r.expiresAt == l.nextExpiry {
+			// The call is still open in the table until the update below.
+			if _, err := tx.exec(qCallFinish, r.finishedAt.Int64, r.tokens.Int64, count, id); err != nil {
+				return policy.Call{}, unavailable(err)
+			}
+			if err := tx.nextExpiry(l, r.user); err != nil {
+				return policy.Call{}, err
+			}
+		}
+	}
+	if row, ok := l.add(now, add); ok {
+		if _, err := tx.exec(qTokInsert, r.user, row.ts, row.tokens, row.total); err != nil {
+			return policy.Call{}, unavailable(err)
+		}
+	}
+	if _, err := tx.exec(qCallFinish, r.finishedAt.Int64, r.tokens.Int64, count, id); err != nil {
+		return policy.Call{}, unavailable(err)
+	}
+	return r.call(id), nil
+}
+
+// KeepAlive implements policy.RequestStore.
+func (s *Store) KeepAlive(ctx context.Context, id string, now, expiresAt time.Time) (policy.Call, error) {
+	var c policy.Call
+	err := s.writer.do(ctx, func(tx *writeTx) error {
+		r, err := getCall(tx, id)
+		if err != nil {
+			return err
+		}
+		if r.finishedAt.Valid || r.expiresAt <= now.UnixMicro() {
+			return policy.Errorf(policy.ECONFLICT, "call %q is finished", id)
+		}
+		r.expiresAt = expiresAt.UnixMicro()
+		if _, err := tx.exec(qCallKeepAlive, r.expiresAt, id); err != nil {
+			return unavailable(err)
+		}
+		if st := tx.cachedUser(r.user); st != nil {
+			tx.touch(r.user)
+			st.calls = nil // its next expiry may have moved
+		}
+		c = r.call(id)
+		return nil
+	})
+	return c, err
+}
+
+// pruneCallsStep settles the calls that expired at or before cutoff, then
+// deletes calls finished at or before it and rows of finished tokens
+// counted at or before it, which no window can count any more (cutoff being
+// at least a day ago). Deleting a user's oldest rows keeps the differences
+// of running totals, which is all that counting reads. Like pruneStep, it
+// stops after about pruneBatch rows or users and returns the user to resume
+// the rows of finished tokens from, and whether it is done.
+func pruneCallsStep(tx *writeTx, cursor string, cutoff int64) (deleted int64, next string, done bool, err error) {
+	rows, err := tx.queryRowsSQL(`SELECT DISTINCT user_id FROM calls WHERE finished_at IS NULL AND expires_at <= ? LIMIT ?`, cutoff, pruneBatch)
+	if err != nil {
+		return 0, "", false, unavailable(err)
+	}
+	var users []string
+	for rows.Next() {
+		var u string
+		if err := rows.Scan(&u); err != nil {
+			rows.Close()
+			return 0, "", false, unavailable(err)
+		}
+		users = append(users, u)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, "", false, unavailable(err)
+	}
+	for _, u := range users {
+		st, err := tx.userOf(u)
+		if err != nil {
+			return 0, "", false, err
+		}
+		if _, err := tx.settle(st, u, cutoff); err != nil {
+			return 0, "", false, err
+		}
+	}
+	res, err := tx.conn.ExecContext(tx.ctx, `DELETE FROM calls WHERE id IN
+		(SELECT id FROM calls WHERE finished_at IS NOT NULL AND finished_at <= ? LIMIT ?)`, cutoff, pruneBatch)
+	if err != nil {
+		return 0, "", false, unavailable(err)
+	}
+	n, _ := res.RowsAffected()
+	deleted += n
+	if len(users) == pruneBatch || n == pruneBatch {
+		return deleted, cursor, false, nil
+	}
+	for visited := 0; visited < pruneBatch && deleted < pruneBatch; visited++ {
+		var user string
+		err := tx.queryRow(qTokNextUser, cursor).Scan(&user)
+		if errors.Is(err, sql.ErrNoRows) {
+			return deleted, cursor, true, nil
+		}
+		if err != nil {
+			return 0, "", false, unavailable(err)
+		}
+		bound, partial := cutoff, false
+		var nth int64
+		err = tx.queryRowSQL(`SELECT ts FROM call_tokens WHERE user_id = ? AND ts <= ? ORDER BY ts LIMIT 1 OFFSET ?`,
+			user, cutoff, pruneBatch-deleted-1).Scan(&nth)
+		switch {
+		case err == nil:
+			bound, partial = nth, true
+		case !errors.Is(err, sql.ErrNoRows):
+			return 0, "", false, unavailable(err)
+		}
+		res, err := tx.exec(qTokPrune, user, bound)
+		if err != nil {
+			return 0, "", false, unavailable(err)
+		}
+		n, _ := res.RowsAffected()
+		deleted += n
+		if n > 0 {
+			tx.forgetUser(user) // its cached newest row may be among those deleted
+		}
+		if partial {
+			return deleted, cursor, false, nil
+		}
+		cursor = user
+	}
+	return deleted, cursor, false, nil
+}
+
+// queryRowsSQL runs a query outside the prepared set.
+func (tx *writeTx) queryRowsSQL(text string, args ...any) (*sql.Rows, error) {
+	return tx.conn.QueryContext(tx.ctx, text, args...)
+}

@@ -1,0 +1,354 @@
+package policy
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"time"
+)
+
+// DefaultCallTimeout is how long a call stays open without being finished or
+// kept alive before the service finishes it itself (see WithCallTimeout).
+const DefaultCallTimeout = 10 * time.Minute
+
+// MaxCallIDBytes is the longest call id accepted.
+const MaxCallIDBytes = 64
+
+// ConcurrencyReason is the refusal reason of a check over the tier's
+// max_concurrent.
+const ConcurrencyReason = "concurrent call limit exceeded"
+
+// TokenReason returns the refusal reason for a call whose tokens window w
+// cannot hold.
+func (w Window) TokenReason() string { return "per-" + w.String() + " token limit exceeded" }
+
+// Metered reports whether the tier limits tokens or concurrent calls: whether
+// a check it admits opens a call.
+func (t *Tier) Metered() bool {
+	return t.TokensPerMinute != nil || t.TokensPerHour != nil || t.TokensPerDay != nil || t.MaxConcurrent != nil
+}
+
+// TokenLimit returns the most tokens window w may count; ok is false when the
+// tier sets no token limit for w.
+func (t *Tier) TokenLimit(w Window) (limit int64, ok bool) {
+	var p *int64
+	switch w {
+	case Minute:
+		p = t.TokensPerMinute
+	case Hour:
+		p = t.TokensPerHour
+	default:
+		p = t.TokensPerDay
+	}
+	if p == nil {
+		return 0, false
+	}
+	return *p, true
+}
+
+// Call is one metered model call: opened by a check admitted under a metered
+// tier, finished by FinishCall or, at ExpiresAt, by the service itself.
+type Call struct {
+	// ID names the call: at most MaxCallIDBytes URL-safe characters.
+	ID     string
+	UserID string
+	// Tier is the name of the tier the call was admitted under.
+	Tier string
+	// Reserved is the tokens the check asked for, counted as used while the
+	// call is open.
+	Reserved  int64
+	OpenedAt  time.Time
+	ExpiresAt time.Time
+	// FinishedAt is when the call finished: when FinishCall finished it, or
+	// ExpiresAt when it expired first. Zero while the call is open.
+	FinishedAt time.Time
+	// Tokens is what the call counts once finished: the count reported, or
+	// Reserved when none was; for an expired call, the larger of Reserved
+	// and the count reported later. 0 while open.
+	Tokens int64
+	// Reported is the count the caller gave when finishing the call (Reserved
+	// when it gave none); nil until the caller finished it.
+	Reported *int64
+	// Expired reports whether the service finished the call at ExpiresAt
+	// because no finish came before.
+	Expired bool
+}
+
+// Open reports whether the call has not finished.
+func (c *Call) Open() bool { return c.FinishedAt.IsZero() }
+
+// newCallID returns a random call id: 22 URL-safe characters, 128 bits.
+func newCallID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// ValidCallID reports whether id could name a call: 1 to MaxCallIDBytes
+// characters of the URL-safe base64 alphabet.
+func ValidCallID(id string) bool {
+	if id == "" || len(id) > MaxCallIDBytes {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// Admission is what a RequestStore's Admit callback decides: whether to
+// record a request, when, and which call to open with it.
+type Admission struct {
+	// At is when the request is recorded: after the user's newest request.
+	At time.Time
+	// Record asks the store to record the request; false records nothing.
+	Record bool
+	// Call, when Record is set, is opened in the same transaction as the
+	// request is recorded: both are stored or neither is. Its ID is new.
+	Call *Call
+}
+
+// Ledger is a read view of one user's metered calls at one instant. A call
+// open at that instant whose ExpiresAt has passed counts as finished at
+// ExpiresAt with its reservation. Finished tokens are counted at the time
+// the call finished; a user's finished tokens are ordered in time like
+// requests (recorded at the newest one's time plus Resolution when the clock
+// steps back). It is valid only inside the callback it was passed to.
+type Ledger interface {
+	// InFlight returns the number of calls open and the tokens they reserve.
+	InFlight() (calls, reserved int64, err error)
+	// TokensAfter returns the tokens of calls finished strictly after t.
+	TokensAfter(t time.Time) (int64, error)
+	// OldestAfter returns the time of the oldest finished tokens strictly
+	// after t; ok is false when there are none.
+	OldestAfter(t time.Time) (at time.Time, ok bool, err error)
+	// SettledAt returns the earliest time s at which finished tokens were
+	// counted such that at most n tokens are counted strictly after s. n
+	// is from 0 to below the tokens counted after some time; ok is false
+	// when no finished tokens are counted.
+	SettledAt(n int64) (s time.Time, ok bool, err error)
+}
+
+// CallHistory is implemented by a History whose store keeps metered calls.
+// Calls returns the user's ledger at now. In a store's Admit it may first
+// settle, durably and in the same transaction, the calls that expired at
+// or before now.
+type CallHistory interface {
+	Calls(now time.Time) (Ledger, error)
+}
+
+// TokenState describes the tokens of one window of one user at one instant.
+type TokenState struct {
+	// Limited reports whether a tier limits the window's tokens: whether
+	// Limit, Remaining and Reset are set.
+	Limited bool
+	Limit   int64
+	// Used is the tokens of calls finished in the window plus those
+	// reserved by calls still open (including the call a check opens).
+	Used      int64
+	Remaining int64
+	// Reset is the whole seconds until the oldest finished tokens counted
+	// in the window leave it, 0 when none are: reservations leave a window
+	// only when their calls finish.
+	Reset int64
+}
+
+// UsageReport is one user's state at one instant, without any new request.
+type UsageReport struct {
+	// Windows is each window's state. Its Tokens are set when the store
+	// keeps calls: Used always, and the rest for a window the tier asked
+	// about limits.
+	Windows [len(Windows)]WindowState
+	// CallsInFlight is the user's calls open.
+	CallsInFlight int64
+	// CallsKept reports whether the store keeps calls: whether Tokens and
+	// CallsInFlight are known.
+	CallsKept bool
+}
+
+// ConcurrencyState is the calls a user has in flight against the tier's
+// max_concurrent.
+type ConcurrencyState struct {
+	Limit    int64
+	InFlight int64
+}
+
+// Metering is the verdict of a metered tier's call limits for one call.
+type Metering struct {
+	Allowed bool
+	// Reason is the first limit that refused, in check order: concurrency,
+	// then the token windows minute, hour, day.
+	Reason string
+	// RetryAfter covers every refusing limit: 1 for concurrency; for a
+	// token window, the seconds until enough finished tokens leave it for
+	// the call to fit with the reservations unchanged, or the window's
+	// length when no wait on finished tokens is enough.
+	RetryAfter int64
+	// Waitless reports whether a refusing limit is one no wait on finished
+	// tokens lifts: concurrency, or reservations plus the call over a limit.
+	Waitless bool
+
+	inFlight, reserved int64
+	tokens             int64
+	finished           [len(Windows)]int64
+	oldest             [len(Windows)]time.Time // of the finished tokens in the window; zero when none
+}
+
+// Meter decides whether a call reserving tokens fits tier t's call limits
+// for the user whose ledger is l, at now. It reads l and changes nothing.
+// A window counts the tokens finished strictly after now minus its length
+// plus every open reservation; the call fits when, in every window with a
+// limit, that plus tokens is at most the limit, and the calls in flight are
+// below max_concurrent.
+func Meter(l Ledger, t *Tier, tokens int64, now time.Time) (Metering, error) {
+	now = now.Truncate(Resolution)
+	m := Metering{Allowed: true, tokens: tokens}
+	var err error
+	if m.inFlight, m.reserved, err = l.InFlight(); err != nil {
+		return m, err
+	}
+	refuse := func(reason string, retry int64) {
+		if m.Allowed {
+			m.Allowed, m.Reason = false, reason
+		}
+		m.RetryAfter = max(m.RetryAfter, retry)
+	}
+	if t.MaxConcurrent != nil && m.inFlight >= *t.MaxConcurrent {
+		refuse(ConcurrencyReason, 1)
+		m.Waitless = true
+	}
+	for _, w := range Windows {
+		cutoff := now.Add(-w.Duration())
+		if m.finished[w], err = l.TokensAfter(cutoff); err != nil {
+			return m, err
+		}
+		if m.finished[w] > 0 {
+			if m.oldest[w], _, err = l.OldestAfter(cutoff); err != nil {
+				return m, err
+			}
+		}
+		limit, ok := t.TokenLimit(w)
+		if !ok || m.finished[w]+m.reserved+tokens <= limit {
+			continue
+		}
+		budget := limit - m.reserved - tokens // the finished tokens the window may keep
+		if budget < 0 {
+			refuse(w.TokenReason(), CeilSeconds(w.Duration()))
+			m.Waitless = true
+			continue
+		}
+		s, ok, err := l.SettledAt(budget)
+		if err != nil {
+			return m, err
+		}
+		wait := w.Duration()
+		if ok {
+			wait = s.Add(w.Duration()).Sub(now)
+		}
+		refuse(w.TokenReason(), CeilSeconds(wait))
+	}
+	return m, nil
+}
+
+// States returns each window's token state and the concurrency state under
+// t as they are after the check: counting the call when admitted. A window
+// without a token limit has a nil state, as has concurrency without
+// max_concurrent.
+func (m *Metering) States(t *Tier, admitted bool, now time.Time) (tokens [len(Windows)]*TokenState, conc *ConcurrencyState) {
+	now = now.Truncate(Resolution)
+	var mine, calls int64
+	if admitted {
+		mine, calls = m.tokens, 1
+	}
+	for _, w := range Windows {
+		limit, ok := t.TokenLimit(w)
+		if !ok {
+			continue
+		}
+		s := &TokenState{Limited: true, Limit: limit, Used: m.finished[w] + m.reserved + mine}
+		s.Remaining = max(limit-s.Used, 0)
+		if m.finished[w] > 0 {
+			s.Reset = CeilSeconds(m.oldest[w].Add(w.Duration()).Sub(now))
+		}
+		tokens[w] = s
+	}
+	if t.MaxConcurrent != nil {
+		conc = &ConcurrencyState{Limit: *t.MaxConcurrent, InFlight: m.inFlight + calls}
+	}
+	return tokens, conc
+}
+
+// CallUsage returns the token state of each window and the calls in flight
+// of the user whose ledger is l, at now, without opening a call. With a nil
+// t, or for a window t does not limit, only Used is set.
+func CallUsage(l Ledger, t *Tier, now time.Time) (tokens [len(Windows)]TokenState, inFlight int64, err error) {
+	now = now.Truncate(Resolution)
+	inFlight, reserved, err := l.InFlight()
+	if err != nil {
+		return tokens, 0, err
+	}
+	for _, w := range Windows {
+		cutoff := now.Add(-w.Duration())
+		finished, err := l.TokensAfter(cutoff)
+		if err != nil {
+			return tokens, 0, err
+		}
+		s := TokenState{Used: finished + reserved}
+		if t != nil {
+			if limit, ok := t.TokenLimit(w); ok {
+				s.Limited, s.Limit, s.Remaining = true, limit, max(limit-s.Used, 0)
+				if finished > 0 {
+					oldest, _, err := l.OldestAfter(cutoff)
+					if err != nil {
+						return tokens, 0, err
+					}
+					s.Reset = CeilSeconds(oldest.Add(w.Duration()).Sub(now))
+				}
+			}
+		}
+		tokens[w] = s
+	}
+	return tokens, inFlight, nil
+}
+
+// meteringFields lists the optional limits of t with their API names, in
+// field order.
+func (t *Tier) meteringFields() [4]struct {
+	field string
+	v     *int64
+} {
+	return [4]struct {
+		field string
+		v     *int64
+	}{
+		{"tokens_per_minute", t.TokensPerMinute},
+		{"tokens_per_hour", t.TokensPerHour},
+		{"tokens_per_day", t.TokensPerDay},
+		{"max_concurrent", t.MaxConcurrent},
+	}
+}
+
+// validateMetering returns the problems of t's optional limits.
+func (t *Tier) validateMetering() []FieldError {
+	var errs []FieldError
+	for _, l := range t.meteringFields() {
+		if l.v != nil && (*l.v < 0 || *l.v > MaxLimit) {
+			errs = append(errs, FieldError{l.field, l.field + " must be an integer from 0 to 2147483647"})
+		}
+	}
+	return errs
+}
+
+// sameMetering reports whether a and b set the same optional limits.
+func sameMetering(a, b *Tier) bool {
+	af, bf := a.meteringFields(), b.meteringFields()
+	for i := range af {
+		x, y := af[i].v, bf[i].v
+		if (x == nil) != (y == nil) || x != nil && *x != *y {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,87 @@
+package policy
+
+import (
+	"context"
+	"time"
+)
+
+// WithCallTimeout sets how long a call stays open without a finish or a
+// keepalive before the service finishes it with its reservation (default
+// DefaultCallTimeout). d must be positive; others keep the default.
+func WithCallTimeout(d time.Duration) Option {
+	return func(s *Service) {
+		if d > 0 {
+			s.limiter.CallTimeout = d
+		}
+	}
+}
+
+// CallTimeout returns how long a call stays open without a finish or a
+// keepalive.
+func (s *Service) CallTimeout() time.Duration { return s.limiter.callTimeout() }
+
+// FinishCall finishes the call named id with the tokens it used; nil tokens
+// means its reservation stands as used. Finishing again with the same count
+// returns the call and changes nothing, so a caller may retry; a different
+// count after the call finished is ECONFLICT. A call the service already
+// expired is finished as asked (200 for the API): a count above its
+// reservation adds the excess, counted now; tokens are never counted as
+// fewer than reported. An unknown id is ENOTFOUND; tokens outside 0 to
+// MaxLimit are EINVALID.
+func (s *Service) FinishCall(ctx context.Context, id string, tokens *int64) (Call, error) {
+	if tokens != nil && (*tokens < 0 || *tokens > MaxLimit) {
+		return Call{}, Errorf(EINVALID, "tokens must be an integer from 0 to 2147483647")
+	}
+	if !ValidCallID(id) {
+		return Call{}, callNotFound(id)
+	}
+	return s.limiter.Store.FinishCall(ctx, id, tokens, s.now().Truncate(Resolution))
+}
+
+// KeepAlive moves the expiry of the open call named id to now plus the call
+// timeout and returns the call, so a long call keeps its slot. A finished or
+// expired call is ECONFLICT, an unknown id ENOTFOUND.
+func (s *Service) KeepAlive(ctx context.Context, id string) (Call, error) {
+	if !ValidCallID(id) {
+		return Call{}, callNotFound(id)
+	}
+	now := s.now().Truncate(Resolution)
+	return s.limiter.Store.KeepAlive(ctx, id, now, now.Add(s.CallTimeout()))
+}
+
+// UsageReport returns userID's window state, each window's tokens and the
+// calls in flight. With a tier name, each window also carries that tier's
+// limits, remaining quota and reset, for requests and, where the tier limits
+// them, for tokens; otherwise only counts and tokens used.
+func (s *Service) UsageReport(ctx context.Context, userID, tierName string) (UsageReport, error) {
+	if err := ValidateUserID(userID); err != nil {
+		return UsageReport{}, err
+	}
+	var tier *Tier
+	if tierName != "" {
+		t, err := s.readTier(ctx, tierName)
+		if err != nil {
+			return UsageReport{}, err
+		}
+		tier = &t
+	}
+	return s.limiter.usage(ctx, userID, tier, s.now(), true)
+}
+
+// callNotFound is the error for a call id that names no call.
+func callNotFound(id string) error { return Errorf(ENOTFOUND, "call %s not found", Quote(id)) }
+
+// unconsumed turns the usage u of a check refused before the rate limiter
+// into a Decision's call state under t: tokens only for the windows t
+// limits, and the concurrency when t sets max_concurrent.
+func unconsumed(u *UsageReport, t *Tier) *ConcurrencyState {
+	for w := range u.Windows {
+		if tk := u.Windows[w].Tokens; tk != nil && !tk.Limited {
+			u.Windows[w].Tokens = nil
+		}
+	}
+	if t.MaxConcurrent == nil || !u.CallsKept {
+		return nil
+	}
+	return &ConcurrencyState{Limit: *t.MaxConcurrent, InFlight: u.CallsInFlight}
+}

@@ -139,7 +139,7 @@ func TestLessonCheckOverHTTP(t *testing.T) {
 	}
 	// Only admitted requests were recorded.
 	rec = e.do(http.MethodGet, "/v1/usage/alice", "", true)
-	if !strings.Contains(rec.Body.String(), `"minute":{"count":3}`) {
+	if !strings.Contains(rec.Body.String(), `"minute":{"count":3,"tokens":{"used":0}}`) {
 		t.Fatalf("usage = %s", rec.Body)
 	}
 }
@@ -198,10 +198,10 @@ func TestCheckStatuses(t *testing.T) {
 	// None of the refused or failed requests above were recorded: only the
 	// four admitted anonymous ones.
 	rec := e.do(http.MethodGet, "/v1/usage/anonymous", "", true)
-	if !strings.Contains(rec.Body.String(), `"day":{"count":4}`) {
+	if !strings.Contains(rec.Body.String(), `"day":{"count":4,"tokens":{"used":0}}`) {
 		t.Fatalf("anonymous usage = %s", rec.Body)
 	}
-	if rec := e.do(http.MethodGet, "/v1/usage/f", "", true); !strings.Contains(rec.Body.String(), `"day":{"count":0}`) {
+	if rec := e.do(http.MethodGet, "/v1/usage/f", "", true); !strings.Contains(rec.Body.String(), `"day":{"count":0,"tokens":{"used":0}}`) {
 		t.Fatalf("a 403 consumed quota: %s", rec.Body)
 	}
 }
@@ -214,7 +214,7 @@ func TestDryRunRecordsNothing(t *testing.T) {
 			t.Fatalf("dry run: %d %s", rec.Code, rec.Body)
 		}
 	}
-	if rec := e.do(http.MethodGet, "/v1/usage/d", "", true); !strings.Contains(rec.Body.String(), `"day":{"count":0}`) {
+	if rec := e.do(http.MethodGet, "/v1/usage/d", "", true); !strings.Contains(rec.Body.String(), `"day":{"count":0,"tokens":{"used":0}}`) {
 		t.Fatalf("dry run recorded: %s", rec.Body)
 	}
 }
@@ -409,11 +409,11 @@ func TestUsageAPI(t *testing.T) {
 	}
 	path := "/v1/usage/u%201%2F%C3%A9"
 	rec := e.do("GET", path, "", true)
-	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"user_id":"u 1/é","windows":{"minute":{"count":3},"hour":{"count":3},"day":{"count":3}}`) {
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"user_id":"u 1/é","windows":{"minute":{"count":3,"tokens":{"used":0}},"hour":{"count":3,"tokens":{"used":0}},"day":{"count":3,"tokens":{"used":0}}},"calls_in_flight":0`) {
 		t.Fatalf("usage: %d %s", rec.Code, rec.Body)
 	}
 	rec = e.do("GET", path+"?tier=free", "", true)
-	if !strings.Contains(rec.Body.String(), `"minute":{"count":3,"limit":15,"remaining":12,"reset":30}`) {
+	if !strings.Contains(rec.Body.String(), `"minute":{"count":3,"limit":15,"remaining":12,"reset":30,"tokens":{"used":0}}`) {
 		t.Fatalf("usage with tier: %s", rec.Body)
 	}
 	if rec := e.do("GET", path+"?tier=gold", "", true); rec.Code != 400 || !strings.Contains(rec.Body.String(), "unknown tier") {
@@ -422,7 +422,7 @@ func TestUsageAPI(t *testing.T) {
 	if rec := e.do("DELETE", path, "", true); rec.Code != 204 {
 		t.Fatalf("forget: %d", rec.Code)
 	}
-	if rec := e.do("GET", path, "", true); !strings.Contains(rec.Body.String(), `"day":{"count":0}`) {
+	if rec := e.do("GET", path, "", true); !strings.Contains(rec.Body.String(), `"day":{"count":0,"tokens":{"used":0}}`) {
 		t.Fatalf("after forget: %s", rec.Body)
 	}
 	if rec := e.do("GET", "/v1/usage/"+strings.Repeat("u", 257), "", true); rec.Code != 400 {
@@ -500,4 +500,18 @@ func TestTrustedProxiesNameTheClient(t *testing.T) {
 	if got := get(direct, "192.0.2.60:3000", "198.51.100.99", adminToken); got != http.StatusTooManyRequests {
 		t.Errorf("without trusted proxies X-Forwarded-For escaped the throttle: %d, want 429", got)
 	}
+}
+
+// openCall checks once for user under tier, reserving tokens, and returns
+// the id of the call the admitted check opened.
+func (e *env) openCall(user, tier string, tokens int64) string {
+	e.t.Helper()
+	rec := e.do(http.MethodPost, "/v1/check", fmt.Sprintf(`{"context":{"user_id":%q,"user_tier":%q},"tokens":%d}`, user, tier, tokens), false)
+	d := decode[struct {
+		CallID *string `json:"call_id"`
+	}](e.t, rec)
+	if rec.Code != http.StatusOK || d.CallID == nil {
+		e.t.Fatalf("check opened no call: %d %s", rec.Code, rec.Body)
+	}
+	return *d.CallID
 }

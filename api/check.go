@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/labstack/echo/v4"
 
 	"github.com/policyguard/policyguard/policy"
@@ -12,6 +14,9 @@ import (
 type checkRequest struct {
 	InputText string       `json:"input_text"`
 	Context   checkContext `json:"context"`
+	// Tokens is kept raw so that every value that is not an integer from
+	// 0 to MaxLimit (a fraction, null, a string) gets one message.
+	Tokens jsontext.Value `json:"tokens"`
 }
 
 type checkContext struct {
@@ -28,6 +33,24 @@ type decisionResponse struct {
 	Tier       string          `json:"tier"`
 	Guardrail  string          `json:"guardrail"`
 	Windows    windowsResponse `json:"windows"`
+	// CallID names the call an admitted check of a metered tier opened;
+	// null otherwise.
+	CallID      *string              `json:"call_id"`
+	Concurrency *concurrencyResponse `json:"concurrency,omitzero"`
+}
+
+// concurrencyResponse is a user's calls in flight against max_concurrent.
+type concurrencyResponse struct {
+	Limit    int64 `json:"limit"`
+	InFlight int64 `json:"in_flight"`
+}
+
+// tokensResponse is one window's tokens under the tier's token limit.
+type tokensResponse struct {
+	Limit     int64 `json:"limit"`
+	Used      int64 `json:"used"`
+	Remaining int64 `json:"remaining"`
+	Reset     int64 `json:"reset"`
 }
 
 type windowsResponse struct {
@@ -40,6 +63,8 @@ type windowResponse struct {
 	Limit     int64 `json:"limit"`
 	Remaining int64 `json:"remaining"`
 	Reset     int64 `json:"reset"`
+	// Tokens is set for a window whose tokens the tier limits.
+	Tokens *tokensResponse `json:"tokens,omitzero"`
 }
 
 func (s *Server) handleCheck(c echo.Context) error {
@@ -55,11 +80,16 @@ func (s *Server) handleCheck(c echo.Context) error {
 	if err := readJSON(c.Request().Body, &body, checkBodyOptions); err != nil {
 		return err
 	}
+	tokens, err := checkTokens(body.Tokens)
+	if err != nil {
+		return err
+	}
 	req := policy.Request{
 		InputText: body.InputText,
 		UserID:    body.Context.UserID,
 		Tier:      body.Context.UserTier,
 		Feature:   body.Context.Feature,
+		Tokens:    tokens,
 	}
 	d, err := s.svc.Check(c.Request().Context(), req, dryRun)
 	s.metrics.observeCheck(&d, err, dryRun, time.Since(start))
@@ -72,6 +102,23 @@ func (s *Server) handleCheck(c echo.Context) error {
 	return writeDecision(c, &d)
 }
 
+// checkTokens reads the tokens of a check body: absent is 0, and anything
+// but an integer from 0 to MaxLimit is refused.
+func checkTokens(raw jsontext.Value) (int64, error) {
+	if raw == nil {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil || n < 0 || n > policy.MaxLimit {
+		return 0, policy.Errorf(policy.EINVALID, "tokens must be an integer from 0 to %d", policy.MaxLimit)
+	}
+	return n, nil
+}
+
 func windowOf(w policy.WindowState) windowResponse {
-	return windowResponse{Limit: w.Limit, Remaining: w.Remaining, Reset: w.Reset}
+	r := windowResponse{Limit: w.Limit, Remaining: w.Remaining, Reset: w.Reset}
+	if t := w.Tokens; t != nil && t.Limited {
+		r.Tokens = &tokensResponse{Limit: t.Limit, Used: t.Used, Remaining: t.Remaining, Reset: t.Reset}
+	}
+	return r
 }

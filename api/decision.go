@@ -20,6 +20,12 @@ func decisionBody(d *policy.Decision) decisionResponse {
 	if d.Reason != "" {
 		res.Reason = &d.Reason
 	}
+	if d.CallID != "" {
+		res.CallID = &d.CallID
+	}
+	if c := d.Concurrency; c != nil {
+		res.Concurrency = &concurrencyResponse{Limit: c.Limit, InFlight: c.InFlight}
+	}
 	if w := d.Windows; w != nil {
 		res.Windows = windowsResponse{
 			Minute: windowOf(w[policy.Minute]),
@@ -46,6 +52,7 @@ func decisionStatus(d *policy.Decision) int {
 // rate-limit fields, and Retry-After when rate-limited.
 func setDecisionHeaders(h http.Header, d *policy.Decision) {
 	setRateLimitHeaders(h, d.Windows)
+	setTokenHeaders(h, d.Windows)
 	if d.Outcome == policy.RateLimited {
 		h.Set("Retry-After", strconv.FormatInt(d.RetryAfter, 10))
 	}

@@ -26,6 +26,7 @@ type storageFailureResponse struct {
 	RetryAfter int64   `json:"retry_after"` // always 0: nobody knows when storage comes back
 	Tier       string  `json:"tier"`
 	Guardrail  string  `json:"guardrail"`
+	CallID     *string `json:"call_id"` // always null: no call is opened
 	Message    string  `json:"message"`
 }
 

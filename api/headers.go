@@ -16,6 +16,10 @@ const (
 	headerXLimit          = "X-Ratelimit-Limit"     // X-RateLimit-Limit
 	headerXRemaining      = "X-Ratelimit-Remaining" // X-RateLimit-Remaining
 	headerXReset          = "X-Ratelimit-Reset"     // X-RateLimit-Reset
+
+	headerXLimitTokens     = "X-Ratelimit-Limit-Tokens"     // X-RateLimit-Limit-Tokens
+	headerXRemainingTokens = "X-Ratelimit-Remaining-Tokens" // X-RateLimit-Remaining-Tokens
+	headerXResetTokens     = "X-Ratelimit-Reset-Tokens"     // X-RateLimit-Reset-Tokens
 )
 
 // setRateLimitHeaders writes the rate-limit fields of a check answer from the
@@ -102,4 +106,32 @@ func effectiveWindow(w policy.Window, s policy.WindowState) int64 {
 		return int64(w.Duration() / time.Second)
 	}
 	return s.Reset
+}
+
+// setTokenHeaders writes, on an answer of a tier that limits tokens, the
+// fields OpenAI names for token limits, for the tightest token window: the
+// one with the fewest tokens remaining, the shorter on a tie. Reset is the
+// window's token reset in seconds: until its oldest finished tokens leave
+// it, 0 when only reservations are counted (they leave when their calls
+// finish). Without token limits it writes nothing.
+func setTokenHeaders(h http.Header, windows *[len(policy.Windows)]policy.WindowState) {
+	if windows == nil {
+		return
+	}
+	var tightest *policy.TokenState
+	for _, w := range policy.Windows {
+		t := windows[w].Tokens
+		if t == nil || !t.Limited {
+			continue
+		}
+		if tightest == nil || t.Remaining < tightest.Remaining {
+			tightest = t
+		}
+	}
+	if tightest == nil {
+		return
+	}
+	h[headerXLimitTokens] = []string{strconv.FormatInt(tightest.Limit, 10)}
+	h[headerXRemainingTokens] = []string{strconv.FormatInt(tightest.Remaining, 10)}
+	h[headerXResetTokens] = []string{strconv.FormatInt(tightest.Reset, 10)}
 }

@@ -2,8 +2,10 @@ package api
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,12 +42,18 @@ type Metrics struct {
 	rowsDeleted   prometheus.Counter
 	storageErrors map[string]prometheus.Counter
 	failOpen      prometheus.Counter
+
+	callsOpened   prometheus.Counter
+	callsFinished prometheus.Counter
+	callsExpired  prometheus.Counter
+	tokensSettled prometheus.Counter
+	inFlight      atomic.Pointer[func(context.Context) (int64, error)]
 }
 
 // checkKey is one label set of policyguard_checks_total.
 type checkKey struct {
 	tier, guardrail, outcome string
-	window                   int8 // index into policy.Windows, -1 for none
+	window                   int8 // index into refusalWindows, -1 for none
 	dryRun                   bool
 }
 
@@ -87,6 +95,26 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 			Help: "Checks admitted without a decision because storage failed and fail-open is set; nothing was recorded for them.",
 		}),
 	}
+	m.callsOpened = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "policyguard_calls_opened_total",
+		Help: "Calls opened: checks admitted under a tier that limits tokens or concurrent calls, not dry runs.",
+	})
+	m.callsFinished = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "policyguard_calls_finished_total",
+		Help: "Calls finished by their caller (POST /v1/calls/{call_id}/finish or Guard) before they expired; retries of a finish are not counted again.",
+	})
+	m.callsExpired = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "policyguard_calls_expired_total",
+		Help: "Finishes answered for calls the service had already finished at their expiry, with their reservation, because no finish or keepalive came in time.",
+	})
+	m.tokensSettled = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "policyguard_tokens_settled_total",
+		Help: "Tokens counted by calls their caller finished before they expired: the count reported, or the reservation when none was.",
+	})
+	inFlight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "policyguard_calls_in_flight",
+		Help: "Calls open now, over every user: read from storage at each scrape; NaN when no store was given (SetCallsInFlight) or it failed.",
+	}, m.callsInFlight)
 	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "policyguard_check_duration_seconds",
 		Help: "Time from receiving a check to its decision, including the durable commit of an admitted request.",
@@ -102,8 +130,48 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 	for _, op := range storageOperations {
 		m.storageErrors[op] = storageErrors.WithLabelValues(op)
 	}
-	reg.MustRegister(m.checks, duration, m.rowsStored, m.rowsDeleted, storageErrors, m.failOpen)
+	reg.MustRegister(m.checks, duration, m.rowsStored, m.rowsDeleted, storageErrors, m.failOpen,
+		m.callsOpened, m.callsFinished, m.callsExpired, m.tokensSettled, inFlight)
 	return m
+}
+
+// SetCallsInFlight gives policyguard_calls_in_flight its source: a function,
+// such as a db.Store's CallsInFlight at the service clock's now, asked at
+// each scrape. Until it is set the gauge reads NaN.
+func (m *Metrics) SetCallsInFlight(count func(context.Context) (int64, error)) {
+	m.inFlight.Store(&count)
+}
+
+// callsInFlight reads the gauge, within a second so that a slow store never
+// holds a scrape up for long.
+func (m *Metrics) callsInFlight() float64 {
+	count := m.inFlight.Load()
+	if count == nil {
+		return math.NaN()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	n, err := (*count)(ctx)
+	m.storageError("view", err)
+	if err != nil {
+		return math.NaN()
+	}
+	return float64(n)
+}
+
+// observeFinish counts one finish of call: those that found the call open,
+// with its tokens, or expired. before is the service clock as the finish
+// began: a call finished before it was finished by an earlier request,
+// and this one is a retry.
+func (m *Metrics) observeFinish(call *policy.Call, err error, before time.Time) {
+	switch {
+	case err != nil:
+	case call.Expired:
+		m.callsExpired.Inc()
+	case !call.FinishedAt.Before(before.Truncate(policy.Resolution)):
+		m.callsFinished.Inc()
+		m.tokensSettled.Add(float64(call.Tokens))
+	}
 }
 
 // Handler returns the handler of GET /metrics for the registry the metrics
@@ -147,6 +215,9 @@ func (m *Metrics) observeCheck(d *policy.Decision, err error, dryRun bool, took 
 			if !dryRun {
 				m.rowsStored.Inc()
 			}
+			if d.CallID != "" {
+				m.callsOpened.Inc()
+			}
 		case policy.RateLimited:
 			k.outcome = outcomeRateLimited
 			k.window = blockedWindow(d)
@@ -158,7 +229,7 @@ func (m *Metrics) observeCheck(d *policy.Decision, err error, dryRun bool, took 
 	if !ok {
 		window := ""
 		if k.window >= 0 {
-			window = policy.Windows[k.window].String()
+			window = refusalWindows[k.window]
 		}
 		dry := "false"
 		if dryRun {
@@ -177,12 +248,27 @@ func (m *Metrics) observeCheck(d *policy.Decision, err error, dryRun bool, took 
 // rateLimiterName is the name of the guardrail whose refusals name a window.
 var rateLimiterName = (*policy.RateLimiter)(nil).Name()
 
-// blockedWindow returns the index of the window that refused d: the first,
-// in check order, with nothing remaining, as policy.Evaluate picks it. It is
-// -1 when another guardrail refused.
+// refusalWindows are the values of the window label of a rate-limited
+// check: the request windows, then the limits of metered tiers.
+var refusalWindows = [...]string{"minute", "hour", "day", "concurrency", "tokens_minute", "tokens_hour", "tokens_day"}
+
+// blockedWindow returns the index in refusalWindows of the limit that
+// refused d: a metered limit by its reason, else the first request window,
+// in check order, with nothing remaining, as policy.Evaluate picks it. It
+// is -1 when another guardrail refused.
 func blockedWindow(d *policy.Decision) int8 {
 	if d.Guardrail != rateLimiterName || d.Windows == nil {
 		return -1
+	}
+	if d.Reason == policy.ConcurrencyReason {
+		return 3
+	}
+	if d.Concurrency != nil || d.Windows[policy.Minute].Tokens != nil || d.Windows[policy.Hour].Tokens != nil || d.Windows[policy.Day].Tokens != nil {
+		for i, w := range policy.Windows {
+			if d.Reason == w.TokenReason() {
+				return int8(4 + i)
+			}
+		}
 	}
 	for i, w := range d.Windows {
 		if w.Remaining == 0 {

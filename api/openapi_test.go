@@ -309,6 +309,12 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 	e.putTier("one", `{"requests_per_minute":1,"requests_per_hour":10,"requests_per_day":10,"burst_allowance":0}`)
 	limits := `"requests_per_minute":3,"requests_per_hour":30,"requests_per_day":300,"burst_allowance":1`
 	big := `{"input_text":"` + strings.Repeat("a", 1<<20) + `"}`
+	e.putTier("metered", `{"requests_per_minute":100,"requests_per_hour":1000,"requests_per_day":1000,"burst_allowance":0,"tokens_per_minute":5000,"tokens_per_day":100000,"max_concurrent":2}`)
+	done := e.openCall("om", "metered", 100)
+	if rec := e.do("POST", "/v1/calls/"+done+"/finish", ``, false); rec.Code != 200 {
+		t.Fatalf("finish: %d %s", rec.Code, rec.Body)
+	}
+	finished, kept := e.openCall("om", "metered", 100), e.openCall("om", "metered", 100)
 	cases := []answerCase{
 		{"POST", "/v1/check", "/v1/check", `{"input_text":"hi","context":{"user_id":"oa","user_tier":"pro","feature":"search"}}`, false, 200, nil, ""},
 		{"POST", "/v1/check", "/v1/check?dry_run=true", `{"context":{"user_id":"oa"}}`, false, 200, nil, ""},
@@ -323,6 +329,26 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 		{"POST", "/v1/check", "/v1/check", `{}`, false, 415, map[string]string{"Content-Type": "text/plain"}, ""},
 		{"POST", "/v1/check", "/v1/check", `{"context":{"user_id":"o1","user_tier":"one"}}`, false, 200, nil, ""},
 		{"POST", "/v1/check", "/v1/check", `{"context":{"user_id":"o1","user_tier":"one"}}`, false, 429, nil, ""},
+		{"POST", "/v1/check", "/v1/check", `{"context":{"user_id":"om","user_tier":"metered"},"tokens":10}`, false, 429, nil, ""}, // 2 calls open
+		{"POST", "/v1/check", "/v1/check", `{"context":{"user_id":"om2","user_tier":"metered"},"tokens":10}`, false, 200, nil, ""},
+		{"POST", "/v1/check", "/v1/check", `{"context":{"user_id":"om2","user_tier":"metered"},"tokens":1.5}`, false, 400, nil, ""},
+		{"POST", "/v1/calls/{call_id}/finish", "/v1/calls/" + finished + "/finish", `{"tokens":42}`, false, 200, nil, ""},
+		{"POST", "/v1/calls/{call_id}/finish", "/v1/calls/" + finished + "/finish", `{"tokens":42}`, false, 200, nil, ""},
+		{"POST", "/v1/calls/{call_id}/finish", "/v1/calls/" + finished + "/finish", `{"tokens":43}`, false, 409, nil, ""},
+		{"POST", "/v1/calls/{call_id}/finish", "/v1/calls/nosuchcall/finish", ``, false, 404, nil, ""},
+		{"POST", "/v1/calls/{call_id}/finish", "/v1/calls/" + kept + "/finish", `{"tokens":-1}`, false, 400, nil, ""},
+		{"POST", "/v1/calls/{call_id}/finish", "/v1/calls/" + kept + "/finish", `{}`, false, 401, map[string]string{"Authorization": "Bearer wrong"}, "token"},
+		{"POST", "/v1/calls/{call_id}/finish", "/v1/calls/" + kept + "/finish", `{}`, false, 403, map[string]string{"Sec-Fetch-Site": "cross-site"}, ""},
+		{"POST", "/v1/calls/{call_id}/finish", "/v1/calls/" + kept + "/finish", big, false, 413, nil, ""},
+		{"POST", "/v1/calls/{call_id}/finish", "/v1/calls/" + kept + "/finish", `{}`, false, 415, map[string]string{"Content-Type": "text/plain"}, ""},
+		{"POST", "/v1/calls/{call_id}/keepalive", "/v1/calls/" + kept + "/keepalive", ``, false, 200, nil, ""},
+		{"POST", "/v1/calls/{call_id}/keepalive", "/v1/calls/" + done + "/keepalive", ``, false, 409, nil, ""},
+		{"POST", "/v1/calls/{call_id}/keepalive", "/v1/calls/nosuchcall/keepalive", ``, false, 404, nil, ""},
+		{"POST", "/v1/calls/{call_id}/keepalive", "/v1/calls/" + kept + "/keepalive", ``, false, 401, nil, "token"},
+		{"POST", "/v1/calls/{call_id}/keepalive", "/v1/calls/" + kept + "/keepalive", ``, false, 403, map[string]string{"Sec-Fetch-Site": "cross-site"}, ""},
+		{"POST", "/v1/calls/{call_id}/keepalive", "/v1/calls/" + kept + "/keepalive", `{}`, false, 415, map[string]string{"Content-Type": "text/plain"}, ""},
+		{"GET", "/v1/usage/{user_id}", "/v1/usage/om?tier=metered", "", true, 200, nil, ""},
+		{"GET", "/v1/tiers/{name}", "/v1/tiers/metered", "", true, 200, nil, ""},
 		{"GET", "/v1/tiers", "/v1/tiers", "", true, 200, nil, ""},
 		{"GET", "/v1/tiers", "/v1/tiers", "", false, 401, nil, ""},
 		{"GET", "/v1/tiers/{name}", "/v1/tiers/pro", "", true, 200, nil, ""},
@@ -373,6 +399,8 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 		// Storage gone: the answers that say so.
 		{"close", "", "", "", false, 0, nil, ""},
 		{"POST", "/v1/check", "/v1/check", `{}`, false, 503, nil, ""},
+		{"POST", "/v1/calls/{call_id}/finish", "/v1/calls/" + kept + "/finish", ``, false, 503, nil, ""},
+		{"POST", "/v1/calls/{call_id}/keepalive", "/v1/calls/" + kept + "/keepalive", ``, false, 503, nil, ""},
 		{"GET", "/v1/usage/{user_id}", "/v1/usage/oa", "", true, 503, nil, ""},
 		{"DELETE", "/v1/usage/{user_id}", "/v1/usage/oa", "", true, 503, nil, ""},
 		{"GET", "/healthz", "/healthz", "", false, 503, nil, ""},

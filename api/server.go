@@ -41,8 +41,8 @@ type Config struct {
 	// HideMetrics leaves GET /metrics off this server, for a caller that
 	// serves Metrics.Handler on another address.
 	HideMetrics bool
-	// APIToken, when set, is the bearer token every POST /v1/check must
-	// carry; empty leaves checks open to whoever can reach the address.
+	// APIToken, when set, is the bearer token every POST /v1/check and
+	// every call route (finish, keepalive) must carry; empty leaves checks open to whoever can reach the address.
 	APIToken string
 	// FailOpen admits a check that storage cannot decide instead of
 	// refusing it with 503; every such admission is counted and logged.
@@ -140,6 +140,8 @@ func (s *Server) routes() {
 	e.GET("/healthz", s.handleHealth)
 	e.GET("/openapi.yaml", s.handleOpenAPI)
 	e.POST("/v1/check", s.handleCheck, refuseCrossSite, s.requireAPIToken, requireJSON)
+	e.POST("/v1/calls/:call_id/finish", s.handleFinishCall, refuseCrossSite, s.requireAPIToken, requireJSON)
+	e.POST("/v1/calls/:call_id/keepalive", s.handleKeepAlive, refuseCrossSite, s.requireAPIToken, requireJSON)
 
 	// Admin routes carry their middleware one by one: a group with
 	// middleware would also answer unknown /v1 paths with 401.

@@ -28,6 +28,10 @@ func TestTiersFileRoundTrip(t *testing.T) {
       "requests_per_hour": 100,
       "requests_per_day": 1000,
       "burst_allowance": 0,
+      "tokens_per_minute": null,
+      "tokens_per_hour": null,
+      "tokens_per_day": null,
+      "max_concurrent": null,
       "features": [],
       "description": ""
     },
@@ -37,6 +41,10 @@ func TestTiersFileRoundTrip(t *testing.T) {
       "requests_per_hour": 2000,
       "requests_per_day": 20000,
       "burst_allowance": 10,
+      "tokens_per_minute": null,
+      "tokens_per_hour": null,
+      "tokens_per_day": null,
+      "max_concurrent": null,
       "features": [
         "chat",
         "*"

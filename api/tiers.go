@@ -23,23 +23,31 @@ import (
 // tier does; a body may carry it, so that an answer can be sent back as
 // is, and the server then sets the time of the change.
 type tierJSON struct {
-	Name              string    `json:"name"`
-	RequestsPerMinute int64     `json:"requests_per_minute"`
-	RequestsPerHour   int64     `json:"requests_per_hour"`
-	RequestsPerDay    int64     `json:"requests_per_day"`
-	BurstAllowance    int64     `json:"burst_allowance"`
-	Features          []string  `json:"features"` // nil is written []
-	Description       string    `json:"description"`
-	UpdatedAt         time.Time `json:"updated_at,omitzero"`
+	Name              string `json:"name"`
+	RequestsPerMinute int64  `json:"requests_per_minute"`
+	RequestsPerHour   int64  `json:"requests_per_hour"`
+	RequestsPerDay    int64  `json:"requests_per_day"`
+	BurstAllowance    int64  `json:"burst_allowance"`
+	// The metering limits: null (or absent from a body) sets no limit.
+	TokensPerMinute *int64    `json:"tokens_per_minute"`
+	TokensPerHour   *int64    `json:"tokens_per_hour"`
+	TokensPerDay    *int64    `json:"tokens_per_day"`
+	MaxConcurrent   *int64    `json:"max_concurrent"`
+	Features        []string  `json:"features"` // nil is written []
+	Description     string    `json:"description"`
+	UpdatedAt       time.Time `json:"updated_at,omitzero"`
 }
 
 func tierToJSON(t policy.Tier) tierJSON {
-	return tierJSON{t.Name, t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay,
-		t.BurstAllowance, t.Features, t.Description, t.UpdatedAt.UTC()}
+	return tierJSON{Name: t.Name, RequestsPerMinute: t.RequestsPerMinute, RequestsPerHour: t.RequestsPerHour,
+		RequestsPerDay: t.RequestsPerDay, BurstAllowance: t.BurstAllowance,
+		TokensPerMinute: t.TokensPerMinute, TokensPerHour: t.TokensPerHour, TokensPerDay: t.TokensPerDay,
+		MaxConcurrent: t.MaxConcurrent, Features: t.Features, Description: t.Description, UpdatedAt: t.UpdatedAt.UTC()}
 }
 
 // tierFields are a tier's fields in the order their problems are listed.
-var tierFields = [...]string{"name", "requests_per_minute", "requests_per_hour", "requests_per_day", "burst_allowance", "features", "description"}
+var tierFields = [...]string{"name", "requests_per_minute", "requests_per_hour", "requests_per_day", "burst_allowance",
+	"tokens_per_minute", "tokens_per_hour", "tokens_per_day", "max_concurrent", "features", "description"}
 
 // readTier reads data, the body of PUT /v1/tiers/{name} (pathName is then
 // the name from the path) or one entry of a tiers file (pathName "", and
@@ -98,7 +106,9 @@ func readTier(data []byte, pathName string) (policy.Tier, []string) {
 		problems["name"] = append([]string{"tier name must match [a-z0-9][a-z0-9_-]{0,62}"}, problems["name"]...)
 	}
 	t := policy.Tier{Name: name, RequestsPerMinute: in.RequestsPerMinute, RequestsPerHour: in.RequestsPerHour,
-		RequestsPerDay: in.RequestsPerDay, BurstAllowance: in.BurstAllowance, Features: in.Features, Description: in.Description}
+		RequestsPerDay: in.RequestsPerDay, BurstAllowance: in.BurstAllowance,
+		TokensPerMinute: in.TokensPerMinute, TokensPerHour: in.TokensPerHour, TokensPerDay: in.TokensPerDay,
+		MaxConcurrent: in.MaxConcurrent, Features: in.Features, Description: in.Description}
 	if t.Features == nil {
 		t.Features = []string{}
 	}

@@ -12,6 +12,8 @@ type usageResponse struct {
 	UserID  string              `json:"user_id"`
 	Tier    string              `json:"tier,omitempty"`
 	Windows usageWindowsReponse `json:"windows"`
+	// CallsInFlight is the user's calls open now.
+	CallsInFlight int64 `json:"calls_in_flight"`
 }
 
 type usageWindowsReponse struct {
@@ -26,6 +28,16 @@ type usageWindow struct {
 	Limit     *int64 `json:"limit,omitempty"`
 	Remaining *int64 `json:"remaining,omitempty"`
 	Reset     *int64 `json:"reset,omitempty"`
+	// Tokens is the window's tokens: used always; the rest when the tier
+	// named limits them.
+	Tokens usageTokens `json:"tokens"`
+}
+
+type usageTokens struct {
+	Used      int64  `json:"used"`
+	Limit     *int64 `json:"limit,omitempty"`
+	Remaining *int64 `json:"remaining,omitempty"`
+	Reset     *int64 `json:"reset,omitempty"`
 }
 
 func (s *Server) handleGetUsage(c echo.Context) error {
@@ -34,20 +46,28 @@ func (s *Server) handleGetUsage(c echo.Context) error {
 		return err
 	}
 	tier := c.QueryParam("tier")
-	states, err := s.svc.Usage(c.Request().Context(), user, tier)
+	report, err := s.svc.UsageReport(c.Request().Context(), user, tier)
 	if err != nil {
 		return err
 	}
+	states := report.Windows
 	win := func(w policy.WindowState) usageWindow {
 		u := usageWindow{Count: w.Count}
 		if tier != "" {
 			u.Limit, u.Remaining, u.Reset = &w.Limit, &w.Remaining, &w.Reset
 		}
+		if t := w.Tokens; t != nil {
+			u.Tokens.Used = t.Used
+			if t.Limited {
+				u.Tokens.Limit, u.Tokens.Remaining, u.Tokens.Reset = &t.Limit, &t.Remaining, &t.Reset
+			}
+		}
 		return u
 	}
 	return c.JSON(http.StatusOK, usageResponse{
-		UserID: user,
-		Tier:   tier,
+		UserID:        user,
+		Tier:          tier,
+		CallsInFlight: report.CallsInFlight,
 		Windows: usageWindowsReponse{
 			Minute: win(states[policy.Minute]),
 			Hour:   win(states[policy.Hour]),

@@ -66,9 +66,40 @@ func TierSummary(t *policy.Tier) string {
 	if len(t.Features) > 0 {
 		features = strings.Join(t.Features, ", ")
 	}
-	return fmt.Sprintf("%s/min (+%s burst), %s/hour, %s/day; %s",
+	return fmt.Sprintf("%s/min (+%s burst), %s/hour, %s/day%s; %s",
 		groupDigits(t.RequestsPerMinute), groupDigits(t.BurstAllowance),
-		groupDigits(t.RequestsPerHour), groupDigits(t.RequestsPerDay), features)
+		groupDigits(t.RequestsPerHour), groupDigits(t.RequestsPerDay), meteringSummary(t), features)
+}
+
+// meteringSummary describes the metering limits a tier sets, "" when none:
+// the seeded tiers read as they always did.
+func meteringSummary(t *policy.Tier) string {
+	var parts []string
+	for _, l := range []struct {
+		unit string
+		v    *int64
+	}{
+		{"tokens/min", t.TokensPerMinute},
+		{"tokens/hour", t.TokensPerHour},
+		{"tokens/day", t.TokensPerDay},
+		{"concurrent calls", t.MaxConcurrent},
+	} {
+		if l.v != nil {
+			parts = append(parts, groupDigits(*l.v)+" "+l.unit)
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(parts, ", ")
+}
+
+// limitText words a metering limit for the audit log: "none" when unset.
+func limitText(v *int64) string {
+	if v == nil {
+		return "none"
+	}
+	return groupDigits(*v)
 }
 
 // TierDiff lists the fields that differ between before and after, by their
@@ -86,6 +117,19 @@ func TierDiff(before, after *policy.Tier) []string {
 	} {
 		if l.before != l.after {
 			out = append(out, fmt.Sprintf("%s: %s → %s", l.field, groupDigits(l.before), groupDigits(l.after)))
+		}
+	}
+	for _, l := range []struct {
+		field         string
+		before, after *int64
+	}{
+		{"tokens_per_minute", before.TokensPerMinute, after.TokensPerMinute},
+		{"tokens_per_hour", before.TokensPerHour, after.TokensPerHour},
+		{"tokens_per_day", before.TokensPerDay, after.TokensPerDay},
+		{"max_concurrent", before.MaxConcurrent, after.MaxConcurrent},
+	} {
+		if b, a := limitText(l.before), limitText(l.after); b != a {
+			out = append(out, fmt.Sprintf("%s: %s → %s", l.field, b, a))
 		}
 	}
 	if bf, af := strings.Join(before.Features, ", "), strings.Join(after.Features, ", "); bf != af {

@@ -102,6 +102,10 @@ var adminTierFields = []struct {
 	{name: "requests_per_hour", label: "Requests per hour", numeric: true},
 	{name: "requests_per_day", label: "Requests per day", numeric: true},
 	{name: "burst_allowance", label: "Burst allowance", hint: "Extra requests the minute window admits.", numeric: true},
+	{name: "tokens_per_minute", label: "Tokens per minute", hint: "Empty for no limit.", numeric: true},
+	{name: "tokens_per_hour", label: "Tokens per hour", hint: "Empty for no limit.", numeric: true},
+	{name: "tokens_per_day", label: "Tokens per day", hint: "Empty for no limit.", numeric: true},
+	{name: "max_concurrent", label: "Max concurrent calls", hint: "Calls open at once. Empty for no limit.", numeric: true},
 	{name: "features", label: "Features", hint: "Comma-separated, * for all.", wide: true},
 	{name: "description", label: "Description", wide: true},
 }
@@ -142,9 +146,22 @@ func tierFormValues(t policy.Tier) map[string]string {
 		"requests_per_hour":   strconv.FormatInt(t.RequestsPerHour, 10),
 		"requests_per_day":    strconv.FormatInt(t.RequestsPerDay, 10),
 		"burst_allowance":     strconv.FormatInt(t.BurstAllowance, 10),
+		"tokens_per_minute":   optionalLimit(t.TokensPerMinute),
+		"tokens_per_hour":     optionalLimit(t.TokensPerHour),
+		"tokens_per_day":      optionalLimit(t.TokensPerDay),
+		"max_concurrent":      optionalLimit(t.MaxConcurrent),
 		"features":            strings.Join(t.Features, ", "),
 		"description":         t.Description,
 	}
+}
+
+// optionalLimit returns a metering limit as the form shows it: empty for
+// none.
+func optionalLimit(v *int64) string {
+	if v == nil {
+		return ""
+	}
+	return strconv.FormatInt(*v, 10)
 }
 
 // postedTierValues returns the tier fields of the posted form.
@@ -179,6 +196,27 @@ func (a *Admin) tierFromForm(name string, values map[string]string) (policy.Tier
 			continue
 		}
 		*l.dst = v
+	}
+	// The metering limits are optional: an empty field sets no limit.
+	for _, l := range []struct {
+		field string
+		dst   **int64
+	}{
+		{"tokens_per_minute", &t.TokensPerMinute},
+		{"tokens_per_hour", &t.TokensPerHour},
+		{"tokens_per_day", &t.TokensPerDay},
+		{"max_concurrent", &t.MaxConcurrent},
+	} {
+		raw := strings.TrimSpace(values[l.field])
+		if raw == "" {
+			continue
+		}
+		v, err := a.api.ParseLimit(l.field, raw)
+		if err != nil {
+			errs[l.field] = policy.ErrorMessage(err)
+			continue
+		}
+		*l.dst = &v
 	}
 	for _, fe := range t.ValidateFields() {
 		if _, seen := errs[fe.Field]; !seen {

@@ -37,6 +37,9 @@ type Config struct {
 	// TestClock runs the service on a clock that moves only when told
 	// (POST /v1/test/clock); loopback addresses only.
 	TestClock bool
+	// CallTimeout is how long a metered call stays open without a finish
+	// or keepalive before the service finishes it with its reservation.
+	CallTimeout time.Duration
 }
 
 // withDefaults returns a lookup through getenv that gives def for a
@@ -95,6 +98,11 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 		interval = s
 		return nil
 	})
+	callTimeout := env("GUARDRAIL_CALL_TIMEOUT", policy.DefaultCallTimeout.String())
+	fs.Func("call-timeout", "how long a metered call stays open without a finish or keepalive before the service finishes it with its reserved tokens (GUARDRAIL_CALL_TIMEOUT, default 10m)", func(s string) error {
+		callTimeout = s
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -141,6 +149,9 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 		return cfg, fmt.Errorf("cleanup interval %q: must be a positive duration such as 1m or 30s", interval)
 	}
 	cfg.CleanupInterval = d
+	if cfg.CallTimeout, err = time.ParseDuration(callTimeout); err != nil || cfg.CallTimeout <= 0 {
+		return cfg, fmt.Errorf("call timeout %q: must be a positive duration such as 10m or 90s (-call-timeout, GUARDRAIL_CALL_TIMEOUT)", callTimeout)
+	}
 	if cfg.TrustedProxies, err = parseProxies(proxies); err != nil {
 		return cfg, err
 	}

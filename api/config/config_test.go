@@ -102,3 +102,30 @@ func TestTrustedProxiesSetting(t *testing.T) {
 		}
 	}
 }
+
+// -call-timeout and GUARDRAIL_CALL_TIMEOUT take a positive duration, 10m
+// when neither is set; anything else stops the service.
+func TestCallTimeoutSetting(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string // the timeout, or the error
+	}{
+		{nil, nil, "10m0s"},
+		{[]string{"-call-timeout", "90s"}, nil, "1m30s"},
+		{nil, map[string]string{"GUARDRAIL_CALL_TIMEOUT": "1h"}, "1h0m0s"},
+		{[]string{"-call-timeout", "2m"}, map[string]string{"GUARDRAIL_CALL_TIMEOUT": "1h"}, "2m0s"}, // the flag wins
+		{[]string{"-call-timeout", "0s"}, nil, `call timeout "0s": must be a positive duration`},
+		{[]string{"-call-timeout", "-1m"}, nil, `call timeout "-1m": must be a positive duration`},
+		{nil, map[string]string{"GUARDRAIL_CALL_TIMEOUT": "ten minutes"}, `call timeout "ten minutes": must be a positive duration`},
+	} {
+		cfg, err := Parse(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+		got := cfg.CallTimeout.String()
+		if err != nil {
+			got = err.Error()
+		}
+		if !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%q %v: %s, want %s", tc.args, tc.env, got, tc.want)
+		}
+	}
+}

@@ -1,5 +1,5 @@
 // Package client is a typed Go client for the policyguard HTTP API: checks,
-// tiers and usage. It uses only the standard library and imports nothing
+// metered calls, tiers and usage. It uses only the standard library and imports nothing
 // else of this module, so a program that only calls the service does not
 // compile the service in.
 //
@@ -101,6 +101,10 @@ type CheckRequest struct {
 	Feature string
 	// InputText is the prompt. The service neither stores nor logs it.
 	InputText string
+	// Tokens is the most tokens the call may use (prompt plus the
+	// completion's maximum), reserved when a tier that limits tokens
+	// admits it; 0 reserves none.
+	Tokens int64
 }
 
 // Decision is the service's answer to a check.
@@ -117,6 +121,14 @@ type Decision struct {
 	// Guardrail names the guardrail that refused, or the last that ran.
 	Guardrail string  `json:"guardrail"`
 	Windows   Windows `json:"windows"`
+	// CallID names the call an admitted check of a metered tier (one that
+	// limits tokens or concurrent calls) opened: finish it with FinishCall
+	// when the model call ends. Empty when no call was opened.
+	CallID string `json:"call_id"`
+	// Concurrency is the user's calls in flight against the tier's
+	// max_concurrent, counting this one when admitted; nil when the tier
+	// sets none.
+	Concurrency *Concurrency `json:"concurrency"`
 	// StatusCode is the answer's status: 200 admitted, 429 rate-limited,
 	// 403 not in the plan.
 	StatusCode int `json:"-"`
@@ -141,6 +153,26 @@ type Window struct {
 	Remaining int64 `json:"remaining"`
 	// Reset is the whole seconds until the window next frees a slot.
 	Reset int64 `json:"reset"`
+	// Tokens is the window's tokens; nil unless the tier limits them.
+	Tokens *WindowTokens `json:"tokens"`
+}
+
+// WindowTokens is one window's tokens under the tier's token limit.
+type WindowTokens struct {
+	Limit int64 `json:"limit"`
+	// Used is the tokens of calls finished in the window plus the
+	// reservations of calls open, this call's included when admitted.
+	Used      int64 `json:"used"`
+	Remaining int64 `json:"remaining"`
+	// Reset is the whole seconds until the oldest finished tokens in the
+	// window leave it; 0 when none are.
+	Reset int64 `json:"reset"`
+}
+
+// Concurrency is a user's calls in flight against max_concurrent.
+type Concurrency struct {
+	Limit    int64 `json:"limit"`
+	InFlight int64 `json:"in_flight"`
 }
 
 // Check asks whether req may go to the model now and, when admitted,
@@ -159,6 +191,9 @@ func (c *Client) check(ctx context.Context, req CheckRequest, dryRun bool) (Deci
 	body := map[string]any{
 		"input_text": req.InputText,
 		"context":    map[string]string{"user_id": req.UserID, "user_tier": req.Tier, "feature": req.Feature},
+	}
+	if req.Tokens != 0 {
+		body["tokens"] = req.Tokens
 	}
 	path := "/v1/check"
 	if dryRun {
@@ -196,13 +231,20 @@ func (c *Client) check(ctx context.Context, req CheckRequest, dryRun bool) (Deci
 // Tier is a subscription plan: the limits of its rolling windows and the
 // features it includes.
 type Tier struct {
-	Name              string   `json:"name"`
-	RequestsPerMinute int64    `json:"requests_per_minute"`
-	RequestsPerHour   int64    `json:"requests_per_hour"`
-	RequestsPerDay    int64    `json:"requests_per_day"`
-	BurstAllowance    int64    `json:"burst_allowance"`
-	Features          []string `json:"features"`
-	Description       string   `json:"description"`
+	Name              string `json:"name"`
+	RequestsPerMinute int64  `json:"requests_per_minute"`
+	RequestsPerHour   int64  `json:"requests_per_hour"`
+	RequestsPerDay    int64  `json:"requests_per_day"`
+	BurstAllowance    int64  `json:"burst_allowance"`
+	// TokensPerMinute, TokensPerHour and TokensPerDay limit the tokens of
+	// the tier's calls in each window, MaxConcurrent the calls a user has
+	// open at once; nil sets no limit.
+	TokensPerMinute *int64   `json:"tokens_per_minute"`
+	TokensPerHour   *int64   `json:"tokens_per_hour"`
+	TokensPerDay    *int64   `json:"tokens_per_day"`
+	MaxConcurrent   *int64   `json:"max_concurrent"`
+	Features        []string `json:"features"`
+	Description     string   `json:"description"`
 	// UpdatedAt is the time of the last change; zero for a seeded tier
 	// never changed. The service sets it; PutTier does not send it.
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
@@ -270,12 +312,25 @@ type Usage struct {
 		Hour   UsageWindow `json:"hour"`
 		Day    UsageWindow `json:"day"`
 	} `json:"windows"`
+	// CallsInFlight is the user's metered calls open now.
+	CallsInFlight int64 `json:"calls_in_flight"`
 }
 
 // UsageWindow is one window of a Usage. Limit, Remaining and Reset are set
 // only when Usage was asked with a tier.
 type UsageWindow struct {
 	Count     int64 `json:"count"`
+	Limit     int64 `json:"limit"`
+	Remaining int64 `json:"remaining"`
+	Reset     int64 `json:"reset"`
+	// Tokens is the window's tokens: Used always; Limit, Remaining and
+	// Reset when Usage was asked with a tier that limits them.
+	Tokens UsageTokens `json:"tokens"`
+}
+
+// UsageTokens is one window's tokens in a Usage.
+type UsageTokens struct {
+	Used      int64 `json:"used"`
 	Limit     int64 `json:"limit"`
 	Remaining int64 `json:"remaining"`
 	Reset     int64 `json:"reset"`
@@ -297,6 +352,47 @@ func (c *Client) Usage(ctx context.Context, userID, tier string) (Usage, error) 
 func (c *Client) ForgetUser(ctx context.Context, userID string) error {
 	_, err := c.do(ctx, http.MethodDelete, "/v1/usage/"+url.PathEscape(userID), c.adminToken, nil, nil, http.StatusNoContent)
 	return err
+}
+
+// Call is a metered call as the call routes answer it.
+type Call struct {
+	ID     string `json:"call_id"`
+	UserID string `json:"user_id"`
+	// Tokens is what the call counts once finished; 0 while open.
+	Tokens int64 `json:"tokens"`
+	// Reserved is the tokens its check reserved.
+	Reserved  int64     `json:"reserved"`
+	OpenedAt  time.Time `json:"opened_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+	// FinishedAt is when the call finished; zero while it is open.
+	FinishedAt time.Time `json:"finished_at"`
+	// Expired reports whether the service finished the call at its expiry
+	// because no finish or keepalive came in time.
+	Expired bool `json:"expired"`
+}
+
+// FinishCall finishes the call named id (Decision.CallID) with the tokens
+// it used; nil tokens lets its reservation stand as used. Finishing again
+// with the same count is no error, so a caller may retry; a different count
+// after the call finished is an *Error with status 409, an unknown id 404.
+func (c *Client) FinishCall(ctx context.Context, id string, tokens *int64) (Call, error) {
+	var body any
+	if tokens != nil {
+		body = map[string]int64{"tokens": *tokens}
+	}
+	var out Call
+	_, err := c.do(ctx, http.MethodPost, "/v1/calls/"+url.PathEscape(id)+"/finish", c.apiToken, body, &out, http.StatusOK)
+	return out, err
+}
+
+// KeepAlive moves the expiry of the open call named id to now plus the
+// service's call timeout, so a long call keeps its slot, and returns the
+// call. A finished or expired call is an *Error with status 409, an unknown
+// id 404.
+func (c *Client) KeepAlive(ctx context.Context, id string) (Call, error) {
+	var out Call
+	_, err := c.do(ctx, http.MethodPost, "/v1/calls/"+url.PathEscape(id)+"/keepalive", c.apiToken, nil, &out, http.StatusOK)
+	return out, err
 }
 
 // do sends one request with in as its JSON body (none when nil) and decodes

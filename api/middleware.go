@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"time"
@@ -17,8 +18,10 @@ type GuardConfig struct {
 	Service *policy.Service
 	// Request says who is asking for what: the user id, tier and feature
 	// of an incoming request, read however the application knows them (a
-	// session, a header, the route). Empty fields take the service's
-	// defaults, as in POST /v1/check. Required. An error it returns goes to
+	// session, a header, the route), and for a tier that meters calls the
+	// tokens the handler's model call may use (Request.Tokens, reserved at
+	// admission). Empty fields take the service's defaults, as in POST
+	// /v1/check. Required. An error it returns goes to
 	// ErrorHandler, so returning echo.ErrUnauthorized answers 401.
 	Request func(c echo.Context) (policy.Request, error)
 	// Skipper leaves the requests it returns true for unguarded (default:
@@ -38,20 +41,37 @@ type GuardConfig struct {
 	// POST /v1/check does; serve them with Metrics.Handler. Requests whose
 	// Request function failed never became checks and are not counted.
 	Metrics *Metrics
+	// FinishError, when set, is told of a call Guard could not finish
+	// (storage failed): the service then finishes it at its expiry, with
+	// its reservation. By default such a failure is dropped.
+	FinishError func(err error, c echo.Context)
 }
 
 // guardDecisionKey is where Guard leaves the decision in the echo.Context.
 const guardDecisionKey = "policyguard.decision"
 
+// guardTokensKey is where ReportTokens leaves the handler's count.
+const guardTokensKey = "policyguard.tokens"
+
+// finishTimeout bounds the finish of a guarded call, which runs after the
+// request's own context may have ended.
+const finishTimeout = 5 * time.Second
 // Guard returns Echo middleware that runs each request through the
 // service's guardrail chain before the handler, as POST /v1/check would:
 // an admitted request reaches the handler with the rate-limit header
 // fields set and is recorded; a refused one is answered 429 (with
 // Retry-After) or 403, with the same body and header fields as a check,
 // and never reaches the handler. The handler can read the decision with
-// GuardDecision. Guard panics if Service or Request is missing, as a
-// mistake in the program rather than in a request. The middleware is safe
-// for concurrent use.
+// GuardDecision.
+//
+// Under a tier that meters calls, an admitted request opens a call that
+// Guard finishes when the handler returns, whether it returned an error or
+// panicked: with the tokens the handler reported through ReportTokens, or
+// else with the reservation (Request.Tokens). A dry run opens no call.
+//
+// Guard panics if Service or Request is missing, as a mistake in the
+// program rather than in a request. The middleware is safe for concurrent
+// use.
 func Guard(cfg GuardConfig) echo.MiddlewareFunc {
 	if cfg.Service == nil || cfg.Request == nil {
 		panic("api.Guard: GuardConfig needs a Service and a Request function")
@@ -81,6 +101,9 @@ func Guard(cfg GuardConfig) echo.MiddlewareFunc {
 						return writeDecision(c, &d)
 					}
 					setDecisionHeaders(c.Response().Header(), &d)
+					if d.CallID != "" {
+						defer finishGuarded(cfg, c, d.CallID)
+					}
 					return next(c)
 				}
 			}
@@ -91,6 +114,33 @@ func Guard(cfg GuardConfig) echo.MiddlewareFunc {
 		}
 	}
 }
+
+// finishGuarded finishes the call Guard opened for c's request with the
+// count the handler reported, or its reservation. It runs even when the
+// handler panicked or the client went away, so the slot is freed at once
+// instead of at the call's expiry.
+func finishGuarded(cfg GuardConfig, c echo.Context, id string) {
+	var tokens *int64
+	if n, ok := c.Get(guardTokensKey).(int64); ok {
+		tokens = &n
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), finishTimeout)
+	defer cancel()
+	before := cfg.Service.Now()
+	call, err := cfg.Service.FinishCall(ctx, id, tokens)
+	if cfg.Metrics != nil {
+		cfg.Metrics.observeFinish(&call, err, before)
+	}
+	if err != nil && cfg.FinishError != nil {
+		cfg.FinishError(err, c)
+	}
+}
+
+// ReportTokens tells Guard how many tokens the guarded handler's model call
+// used, for the finish of its call: the last count reported counts. A
+// handler that reports none leaves its reservation as used. It does nothing
+// for a request Guard opened no call for.
+func ReportTokens(c echo.Context, n int64) { c.Set(guardTokensKey, n) }
 
 // GuardDecision returns the decision Guard made for c's request, and false
 // when Guard did not decide it (skipped, or undecided and let through).

@@ -56,6 +56,48 @@ func agentBacksOff(t testing.TB) {
 	}
 }
 
+// A metered call that is never finished and expires: the agent crashed
+// between its check and its finish. Its slot stays taken, so a second call
+// is refused, until the call timeout passes on the guard's clock; the next
+// check then finds the slot free, and the expired call counted its
+// reservation.
+func Example_expiredCall() {
+	runExample(callExpires)
+	// Output:
+	// first call admitted: 1 of 1 in flight
+	// second call refused: concurrent call limit exceeded (retry after 1s)
+	// after 10m0s: admitted, 1 of 1 in flight, 1000 tokens used this hour
+}
+
+func callExpires(t testing.TB) {
+	one, tokens := int64(1), int64(100000)
+	g := guardtest.New(t, guardtest.WithCallTimeout(10*time.Minute), guardtest.WithTiers(client.Tier{
+		Name: "solo", RequestsPerMinute: 10, RequestsPerHour: 100, RequestsPerDay: 1000,
+		TokensPerHour: &tokens, MaxConcurrent: &one,
+	}))
+	pg := g.Client()
+	ctx := context.Background()
+	req := client.CheckRequest{UserID: "bob", Tier: "solo", Tokens: 500}
+
+	d, err := pg.Check(ctx, req)
+	if err != nil || !d.Allowed {
+		t.Fatalf("first check: %+v %v", d, err)
+	}
+	t.Logf("first call admitted: %d of %d in flight", d.Concurrency.InFlight, d.Concurrency.Limit)
+	// The agent never finishes d.CallID.
+	if d, err = pg.Check(ctx, req); err != nil || d.Allowed {
+		t.Fatalf("second check: %+v %v", d, err)
+	}
+	t.Logf("second call refused: %s (retry after %ds)", d.Reason, d.RetryAfter)
+
+	g.Clock().Advance(10 * time.Minute)
+	if d, err = pg.Check(ctx, req); err != nil || !d.Allowed {
+		t.Fatalf("check after the timeout: %+v %v", d, err)
+	}
+	t.Logf("after %s: admitted, %d of %d in flight, %d tokens used this hour",
+		10*time.Minute, d.Concurrency.InFlight, d.Concurrency.Limit, d.Windows.Hour.Tokens.Used)
+}
+
 // runExample gives f the testing.TB an Example has none of, and runs its
 // cleanups when f returns.
 func runExample(f func(t testing.TB)) {

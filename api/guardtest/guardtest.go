@@ -53,6 +53,7 @@ type options struct {
 	defaultTier string
 	apiToken    string
 	start       time.Time
+	callTimeout time.Duration
 }
 
 // WithTiers creates or replaces tiers before the service starts, as
@@ -80,6 +81,11 @@ func WithDefaultTier(name string) Option { return func(o *options) { o.defaultTi
 // Guard's Client carries it.
 func WithAPIToken(token string) Option { return func(o *options) { o.apiToken = token } }
 
+// WithCallTimeout sets how long a metered call stays open without a finish
+// or keepalive before the service finishes it with its reservation, as
+// -call-timeout does (default 10m). Expiry follows the guard's clock.
+func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
+
 // WithStart sets the clock's first reading (default the current time).
 func WithStart(t time.Time) Option { return func(o *options) { o.start = t } }
 
@@ -88,7 +94,7 @@ func WithStart(t time.Time) Option { return func(o *options) { o.start = t } }
 // with t.Fatal.
 func New(t testing.TB, opts ...Option) *Guard {
 	t.Helper()
-	o := options{defaultTier: policy.DefaultTierName, start: time.Now()}
+	o := options{defaultTier: policy.DefaultTierName, start: time.Now(), callTimeout: policy.DefaultCallTimeout}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -102,7 +108,11 @@ func New(t testing.TB, opts ...Option) *Guard {
 		t.Fatalf("guardtest: %v", err)
 	}
 	t.Cleanup(func() { store.Close() })
-	svc := policy.NewService(store, store, policy.WithDefaultTier(o.defaultTier), policy.WithClock(clock.Now))
+	if o.callTimeout <= 0 {
+		t.Fatalf("guardtest: call timeout %v: must be positive", o.callTimeout)
+	}
+	svc := policy.NewService(store, store, policy.WithDefaultTier(o.defaultTier), policy.WithClock(clock.Now),
+		policy.WithCallTimeout(o.callTimeout))
 	tiers, err := o.readTiers()
 	if err != nil {
 		t.Fatalf("guardtest: %v", err)

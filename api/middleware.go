@@ -56,6 +56,7 @@ const guardTokensKey = "policyguard.tokens"
 // finishTimeout bounds the finish of a guarded call, which runs after the
 // request's own context may have ended.
 const finishTimeout = 5 * time.Second
+
 // Guard returns Echo middleware that runs each request through the
 // service's guardrail chain before the handler, as POST /v1/check would:
 // an admitted request reaches the handler with the rate-limit header

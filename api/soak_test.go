@@ -204,7 +204,10 @@ func sampleMemory() memSample {
 // grow, p99 stayed within SoakP99, every admission was recorded and every
 // recording was answered 200 (lost: 0), and no window ever held more
 // admitted requests than the ceiling reported when each was admitted
-// (over-admitted: 0).
+// (over-admitted: 0). Beside them, metered clients check under a tier with
+// max_concurrent and token limits, several calls per user at once, finish
+// most calls and abandon a few to expire; no answer and no usage read ever
+// shows more calls in flight or more tokens than the limits allow.
 func TestSoak(t *testing.T) {
 	if *soakFor <= 0 {
 		t.Skip("run with -soak=30s")
@@ -213,7 +216,7 @@ func TestSoak(t *testing.T) {
 	e := newGuardEnv(t, api.Config{})
 	sim := &simClock{start: t0, began: time.Now(), speed: 4000}
 	logs := &errorWatch{}
-	e.svc = policy.NewService(e.store, e.requests, policy.WithClock(sim.Now))
+	e.svc = policy.NewService(e.store, e.requests, policy.WithClock(sim.Now), policy.WithCallTimeout(soakCallTimeout))
 	e.cfg.Service, e.cfg.Logger = e.svc, slog.New(slog.NewJSONHandler(logs, nil))
 	e.srv = api.NewServer(e.cfg)
 	srv := httpServer(t, e.srv)
@@ -225,6 +228,7 @@ func TestSoak(t *testing.T) {
 	}
 	e.putTier("soak-fixed", fixed)
 	e.putTier("soak-edit", edits[0])
+	e.putTier(soakMeteredTier, soakMeteredLimits)
 
 	const clients, hot, warm, cold = 16, 5, 45, 450
 	users := make([]*soakUser, hot+warm+cold)
@@ -243,6 +247,9 @@ func TestSoak(t *testing.T) {
 	}
 	e.requests.onRecord = func(user string, at time.Time) {
 		u := byName[user]
+		if u == nil {
+			return // a metered user: runMeteredSoak checks those
+		}
 		u.pendingMu.Lock()
 		u.pending = append(u.pending, at)
 		u.pendingMu.Unlock()
@@ -299,6 +306,7 @@ func TestSoak(t *testing.T) {
 		}
 	}()
 
+	metered := runMeteredSoak(ctx, &bg, srv.URL, 4, problem)
 	lat := &latencies{}
 	var workers sync.WaitGroup
 	for w := range clients {
@@ -424,7 +432,7 @@ func TestSoak(t *testing.T) {
 			t.Errorf("%s: %d admitted in the last day; the store counts %d and holds %d", u.name, inDay, got, held)
 		}
 	}
-	if got, want := e.requests.recorded.Load(), admitted.Load(); got != want {
+	if got, want := e.requests.recorded.Load(), admitted.Load()+metered.admitted.Load(); got != want {
 		t.Errorf("%d answered 200, %d recorded", want, got)
 	}
 
@@ -455,6 +463,11 @@ func TestSoak(t *testing.T) {
 		}
 		t.Logf("memory, middle third → last third (peaks): heap %s → %s, RSS %s → %s, goroutines %d → %d",
 			mib(midHeap), mib(endHeap), mib(midRSS), mib(endRSS), midG, endG)
+	}
+	t.Logf("metered: %d admitted, %d refused, %d finished, %d abandoned to expire, %d usage reads; over-admitted %d",
+		metered.admitted.Load(), metered.refused.Load(), metered.finished.Load(), metered.abandoned.Load(), metered.usages.Load(), metered.overAdmitted.Load())
+	if metered.admitted.Load() == 0 || metered.refused.Load() == 0 || metered.finished.Load() == 0 {
+		t.Errorf("the metered load admitted %d, refused %d and finished %d: each must happen", metered.admitted.Load(), metered.refused.Load(), metered.finished.Load())
 	}
 	t.Logf("soak: %d clients for %v (%.1f simulated days): %d checks (%d admitted, %d refused, %d dry runs), %d usage look-ups, %d tier edits, %d old rows deleted by the cleanup job; p50 %v, p99 %v, max %v; over-admitted %d, lost %d",
 		clients, duration, elapsedSim.Hours()/24, checks.Load(), admitted.Load(), refused.Load(), dryRuns.Load(), usages.Load(), tierEdits.Load(), deleted.Load(), p50, p99, pmax, overAdmitted, lost)

@@ -49,7 +49,7 @@ func TestMeteredCallsAPI(t *testing.T) {
 		{name: "check: tokens null", method: "POST", path: "/v1/check", body: `{"context":{"user_id":"mu","user_tier":"meter"},"tokens":null}`, status: 400, want: `tokens must be an integer`},
 		{name: "check: tokens an object", method: "POST", path: "/v1/check", body: `{"context":{"user_id":"mu","user_tier":"meter"},"tokens":{"n":1}}`, status: 400, want: `tokens must be an integer`},
 		{name: "check: unmetered tier has a null call id", method: "POST", path: "/v1/check", body: `{"context":{"user_id":"pu","user_tier":"plain"},"tokens":5}`, status: 200,
-			want: `"guardrail":"rate_limiter","windows":{"minute":{"limit":100,"remaining":99,"reset":60},"hour":{"limit":1000,"remaining":999,"reset":3600},"day":{"limit":1000,"remaining":999,"reset":86400}},"call_id":null}`,
+			want:   `"guardrail":"rate_limiter","windows":{"minute":{"limit":100,"remaining":99,"reset":60},"hour":{"limit":1000,"remaining":999,"reset":3600},"day":{"limit":1000,"remaining":999,"reset":86400}},"call_id":null}`,
 			header: map[string]string{"X-RateLimit-Limit-Tokens": "", "X-RateLimit-Remaining-Tokens": "", "X-RateLimit-Reset-Tokens": ""}},
 		{name: "check: metered admission opens a call", method: "POST", path: "/v1/check", body: `{"context":{"user_id":"mu","user_tier":"meter"},"tokens":600}`, status: 200,
 			want: `"windows":{"minute":{"limit":100,"remaining":99,"reset":60,"tokens":{"limit":1000,"used":600,"remaining":400,"reset":0}},"hour":{"limit":1000,"remaining":999,"reset":3600,"tokens":{"limit":5000,"used":600,"remaining":4400,"reset":0}},"day":{"limit":1000,"remaining":999,"reset":86400}},"call_id":"`,

@@ -37,7 +37,7 @@ var soakMeteredLimits = fmt.Sprintf(`{"requests_per_minute":1000,"requests_per_h
 // meteredSoak counts what the metered clients saw.
 type meteredSoak struct {
 	admitted, refused, finished, abandoned, usages atomic.Int64
-	overAdmitted                                  atomic.Int64
+	overAdmitted                                   atomic.Int64
 
 	mu   sync.Mutex
 	open map[string]map[string]time.Time // user -> call id -> when the client learnt of it (real time)

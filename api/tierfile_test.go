@@ -155,3 +155,36 @@ func TestDescribeTierChange(t *testing.T) {
 		}
 	}
 }
+
+// The metering limits go through a tiers file and back: set ones as
+// numbers, unset ones as null, and an entry that leaves them out sets none.
+func TestTiersFileMeteringRoundTrip(t *testing.T) {
+	n := func(v int64) *int64 { return &v }
+	tiers := []policy.Tier{{Name: "metered", RequestsPerMinute: 10, RequestsPerHour: 100, RequestsPerDay: 1000, Features: []string{},
+		TokensPerMinute: n(5000), TokensPerDay: n(0), MaxConcurrent: n(3)}}
+	var buf bytes.Buffer
+	if err := api.WriteTiersFile(&buf, tiers); err != nil {
+		t.Fatal(err)
+	}
+	if want := `"tokens_per_minute": 5000,
+      "tokens_per_hour": null,
+      "tokens_per_day": 0,
+      "max_concurrent": 3,`; !strings.Contains(buf.String(), want) {
+		t.Fatalf("file:\n%s\nwant it to hold\n%s", buf.String(), want)
+	}
+	read, err := api.ReadTiersFile(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(read) != 1 || !policy.SameLimits(&read[0], &tiers[0]) {
+		t.Fatalf("read back %+v, want %+v", read, tiers)
+	}
+	read, err = api.ReadTiersFile(strings.NewReader(`{"tiers":[{"name":"plain","requests_per_minute":1,"requests_per_hour":1,"requests_per_day":1,"burst_allowance":0}]}`))
+	if err != nil || read[0].Metered() {
+		t.Fatalf("an entry without metering limits: %+v %v", read, err)
+	}
+	_, err = api.ReadTiersFile(strings.NewReader(`{"tiers":[{"name":"bad","requests_per_minute":1,"requests_per_hour":1,"requests_per_day":1,"burst_allowance":0,"tokens_per_hour":-1,"max_concurrent":"two"}]}`))
+	if err == nil || !strings.Contains(err.Error(), "tokens_per_hour must be an integer from 0 to 2147483647") || !strings.Contains(err.Error(), "max_concurrent must be an integer from 0 to 2147483647") {
+		t.Fatalf("bad metering limits: %v", err)
+	}
+}

@@ -1,0 +1,63 @@
+package web_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// The tier form carries the metering limits: a number sets one, an empty
+// field means no limit, and a bad value is refused beside its field with
+// the JSON API's words. The audit log names what changed.
+func TestAdminPageMeteringLimits(t *testing.T) {
+	e := newPageEnv(t)
+	b := e.signIn()
+
+	form := pageTierForm(e.tier("free"))
+	form.Set("tokens_per_minute", " 1000 ")
+	form.Set("tokens_per_hour", "")
+	form.Set("max_concurrent", "2")
+	b.follow(b.post("/admin/tiers/free", form), "/admin")
+	got := e.tier("free")
+	if got.TokensPerMinute == nil || *got.TokensPerMinute != 1000 || got.MaxConcurrent == nil || *got.MaxConcurrent != 2 ||
+		got.TokensPerHour != nil || got.TokensPerDay != nil {
+		t.Fatalf("stored %+v, want 1000 tokens a minute, 2 at once and nothing else", got)
+	}
+	edit := parsePage(t, b.get("/admin/tiers/free"), http.StatusOK)
+	for label, want := range map[string]string{"Tokens per minute": "1000", "Tokens per hour": "", "Tokens per day": "", "Max concurrent calls": "2"} {
+		if got := pageValue(edit.control(label)); got != want {
+			t.Errorf("edit form %s %q, want %q", label, got, want)
+		}
+	}
+	page := b.get("/admin").Body.String()
+	for _, want := range []string{"tokens_per_minute: none → 1,000", "max_concurrent: none → 2"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the audit log does not say %q", want)
+		}
+	}
+
+	// Emptied, the field sets no limit again.
+	form = pageTierForm(e.tier("free"))
+	form.Set("tokens_per_minute", "")
+	form.Set("max_concurrent", "2")
+	b.follow(b.post("/admin/tiers/free", form), "/admin")
+	if got := e.tier("free"); got.TokensPerMinute != nil || got.MaxConcurrent == nil {
+		t.Fatalf("stored %+v, want no token limit and 2 at once", got)
+	}
+
+	for _, bad := range []struct{ field, value string }{
+		{"tokens_per_minute", "ten"}, {"tokens_per_hour", "-1"}, {"tokens_per_day", "1.5"}, {"max_concurrent", "2147483648"},
+	} {
+		before := e.tier("free")
+		form := pageTierForm(before)
+		form.Set(bad.field, bad.value)
+		doc := parsePage(t, b.post("/admin/tiers/free", form), http.StatusBadRequest)
+		id := "tier-" + strings.ReplaceAll(bad.field, "_", "-")
+		if got, want := doc.text(id+"-error"), bad.field+" must be an integer from 0 to 2147483647"; got != want {
+			t.Errorf("%s %q: beside the field %q, want %q", bad.field, bad.value, got, want)
+		}
+		if after := e.tier("free"); !after.UpdatedAt.Equal(before.UpdatedAt) {
+			t.Errorf("%s %q changed the tier", bad.field, bad.value)
+		}
+	}
+}

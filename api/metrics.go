@@ -162,7 +162,8 @@ func (m *Metrics) callsInFlight() float64 {
 // observeFinish counts one finish of call: those that found the call open,
 // with its tokens, or expired. before is the service clock as the finish
 // began: a call finished before it was finished by an earlier request,
-// and this one is a retry.
+// and this one is a retry. (A retry at the very microsecond of the first
+// finish, which only a stopped test clock allows, counts again.)
 func (m *Metrics) observeFinish(call *policy.Call, err error, before time.Time) {
 	switch {
 	case err != nil:

@@ -1,7 +1,7 @@
-// Package api is the HTTP face of the guardrail service: the check endpoint,
-// the admin JSON API for tiers and usage, and health. It serves the admin
-// page of package web on the same Echo instance, behind the same
-// middleware.
+// Package api is the HTTP face of the guardrail service: the check endpoint
+// and the routes that finish and keep alive metered calls, the admin JSON
+// API for tiers and usage, and health. It serves the admin page of package
+// web on the same Echo instance, behind the same middleware.
 package api
 
 import (

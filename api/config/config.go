@@ -84,7 +84,7 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	fs.StringVar(&cfg.LogFormat, "log-format", env("GUARDRAIL_LOG_FORMAT", "text"), "log format: text or json (GUARDRAIL_LOG_FORMAT)")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", env("GUARDRAIL_METRICS_ADDR", ""), "serve GET /metrics on this address instead of the API's (GUARDRAIL_METRICS_ADDR)")
 	fs.BoolVar(&cfg.FailOpen, "fail-open", false, "admit checks when storage fails instead of refusing them with 503; each is counted and logged (GUARDRAIL_FAIL_OPEN)")
-	fs.StringVar(&cfg.APIToken, "api-token", "", "bearer token every POST /v1/check must carry; empty leaves checks open (GUARDRAIL_API_TOKEN)")
+	fs.StringVar(&cfg.APIToken, "api-token", "", "bearer token every POST /v1/check and call route (/v1/calls/...) must carry; empty leaves them open (GUARDRAIL_API_TOKEN)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", env("GUARDRAIL_TLS_CERT", ""), "serve HTTPS with this PEM certificate (chain); needs -tls-key (GUARDRAIL_TLS_CERT)")
 	fs.StringVar(&cfg.TLSKey, "tls-key", env("GUARDRAIL_TLS_KEY", ""), "PEM private key of -tls-cert (GUARDRAIL_TLS_KEY)")
 	fs.BoolVar(&cfg.TestClock, "test-clock", false, "for tests: run on a clock that moves only through POST /v1/test/clock; loopback addresses only (GUARDRAIL_TEST_CLOCK)")

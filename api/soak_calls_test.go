@@ -18,10 +18,10 @@ import (
 // at most their reservation after a moment and abandoning a few to expire.
 const (
 	soakMeteredTier  = "soak-metered"
-	soakMaxConc      = 3
-	soakTokensMinute = 4000
-	soakTokensHour   = 60000
-	soakMeteredUsers = 6
+	soakMaxConc      = 2
+	soakTokensMinute = 1500
+	soakTokensHour   = 6000
+	soakMeteredUsers = 2
 	// soakCallTimeout is the service's call timeout in the soak: two
 	// simulated hours, under two seconds of real time at the soak's speed.
 	soakCallTimeout = 2 * time.Hour

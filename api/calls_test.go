@@ -158,3 +158,34 @@ func TestCallRoutesNeedTheAPIToken(t *testing.T) {
 		}
 	}
 }
+
+// The token header fields describe the tightest token window, the one with
+// the fewest tokens remaining (the shorter on a tie), and only a tier with
+// token limits has them; max_concurrent alone adds concurrency and no
+// token state.
+func TestTokenHeaders(t *testing.T) {
+	e := newEnv(t)
+	limits := `"requests_per_minute":100,"requests_per_hour":1000,"requests_per_day":1000,"burst_allowance":0`
+	e.putTier("hourly", `{`+limits+`,"tokens_per_minute":1000,"tokens_per_hour":500}`)
+	e.putTier("tie", `{`+limits+`,"tokens_per_hour":800,"tokens_per_day":800}`)
+	e.putTier("slots", `{`+limits+`,"max_concurrent":1}`)
+	for _, tc := range []struct {
+		tier                    string
+		limit, remaining, reset string
+		want                    string
+	}{
+		{"hourly", "500", "200", "0", `"hour":{"limit":1000,"remaining":999,"reset":3600,"tokens":{"limit":500,"used":300,"remaining":200,"reset":0}}`},
+		{"tie", "800", "500", "0", `"day":{"limit":1000,"remaining":999,"reset":86400,"tokens":{"limit":800,"used":300,"remaining":500,"reset":0}}`},
+		{"slots", "", "", "", `"windows":{"minute":{"limit":100,"remaining":99,"reset":60},"hour":{"limit":1000,"remaining":999,"reset":3600},"day":{"limit":1000,"remaining":999,"reset":86400}},"call_id":"`},
+	} {
+		rec := e.do(http.MethodPost, "/v1/check", `{"context":{"user_id":"h-`+tc.tier+`","user_tier":"`+tc.tier+`"},"tokens":300}`, false)
+		if rec.Code != 200 || !strings.Contains(rec.Body.String(), tc.want) {
+			t.Errorf("%s: %d %s, want %s", tc.tier, rec.Code, rec.Body, tc.want)
+		}
+		for k, want := range map[string]string{"X-RateLimit-Limit-Tokens": tc.limit, "X-RateLimit-Remaining-Tokens": tc.remaining, "X-RateLimit-Reset-Tokens": tc.reset} {
+			if got := rec.Header().Get(k); got != want {
+				t.Errorf("%s: %s %q, want %q", tc.tier, k, got, want)
+			}
+		}
+	}
+}

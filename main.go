@@ -98,7 +98,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	metrics := api.NewMetrics(nil)
 	tiers, requests := metrics.MeterStorage(store, store)
-	svc := policy.NewService(tiers, requests, policy.WithDefaultTier(cfg.DefaultTier), policy.WithClock(now))
+	svc := policy.NewService(tiers, requests, policy.WithDefaultTier(cfg.DefaultTier), policy.WithClock(now),
+		policy.WithStats(store, store))
 	if _, err := store.Tier(ctx, cfg.DefaultTier); err != nil {
 		return fmt.Errorf("default tier %q does not exist in %s", cfg.DefaultTier, cfg.DBPath)
 	}
@@ -122,6 +123,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		FailOpen:       cfg.FailOpen,
 		TrustedProxies: cfg.TrustedProxies,
 		TestClock:      testClock,
+		Sessions:       store,
 	}), tlsCfg, handler)
 	if cfg.MetricsAddr != "" {
 		// Metrics on their own address can stay inside the network while

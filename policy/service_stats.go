@@ -13,6 +13,10 @@ func WithStats(stats StatsStore, counter CheckCounter) Option {
 	return func(s *Service) { s.stats, s.counter = stats, counter }
 }
 
+// KeepsStats reports whether the service counts checks and reads the
+// figures of the overview (see WithStats).
+func (s *Service) KeepsStats() bool { return s.stats != nil }
+
 // StatsPeriod is a span of time ending now, cut into buckets.
 type StatsPeriod struct {
 	Name   string // "hour" or "day"

@@ -96,6 +96,7 @@ type adminView struct {
 	Tier       string           // delete: the tier in question
 	CanDelete  bool             // delete
 	Usage      *adminUsageView  // usage
+	Overview   *adminOverview   // overview
 	Message    string           // error
 }
 
@@ -116,6 +117,7 @@ func (a *Admin) Register(e *echo.Echo) {
 	g.GET("/tiers/:name", a.handleTierPage, signedIn...)
 	g.GET("/tiers/:name/delete", a.handleDeletePage, signedIn...)
 	g.GET("/usage", a.handleUsagePage, signedIn...)
+	g.GET("/overview", a.handleOverviewPage, signedIn...)
 
 	forms := []echo.MiddlewareFunc{a.requireSession, a.requireCSRF}
 	g.POST("/logout", a.handleLogout, forms...)

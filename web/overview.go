@@ -15,9 +15,9 @@ import (
 // adminOverview is the overview page: per tier with traffic, what its
 // checks did over the last hour and the last day, and the top users.
 type adminOverview struct {
-	AsOf    string
-	Tiers   []adminTierTraffic
-	Top     []adminTopList // the last hour's, then the last day's
+	AsOf  string
+	Tiers []adminTierTraffic
+	Top   []adminTopList // the last hour's, then the last day's
 }
 
 type adminTopList struct {
@@ -48,9 +48,9 @@ type adminColumn struct {
 }
 
 type adminStatsRow struct {
-	Time, ISO          string
-	Admitted, Refused  int64
-	Cells              []adminCell
+	Time, ISO         string
+	Admitted, Refused int64
+	Cells             []adminCell
 }
 
 type adminCell struct {

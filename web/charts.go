@@ -66,6 +66,8 @@ type chartView struct {
 	Rects                    []chartRect
 	YTicks, XTicks           []chartTick
 	Lines                    []chartLine
+	// Above lists the limits too far above the bars to draw.
+	Above []string
 }
 
 type chartRect struct {
@@ -127,8 +129,12 @@ func newChart(id, label string, series []chartSeries, bars []chartBar, tickEvery
 	for _, l := range limits {
 		if l.Value <= 2*top || l.Value == lowest {
 			drawn = append(drawn, l)
-			top = max(top, l.Value)
+		} else {
+			v.Above = append(v.Above, l.Label+" (above the chart)")
 		}
+	}
+	for _, l := range drawn {
+		top = max(top, l.Value)
 	}
 	scaleMax := niceCeil(top)
 	plotH := v.Bottom - v.Top

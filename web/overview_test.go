@@ -163,7 +163,9 @@ func TestOverviewMatchesCheckAnswers(t *testing.T) {
 		}
 	}
 	// The top users link to their page, which shows their day.
-	links := doc.find(func(n *html.Node) bool { return n.Data == "a" && strings.HasPrefix(pageAttr(n, "href"), "/admin/usage?") })
+	links := doc.find(func(n *html.Node) bool {
+		return n.Data == "a" && strings.HasPrefix(pageAttr(n, "href"), "/admin/usage?")
+	})
 	if len(links) == 0 {
 		t.Fatal("no top user links")
 	}

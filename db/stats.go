@@ -27,6 +27,10 @@ type countKey struct {
 // for the share of a limit the overview shows. It is safe for concurrent
 // use.
 type checkCounts struct {
+	// flushed is when the writer last stored counts; only its goroutine
+	// touches it.
+	flushed time.Time
+
 	mu       sync.Mutex
 	pending  map[countKey]int64
 	spare    map[countKey]int64 // the map flushed last, emptied, for reuse
@@ -37,9 +41,10 @@ func newCheckCounts() *checkCounts {
 	return &checkCounts{pending: make(map[countKey]int64), spare: make(map[countKey]int64), lastTier: make(map[string]string)}
 }
 
-// CountCheck implements policy.CheckCounter. The count is stored with the
-// writer's next commit, or within a second when nothing else is written; a
-// crash loses the counts of at most that last second.
+// CountCheck implements policy.CheckCounter. The count is stored by the
+// writer's first commit a second or more after the last that stored counts,
+// or by the flush each second when nothing else is written, and by Close: a
+// crash loses the counts of about the last second.
 func (s *Store) CountCheck(at time.Time, user, tier, reason string) {
 	c := s.counts
 	k := countKey{minute: at.Unix() / 60, tier: tier, reason: reason}
@@ -65,12 +70,23 @@ func (s *Store) LastTier(user string) (string, bool) {
 	return t, ok
 }
 
-// take returns the pending counts, nil when there are none, and starts
-// a new set.
-func (c *checkCounts) take() map[countKey]int64 {
+// countsFlushInterval is how often commits store counts: a commit that
+// stores them writes, which a refused check's commit otherwise does not, so
+// at most one commit a second pays for it.
+const countsFlushInterval = time.Second
+
+// take returns the pending counts, nil when there are none or when the last
+// were taken less than countsFlushInterval ago (unless force), and starts a
+// new set.
+func (c *checkCounts) take(force bool) map[countKey]int64 {
 	if c == nil {
 		return nil
 	}
+	now := time.Now()
+	if !force && now.Sub(c.flushed) < countsFlushInterval {
+		return nil
+	}
+	c.flushed = now
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.pending) == 0 {
@@ -163,7 +179,10 @@ func (s *Store) flushCountsEvery(ctx context.Context, interval time.Duration) {
 // FlushCounts stores the pending counts of checks now, in a transaction of
 // the writer's.
 func (s *Store) FlushCounts(ctx context.Context) error {
-	return s.writer.do(ctx, func(*writeTx) error { return nil }) // every commit flushes
+	return s.writer.do(ctx, func(tx *writeTx) error {
+		tx.w.counts.flushed = time.Time{} // this commit stores them
+		return nil
+	})
 }
 
 // Stats implements policy.StatsStore. Check counts come from check_counts,

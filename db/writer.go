@@ -302,7 +302,7 @@ func (w *writer) try(tx *writeTx, batch []*job) (int, error) {
 			return i, err
 		}
 	}
-	taken := w.counts.take()
+	taken := w.counts.take(false)
 	if taken != nil {
 		if err := flushCounts(tx, taken); err != nil {
 			w.counts.settle(taken, false)

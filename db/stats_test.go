@@ -96,9 +96,13 @@ func TestTopUsersAndUserRequests(t *testing.T) {
 			admit(t, s, "early", at)
 		}
 	}
-	top, err := s.TopUsers(ctx, t0.Add(10*time.Minute), 10)
+	lists, err := s.TopUsers(ctx, []time.Time{t0.Add(10 * time.Minute), t0.Add(-time.Minute)}, 10)
 	if err != nil {
 		t.Fatal(err)
+	}
+	top := lists[0]
+	if all := lists[1]; len(all) != 3 || all[0] != (policy.UserRequests{UserID: "heavy", Requests: 30}) || all[2] != (policy.UserRequests{UserID: "early", Requests: 5}) {
+		t.Errorf("top since the start: %+v", all)
 	}
 	want := []policy.UserRequests{{UserID: "heavy", Requests: 19}, {UserID: "medium", Requests: 9}}
 	if len(top) != len(want) {
@@ -109,8 +113,8 @@ func TestTopUsersAndUserRequests(t *testing.T) {
 			t.Errorf("top[%d] = %+v, want %+v", i, top[i], want[i])
 		}
 	}
-	if top, _ := s.TopUsers(ctx, t0.Add(-time.Minute), 1); len(top) != 1 || top[0].UserID != "heavy" || top[0].Requests != 30 {
-		t.Errorf("top 1 = %+v", top)
+	if lists, _ := s.TopUsers(ctx, []time.Time{t0.Add(-time.Minute)}, 1); len(lists) != 1 || len(lists[0]) != 1 || lists[0][0].UserID != "heavy" || lists[0][0].Requests != 30 {
+		t.Errorf("top 1 = %+v", lists)
 	}
 	buckets, err := s.UserRequests(ctx, "medium", t0, t0.Add(30*time.Minute), 10*time.Minute)
 	if err != nil {

@@ -121,39 +121,52 @@ type TopUser struct {
 	Window Window
 }
 
-// TopUsers returns the n users with the most requests recorded in the
-// period, most first, each with the share of their tightest limit used.
-func (s *Service) TopUsers(ctx context.Context, p StatsPeriod, n int) ([]TopUser, error) {
+// TopUsers returns, for each of one or two periods, the n users with the
+// most requests recorded in it, most first, each with the share of their
+// tightest limit used now.
+func (s *Service) TopUsers(ctx context.Context, periods []StatsPeriod, n int) ([][]TopUser, error) {
 	if s.stats == nil {
 		return nil, Errorf(EUNAVAILABLE, "this service keeps no statistics")
 	}
 	now := s.now()
-	users, err := s.stats.TopUsers(ctx, now.Add(-p.Length), n)
+	from := make([]time.Time, len(periods))
+	for i, p := range periods {
+		from[i] = now.Add(-p.Length)
+	}
+	lists, err := s.stats.TopUsers(ctx, from, n)
 	if err != nil {
 		return nil, err
 	}
 	tiers := make(map[string]*Tier)
-	out := make([]TopUser, len(users))
-	for i, u := range users {
-		tu := TopUser{UserID: u.UserID, Requests: u.Requests, Share: -1}
-		tu.Tier = s.UserTier(u.UserID)
-		t, ok := tiers[tu.Tier]
-		if !ok {
-			if tt, err := s.tiers.Tier(ctx, tu.Tier); err == nil {
-				t = &tt
-			} else if ErrorCode(err) != ENOTFOUND {
-				return nil, err
+	shares := make(map[string]TopUser) // by user: the share is the same in every list
+	out := make([][]TopUser, len(lists))
+	for li, users := range lists {
+		out[li] = make([]TopUser, len(users))
+		for i, u := range users {
+			tu, ok := shares[u.UserID]
+			if !ok {
+				tu = TopUser{UserID: u.UserID, Share: -1, Tier: s.UserTier(u.UserID)}
+				t, known := tiers[tu.Tier]
+				if !known {
+					if tt, err := s.tiers.Tier(ctx, tu.Tier); err == nil {
+						t = &tt
+					} else if ErrorCode(err) != ENOTFOUND {
+						return nil, err
+					}
+					tiers[tu.Tier] = t
+				}
+				if t != nil {
+					states, err := s.limiter.Usage(ctx, u.UserID, t, now)
+					if err != nil {
+						return nil, err
+					}
+					tu.Share, tu.Window = TightestShare(states)
+				}
+				shares[u.UserID] = tu
 			}
-			tiers[tu.Tier] = t
+			tu.Requests = u.Requests
+			out[li][i] = tu
 		}
-		if t != nil {
-			states, err := s.limiter.Usage(ctx, u.UserID, t, now)
-			if err != nil {
-				return nil, err
-			}
-			tu.Share, tu.Window = TightestShare(states)
-		}
-		out[i] = tu
 	}
 	return out, nil
 }

@@ -88,9 +88,10 @@ type StatsStore interface {
 	// ordered by tier and start. Buckets without checks or tokens are left
 	// out.
 	Stats(ctx context.Context, from, to time.Time, bucket time.Duration, tier string) ([]StatsBucket, error)
-	// TopUsers returns the n users with the most requests recorded after
-	// from, most first.
-	TopUsers(ctx context.Context, from time.Time, n int) ([]UserRequests, error)
+	// TopUsers returns, for each of one or two cutoffs in from, the n
+	// users with the most requests recorded after it, most first: both
+	// lists from one pass over the users.
+	TopUsers(ctx context.Context, from []time.Time, n int) ([][]UserRequests, error)
 	// UserRequests returns user's requests recorded from from (inclusive)
 	// to to (exclusive) counted per bucket, oldest first.
 	UserRequests(ctx context.Context, user string, from, to time.Time, bucket time.Duration) ([]int64, error)

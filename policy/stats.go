@@ -22,6 +22,13 @@ const (
 	CountShadowPrefix = "shadow_"
 )
 
+// ShadowReason returns the reason a check is counted under when the
+// tier's shadow limit of window w would have refused it: counted with
+// CheckCounter.CountCheck beside the check's real answer, it shows in
+// StatsBucket.Shadow, the overview's shadow columns and GET /v1/stats's
+// shadow_refused.
+func ShadowReason(w Window) string { return CountShadowPrefix + w.String() }
+
 // RefusalReasons lists the reasons of refusals in the order pages show them.
 var RefusalReasons = [...]string{CountMinute, CountHour, CountDay, CountTokens, CountConcurrency, CountFeature, CountOther}
 

@@ -99,8 +99,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	metrics := api.NewMetrics(nil)
 	tiers, requests := metrics.MeterStorage(store, store)
 	svc := policy.NewService(tiers, requests, policy.WithDefaultTier(cfg.DefaultTier), policy.WithClock(now),
-		policy.WithCallTimeout(cfg.CallTimeout))
-	metrics.SetCallsInFlight(func(ctx context.Context) (int64, error) { return store.CallsInFlight(ctx, now()) })
+		policy.WithCallTimeout(cfg.CallTimeout), policy.WithStats(store, store))
+	metrics.SetCallsInFlight(func(ctx context.Context) (int64, error) {
+		byTier, err := svc.CallsInFlight(ctx)
+		var n int64
+		for _, c := range byTier {
+			n += c
+		}
+		return n, err
+	})
 	if _, err := store.Tier(ctx, cfg.DefaultTier); err != nil {
 		return fmt.Errorf("default tier %q does not exist in %s", cfg.DefaultTier, cfg.DBPath)
 	}
@@ -124,6 +131,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		FailOpen:       cfg.FailOpen,
 		TrustedProxies: cfg.TrustedProxies,
 		TestClock:      testClock,
+		Sessions:       store,
 	}), tlsCfg, handler)
 	if cfg.MetricsAddr != "" {
 		// Metrics on their own address can stay inside the network while

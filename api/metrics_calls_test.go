@@ -29,7 +29,10 @@ func TestMetricsCountCalls(t *testing.T) {
 	if v, _ := scrape(t, api.NewServer(api.Config{Service: policy.NewService(store, store), AdminToken: adminToken, Metrics: api.NewMetrics(nil)})).value("policyguard_calls_in_flight", nil); !math.IsNaN(v) {
 		t.Errorf("calls in flight without a source: %v, want NaN", v)
 	}
-	m.SetCallsInFlight(func(ctx context.Context) (int64, error) { return store.CallsInFlight(ctx, clk.Now()) })
+	m.SetCallsInFlight(func(ctx context.Context) (int64, error) {
+		byTier, err := store.CallsInFlight(ctx, clk.Now())
+		return byTier["meter"], err
+	})
 	srv := api.NewServer(api.Config{
 		Service:    policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithCallTimeout(time.Minute)),
 		AdminToken: adminToken,

@@ -59,6 +59,9 @@ type Config struct {
 	// with the admin token, and GET /healthz says "test_clock": true.
 	// Nil, the usual case, those routes do not exist.
 	TestClock *TestClock
+	// Sessions keeps the admin page's sessions, so that they outlive the
+	// process; nil keeps them in memory.
+	Sessions policy.SessionStore
 }
 
 // Server is the HTTP API. It is an http.Handler and safe for concurrent use.
@@ -75,6 +78,7 @@ type Server struct {
 	failOpen failOpen
 	// testClock is nil when the service runs on a real clock.
 	testClock *TestClock
+	sessions  policy.SessionStore
 }
 
 // NewServer returns a Server for cfg with every route registered.
@@ -87,6 +91,7 @@ func NewServer(cfg Config) *Server {
 		log:       cfg.Logger,
 		metrics:   cfg.Metrics,
 		testClock: cfg.TestClock,
+		sessions:  cfg.Sessions,
 	}
 	if s.metrics == nil {
 		s.metrics = NewMetrics(nil)
@@ -152,7 +157,8 @@ func (s *Server) routes() {
 	e.DELETE("/v1/tiers/:name", s.handleDeleteTier, admin)
 	e.GET("/v1/usage/:user_id", s.handleGetUsage, admin)
 	e.DELETE("/v1/usage/:user_id", s.handleDeleteUsage, admin)
-	web.NewAdmin(web.Config{Service: s.svc, Gate: s.admin, API: pageAPI{}, Logger: s.log}).Register(e)
+	e.GET("/v1/stats", s.handleStats, admin)
+	web.NewAdmin(web.Config{Service: s.svc, Gate: s.admin, API: pageAPI{}, Logger: s.log, Sessions: s.sessions}).Register(e)
 	s.testClockRoutes()
 }
 

@@ -50,6 +50,9 @@ type Store struct {
 	reloadMu    sync.Mutex    // serializes tier cache reloads
 	tierVersion versionReader // tells whether the tier cache is stale; see tiers.go
 
+	counts      *checkCounts       // counts of checks not yet stored (see stats.go)
+	stopFlusher context.CancelFunc // ends flushCountsEvery
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -119,7 +122,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	sdb.SetMaxOpenConns(o.readConns + 1)
 	sdb.SetMaxIdleConns(o.readConns + 1)
 
-	s := &Store{db: sdb}
+	s := &Store{db: sdb, counts: newCheckCounts()}
 	if err := s.migrate(ctx); err != nil {
 		sdb.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -142,6 +145,10 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		s.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	s.writer.counts = s.counts
+	flushCtx, stop := context.WithCancel(context.Background())
+	s.stopFlusher = stop
+	go s.flushCountsEvery(flushCtx, time.Second)
 	return s, nil
 }
 
@@ -200,8 +207,14 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		var err error
+		if s.stopFlusher != nil {
+			s.stopFlusher()
+		}
 		if s.writer != nil {
-			err = s.writer.close()
+			if s.writer.counts != nil && !s.counts.empty() {
+				err = s.FlushCounts(context.Background())
+			}
+			err = errors.Join(err, s.writer.close())
 		}
 		for _, st := range s.reads {
 			if st != nil {

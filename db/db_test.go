@@ -20,7 +20,7 @@ import (
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-func openStore(t *testing.T, path string) *db.Store {
+func openStore(t testing.TB, path string) *db.Store {
 	t.Helper()
 	if path == "" {
 		path = filepath.Join(t.TempDir(), "test.db")

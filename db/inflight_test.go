@@ -8,7 +8,7 @@ import (
 	"github.com/policyguard/policyguard/policy"
 )
 
-// CallsInFlight counts every user's calls open at now: not those finished,
+// CallsInFlight counts every user's calls open at now, by tier: not those finished,
 // nor those whose expiry has come, settled or not.
 func TestCallsInFlight(t *testing.T) {
 	s := openStore(t, "")
@@ -38,8 +38,8 @@ func TestCallsInFlight(t *testing.T) {
 		{time.Minute, 1},                    // a1 expired, unsettled
 		{time.Minute + 2*time.Second, 0},    // b1 too
 	} {
-		n, err := s.CallsInFlight(ctx, t0.Add(tc.at))
-		if err != nil || n != tc.want {
+		byTier, err := s.CallsInFlight(ctx, t0.Add(tc.at))
+		if n := byTier["free"]; err != nil || n != tc.want || len(byTier) > 1 {
 			t.Errorf("at +%v: %d (%v), want %d", tc.at, n, err, tc.want)
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"log/slog"
 	"time"
+
+	"github.com/policyguard/policyguard/policy"
 )
 
 // pruneBatch bounds the rows one prune step deletes and the users it visits,
@@ -54,7 +56,16 @@ func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 		total += deleted
 		cursor = next
 	}
-	return total, nil
+	// Then the counts of checks, kept longer than requests, and the
+	// sessions that expired (cutoff is policy.KeepFor before now).
+	now := cutoff.Add(policy.KeepFor)
+	n, err := s.pruneCounts(ctx, now.Add(-policy.StatsKeepFor))
+	total += n
+	if err != nil {
+		return total, err
+	}
+	n, err = s.pruneSessions(ctx, now)
+	return total + n, err
 }
 
 // pruneStep visits users after cursor in key order, deleting their rows at

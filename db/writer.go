@@ -56,6 +56,10 @@ type writer struct {
 	tierView   map[string]*policy.Tier
 	tiersStale bool
 
+	// counts, when set, are the counts of checks each commit also stores
+	// (see checkCounts).
+	counts *checkCounts
+
 	mu     sync.RWMutex // guards closed against sends on a closed channel
 	closed bool
 	jobs   chan *job
@@ -298,10 +302,20 @@ func (w *writer) try(tx *writeTx, batch []*job) (int, error) {
 			return i, err
 		}
 	}
+	taken := w.counts.take(false)
+	if taken != nil {
+		if err := flushCounts(tx, taken); err != nil {
+			w.counts.settle(taken, false)
+			w.rollback(tx)
+			return -1, err
+		}
+	}
 	if _, err := w.stmts[qCommit].ExecContext(ctx); err != nil {
+		w.counts.settle(taken, false)
 		w.rollback(tx)
 		return -1, unavailable(err)
 	}
+	w.counts.settle(taken, true)
 	return -1, nil
 }
 

@@ -28,6 +28,11 @@ type Service struct {
 	chain       *Chain
 	defaultTier string
 	now         func() time.Time
+
+	// counter counts every decided check that is not a dry run; stats
+	// reads the counts back (see WithStats). Either may be nil.
+	counter CheckCounter
+	stats   StatsStore
 }
 
 // Option configures a Service.
@@ -150,6 +155,9 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 			return Decision{}, err
 		}
 		d.Windows, d.Concurrency = &u.Windows, unconsumed(&u, &tier)
+	}
+	if s.counter != nil && !dryRun {
+		s.counter.CountCheck(c.Now, req.UserID, tier.Name, CountReason(&d))
 	}
 	return d, nil
 }

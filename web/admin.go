@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -31,6 +32,9 @@ type Config struct {
 	API API
 	// Logger receives internal failures (default slog.Default()).
 	Logger *slog.Logger
+	// Sessions keeps the sessions, so that they outlive the process; nil
+	// keeps them in memory. Sessions of another admin token are ended.
+	Sessions policy.SessionStore
 }
 
 // API is what the admin page takes from the JSON API, so that a form and a
@@ -55,7 +59,7 @@ type Admin struct {
 	gate     *auth.Gate
 	api      API
 	log      *slog.Logger
-	sessions adminSessions
+	sessions *adminSessions
 	origin   *http.CrossOriginProtection
 }
 
@@ -64,6 +68,14 @@ func NewAdmin(cfg Config) *Admin {
 	a := &Admin{svc: cfg.Service, gate: cfg.Gate, api: cfg.API, log: cfg.Logger, origin: http.NewCrossOriginProtection()}
 	if a.log == nil {
 		a.log = slog.Default()
+	}
+	a.sessions = newAdminSessions(cfg.Sessions, cfg.Gate.Fingerprint())
+	if cfg.Sessions != nil {
+		// Sessions of a former admin token would be refused one by one
+		// anyway; ending them now leaves none behind.
+		if err := cfg.Sessions.EndSessionsExcept(context.Background(), a.sessions.adminHash); err != nil {
+			a.log.Error("ending the sessions of a former admin token failed", "err", err)
+		}
 	}
 	return a
 }
@@ -84,6 +96,7 @@ type adminView struct {
 	Tier       string           // delete: the tier in question
 	CanDelete  bool             // delete
 	Usage      *adminUsageView  // usage
+	Overview   *adminOverview   // overview
 	Message    string           // error
 }
 
@@ -104,6 +117,7 @@ func (a *Admin) Register(e *echo.Echo) {
 	g.GET("/tiers/:name", a.handleTierPage, signedIn...)
 	g.GET("/tiers/:name/delete", a.handleDeletePage, signedIn...)
 	g.GET("/usage", a.handleUsagePage, signedIn...)
+	g.GET("/overview", a.handleOverviewPage, signedIn...)
 
 	forms := []echo.MiddlewareFunc{a.requireSession, a.requireCSRF}
 	g.POST("/logout", a.handleLogout, forms...)
@@ -156,7 +170,10 @@ func (a *Admin) sameOrigin(next echo.HandlerFunc) echo.HandlerFunc {
 func (a *Admin) requireSession(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		id := adminSessionID(c)
-		sess, ok := a.sessions.get(id, a.svc.Now())
+		sess, ok, err := a.sessions.get(c.Request().Context(), id, a.svc.Now())
+		if err != nil {
+			return a.fail(c, err)
+		}
 		if !ok {
 			if id != "" {
 				a.clearCookie(c) // expired or from before a restart
@@ -242,7 +259,7 @@ func (a *Admin) fail(c echo.Context, err error) error {
 }
 
 func (a *Admin) handleLoginPage(c echo.Context) error {
-	if _, ok := a.sessions.get(adminSessionID(c), a.svc.Now()); ok {
+	if _, ok, _ := a.sessions.get(c.Request().Context(), adminSessionID(c), a.svc.Now()); ok {
 		return c.Redirect(http.StatusSeeOther, "/admin")
 	}
 	return a.render(c, http.StatusOK, "login", adminView{Title: "Sign in"})
@@ -267,7 +284,10 @@ func (a *Admin) handleLogin(c echo.Context) error {
 		v.LoginError = "Wrong admin token."
 		return a.render(c, http.StatusUnauthorized, "login", v)
 	}
-	id, sess := a.sessions.create(now)
+	id, sess, err := a.sessions.create(c.Request().Context(), now)
+	if err != nil {
+		return a.fail(c, err)
+	}
 	c.SetCookie(&http.Cookie{
 		Name:     adminSessionCookie,
 		Value:    id,
@@ -283,7 +303,9 @@ func (a *Admin) handleLogin(c echo.Context) error {
 
 func (a *Admin) handleLogout(c echo.Context) error {
 	id, _ := c.Get("admin.session_id").(string)
-	a.sessions.end(id)
+	if err := a.sessions.end(c.Request().Context(), id); err != nil {
+		return a.fail(c, err)
+	}
 	a.clearCookie(c)
 	return c.Redirect(http.StatusSeeOther, "/admin/login")
 }

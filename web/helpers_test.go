@@ -43,27 +43,35 @@ func (c *testClock) Advance(d time.Duration) {
 // pageEnv is the whole service on a temp-file database, driven through
 // ServeHTTP like a browser would.
 type pageEnv struct {
-	t     *testing.T
+	t     testing.TB
 	srv   *api.Server
 	svc   *policy.Service
+	store *db.Store
 	clock *testClock
 }
 
 func newPageEnv(t *testing.T) *pageEnv {
 	t.Helper()
-	store, err := db.Open(context.Background(), filepath.Join(t.TempDir(), "test.db"))
+	return newPageEnvAt(t, filepath.Join(t.TempDir(), "test.db"), pageToken, &testClock{now: pageT0})
+}
+
+// newPageEnvAt is newPageEnv on the database at path, with admin token
+// token and clock: a second one on the same path is the service restarted.
+func newPageEnvAt(t testing.TB, path, token string, clock *testClock) *pageEnv {
+	t.Helper()
+	store, err := db.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	clock := &testClock{now: pageT0}
-	svc := policy.NewService(store, store, policy.WithClock(clock.Now))
+	svc := policy.NewService(store, store, policy.WithClock(clock.Now), policy.WithStats(store, store))
 	srv := api.NewServer(api.Config{
 		Service:    svc,
-		AdminToken: pageToken,
+		AdminToken: token,
 		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Sessions:   store,
 	})
-	return &pageEnv{t: t, srv: srv, svc: svc, clock: clock}
+	return &pageEnv{t: t, srv: srv, svc: svc, store: store, clock: clock}
 }
 
 // pageRequest is one request; fields left zero are left out.
@@ -183,7 +191,7 @@ func (b *pageBrowser) follow(rec *httptest.ResponseRecorder, want string) *pageD
 }
 
 // pageSessionCookie returns the session cookie rec sets.
-func pageSessionCookie(t *testing.T, rec *httptest.ResponseRecorder) *http.Cookie {
+func pageSessionCookie(t testing.TB, rec *httptest.ResponseRecorder) *http.Cookie {
 	t.Helper()
 	for _, c := range rec.Result().Cookies() {
 		if c.Name == "policyguard_admin" {
@@ -219,13 +227,13 @@ func pageTierVersion(t policy.Tier) string {
 
 // pageDoc is a parsed admin page.
 type pageDoc struct {
-	t    *testing.T
+	t    testing.TB
 	root *html.Node
 	raw  string
 }
 
 // parsePage asserts rec's status and that it is an HTML page, and parses it.
-func parsePage(t *testing.T, rec *httptest.ResponseRecorder, status int) *pageDoc {
+func parsePage(t testing.TB, rec *httptest.ResponseRecorder, status int) *pageDoc {
 	t.Helper()
 	if rec.Code != status {
 		t.Fatalf("status %d, want %d\n%s", rec.Code, status, rec.Body)

@@ -1,12 +1,15 @@
 package web
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"sync"
 	"time"
+
+	"github.com/policyguard/policyguard/policy"
 )
 
 const (
@@ -20,84 +23,84 @@ const (
 type adminSession struct {
 	csrf    string // the token every form of this session carries
 	expires time.Time
-	flash   string // shown once by the next page, after a redirect
 }
 
-// adminSessions keeps admin page sessions in memory: they end with the
-// process, which only asks the admin to sign in again. It is keyed by a hash
-// of the session id, so the ids themselves are never held. It is safe for
-// concurrent use; its zero value is empty and ready.
+// adminSessions keeps admin page sessions in a policy.SessionStore (the
+// database, so that they outlive a restart), keyed by the SHA-256 of the
+// session id: the ids themselves are never held. A session signed in with
+// another admin token than the current one is ended. Flash messages, shown
+// once after a redirect, stay in memory. It is safe for concurrent use.
 type adminSessions struct {
-	mu sync.Mutex
-	m  map[[sha256.Size]byte]*adminSession
+	store     policy.SessionStore
+	adminHash [sha256.Size]byte
+
+	mu      sync.Mutex
+	flashes map[[sha256.Size]byte]string
+}
+
+func newAdminSessions(store policy.SessionStore, adminHash [sha256.Size]byte) *adminSessions {
+	if store == nil {
+		store = &memSessions{}
+	}
+	return &adminSessions{store: store, adminHash: adminHash, flashes: make(map[[sha256.Size]byte]string)}
 }
 
 // create starts a session lasting SessionTTL from now and returns its
 // id, to be sent in the cookie.
-func (ss *adminSessions) create(now time.Time) (id string, sess adminSession) {
+func (ss *adminSessions) create(ctx context.Context, now time.Time) (id string, sess adminSession, err error) {
 	id, sess = newSecretToken(), adminSession{csrf: newSecretToken(), expires: now.Add(SessionTTL)}
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if ss.m == nil {
-		ss.m = make(map[[sha256.Size]byte]*adminSession)
-	}
-	// Drop ended sessions here, so that the map stays as small as the number
-	// of admins signed in without a background goroutine.
-	for k, s := range ss.m {
-		if !now.Before(s.expires) {
-			delete(ss.m, k)
-		}
-	}
-	stored := sess
-	ss.m[sha256.Sum256([]byte(id))] = &stored
-	return id, sess
+	err = ss.store.CreateSession(ctx, policy.AdminSession{
+		IDHash: sha256.Sum256([]byte(id)), AdminHash: ss.adminHash, CSRF: sess.csrf, Expires: sess.expires,
+	}, now)
+	return id, sess, err
 }
 
-// get returns the session with id if it exists and has not expired at now.
-func (ss *adminSessions) get(id string, now time.Time) (adminSession, bool) {
+// get returns the session with id if it exists, has not expired at now and
+// was signed in with the current admin token. It fails only when the store
+// does.
+func (ss *adminSessions) get(ctx context.Context, id string, now time.Time) (adminSession, bool, error) {
 	if id == "" {
-		return adminSession{}, false
+		return adminSession{}, false, nil
 	}
 	k := sha256.Sum256([]byte(id))
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	s, ok := ss.m[k]
-	if !ok {
-		return adminSession{}, false
+	s, err := ss.store.Session(ctx, k)
+	if policy.ErrorCode(err) == policy.ENOTFOUND {
+		return adminSession{}, false, nil
+	} else if err != nil {
+		return adminSession{}, false, err
 	}
-	if !now.Before(s.expires) {
-		delete(ss.m, k)
-		return adminSession{}, false
+	if !now.Before(s.Expires) || subtle.ConstantTimeCompare(s.AdminHash[:], ss.adminHash[:]) != 1 {
+		return adminSession{}, false, ss.store.EndSession(ctx, k)
 	}
-	return *s, true
+	return adminSession{csrf: s.CSRF, expires: s.Expires}, true, nil
 }
 
-// end deletes the session with id, if any.
-func (ss *adminSessions) end(id string) {
+// end deletes the session with id, if any, wherever it is used.
+func (ss *adminSessions) end(ctx context.Context, id string) error {
+	k := sha256.Sum256([]byte(id))
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	delete(ss.m, sha256.Sum256([]byte(id)))
+	delete(ss.flashes, k)
+	ss.mu.Unlock()
+	return ss.store.EndSession(ctx, k)
 }
 
 // setFlash stores msg for the session's next page.
 func (ss *adminSessions) setFlash(id, msg string) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if s, ok := ss.m[sha256.Sum256([]byte(id))]; ok {
-		s.flash = msg
+	if len(ss.flashes) >= 1024 { // flashes are taken by the next page: old ones are abandoned
+		clear(ss.flashes)
 	}
+	ss.flashes[sha256.Sum256([]byte(id))] = msg
 }
 
 // takeFlash returns and clears the session's flash message.
 func (ss *adminSessions) takeFlash(id string) string {
+	k := sha256.Sum256([]byte(id))
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	s, ok := ss.m[sha256.Sum256([]byte(id))]
-	if !ok {
-		return ""
-	}
-	msg := s.flash
-	s.flash = ""
+	msg := ss.flashes[k]
+	delete(ss.flashes, k)
 	return msg
 }
 
@@ -112,4 +115,54 @@ func newSecretToken() string {
 	b := make([]byte, 32)
 	rand.Read(b) // never fails: crypto/rand panics rather than return an error
 	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// memSessions is a policy.SessionStore in memory, for an Admin given none:
+// its sessions end with the process. Its zero value is empty and ready.
+type memSessions struct {
+	mu sync.Mutex
+	m  map[[sha256.Size]byte]policy.AdminSession
+}
+
+func (ms *memSessions) CreateSession(_ context.Context, s policy.AdminSession, now time.Time) error {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	if ms.m == nil {
+		ms.m = make(map[[sha256.Size]byte]policy.AdminSession)
+	}
+	for k, old := range ms.m {
+		if !now.Before(old.Expires) {
+			delete(ms.m, k)
+		}
+	}
+	ms.m[s.IDHash] = s
+	return nil
+}
+
+func (ms *memSessions) Session(_ context.Context, idHash [sha256.Size]byte) (policy.AdminSession, error) {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	s, ok := ms.m[idHash]
+	if !ok {
+		return policy.AdminSession{}, policy.Errorf(policy.ENOTFOUND, "no such session")
+	}
+	return s, nil
+}
+
+func (ms *memSessions) EndSession(_ context.Context, idHash [sha256.Size]byte) error {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	delete(ms.m, idHash)
+	return nil
+}
+
+func (ms *memSessions) EndSessionsExcept(_ context.Context, adminHash [sha256.Size]byte) error {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	for k, s := range ms.m {
+		if s.AdminHash != adminHash {
+			delete(ms.m, k)
+		}
+	}
+	return nil
 }

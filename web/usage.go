@@ -23,6 +23,7 @@ type adminUsageResult struct {
 	Tier    string // empty: counts only
 	AsOf    string
 	Windows []adminWindowRow
+	Day     *adminUserDay // the last day's chart, calls and tokens (user.go)
 }
 
 // adminWindowRow is one window of a looked-up user. Limit, Remaining and
@@ -71,6 +72,9 @@ func (a *Admin) handleUsagePage(c echo.Context) error {
 				row.Limit, row.Remaining, row.Reset = groupDigits(s.Limit), groupDigits(s.Remaining), resetText(now, s.Reset)
 			}
 			result.Windows = append(result.Windows, row)
+		}
+		if result.Day, err = a.userDay(ctx, user, tierName); err != nil {
+			return a.fail(c, err)
 		}
 	}
 

@@ -1,0 +1,254 @@
+package web
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/policyguard/policyguard/policy"
+)
+
+// adminOverview is the overview page: per tier with traffic, what its
+// checks did over the last hour and the last day, and the top users.
+type adminOverview struct {
+	AsOf  string
+	Tiers []adminTierTraffic
+	Top   []adminTopList // the last hour's, then the last day's
+}
+
+type adminTopList struct {
+	Period, Words string
+	Users         []adminTopUser
+}
+
+type adminTierTraffic struct {
+	Name          string
+	Metered       bool
+	CallsInFlight int64
+	Hour, Day     adminPeriodView
+}
+
+// adminPeriodView is one tier's chart and table of one period.
+type adminPeriodView struct {
+	Period  string // "hour" or "day"
+	Caption string
+	Chart   chartView
+	// Columns beyond Time, Admitted and Refused: a refusal reason, a
+	// shadow limit or the tokens settled.
+	Columns []adminColumn
+	Rows    []adminStatsRow
+}
+
+type adminColumn struct {
+	Key, Label string
+}
+
+type adminStatsRow struct {
+	Time, ISO         string
+	Admitted, Refused int64
+	Cells             []adminCell
+}
+
+type adminCell struct {
+	Key   string
+	Value int64
+}
+
+type adminTopUser struct {
+	UserID, Link, Tier string
+	Requests           int64
+	Share              string
+}
+
+var refusalColumnLabels = map[string]string{
+	policy.CountMinute:      "Per-minute limit",
+	policy.CountHour:        "Per-hour limit",
+	policy.CountDay:         "Per-day limit",
+	policy.CountTokens:      "Token limit",
+	policy.CountConcurrency: "Concurrent calls",
+	policy.CountFeature:     "Feature",
+	policy.CountOther:       "Other guardrail",
+}
+
+func (a *Admin) handleOverviewPage(c echo.Context) error {
+	ctx := c.Request().Context()
+	now := a.svc.Now()
+	if !a.svc.KeepsStats() {
+		v := a.view(c, "Overview", "overview")
+		v.Alert = "This service keeps no statistics of its checks."
+		v.Overview = &adminOverview{AsOf: now.UTC().Format("2006-01-02 15:04:05 UTC")}
+		return a.render(c, http.StatusOK, "overview", v)
+	}
+	// The top users are the costliest read (a pass over every user's
+	// rows); it runs on its own read connection meanwhile.
+	type topResult struct {
+		lists [][]policy.TopUser
+		err   error
+	}
+	topc := make(chan topResult, 1)
+	go func() {
+		lists, err := a.svc.TopUsers(ctx, []policy.StatsPeriod{policy.PeriodHour, policy.PeriodDay}, 10)
+		topc <- topResult{lists, err}
+	}()
+	hour, err := a.svc.Stats(ctx, policy.PeriodHour, "")
+	if err != nil {
+		return a.fail(c, err)
+	}
+	day, err := a.svc.Stats(ctx, policy.PeriodDay, "")
+	if err != nil {
+		return a.fail(c, err)
+	}
+	tiers, err := a.svc.Tiers(ctx)
+	if err != nil {
+		return a.fail(c, err)
+	}
+	inFlight, err := a.svc.CallsInFlight(ctx)
+	if err != nil {
+		return a.fail(c, err)
+	}
+	tr := <-topc
+	if tr.err != nil {
+		return a.fail(c, tr.err)
+	}
+	top := tr.lists
+	metered := make(map[string]bool)
+	for _, t := range tiers {
+		metered[t.Name] = t.Metered()
+	}
+	byName := func(list []policy.TierStats) map[string]policy.TierStats {
+		m := make(map[string]policy.TierStats, len(list))
+		for _, ts := range list {
+			m[ts.Tier] = ts
+		}
+		return m
+	}
+	hours, days := byName(hour), byName(day)
+	var names []string
+	seen := make(map[string]bool)
+	for _, list := range [][]policy.TierStats{day, hour} {
+		for _, ts := range list {
+			if !seen[ts.Tier] {
+				seen[ts.Tier] = true
+				names = append(names, ts.Tier)
+			}
+		}
+	}
+	ov := &adminOverview{AsOf: now.UTC().Format("2006-01-02 15:04:05 UTC")}
+	for i, name := range names {
+		tt := adminTierTraffic{Name: name, Metered: metered[name], CallsInFlight: inFlight[name]}
+		tt.Hour = periodView(fmt.Sprintf("chart-%d-hour", i), name, policy.PeriodHour, statsOrEmpty(hours, name, policy.PeriodHour, now), false)
+		tt.Day = periodView(fmt.Sprintf("chart-%d-day", i), name, policy.PeriodDay, statsOrEmpty(days, name, policy.PeriodDay, now), metered[name])
+		ov.Tiers = append(ov.Tiers, tt)
+	}
+	ov.Top = []adminTopList{
+		{Period: "hour", Words: "last hour", Users: topUserRows(top[0])},
+		{Period: "day", Words: "last day", Users: topUserRows(top[1])},
+	}
+	v := a.view(c, "Overview", "overview")
+	v.Overview = ov
+	return a.render(c, http.StatusOK, "overview", v)
+}
+
+// statsOrEmpty returns the tier's figures of the period, or empty buckets
+// when it had no traffic in it.
+func statsOrEmpty(m map[string]policy.TierStats, tier string, p policy.StatsPeriod, now time.Time) policy.TierStats {
+	if ts, ok := m[tier]; ok {
+		return ts
+	}
+	from, _ := p.Span(now)
+	ts := policy.TierStats{Tier: tier, Period: p, Buckets: make([]policy.StatsBucket, int(p.Length/p.Bucket))}
+	for i := range ts.Buckets {
+		ts.Buckets[i] = policy.StatsBucket{Tier: tier, Start: from.Add(time.Duration(i) * p.Bucket)}
+	}
+	return ts
+}
+
+// periodView builds the chart and the table of one tier's period.
+func periodView(id, tier string, p policy.StatsPeriod, ts policy.TierStats, tokens bool) adminPeriodView {
+	words, layout, tickEvery := "last hour, by minute", "15:04", 10
+	if p.Name == policy.PeriodDay.Name {
+		words, layout, tickEvery = "last day, by hour", "15:00", 3
+	}
+	pv := adminPeriodView{Period: p.Name, Caption: fmt.Sprintf("Tier %s, %s (UTC)", tier, words)}
+	refused := make(map[string]bool)
+	shadow := make(map[string]bool)
+	for _, b := range ts.Buckets {
+		for r := range b.RefusedBy {
+			refused[r] = true
+		}
+		for w := range b.Shadow {
+			shadow[w] = true
+		}
+	}
+	for _, r := range policy.SortedReasons(boolKeys(refused)) {
+		label, ok := refusalColumnLabels[r]
+		if !ok {
+			label = r
+		}
+		pv.Columns = append(pv.Columns, adminColumn{Key: "refused_" + r, Label: label})
+	}
+	for _, w := range policy.SortedReasons(boolKeys(shadow)) {
+		pv.Columns = append(pv.Columns, adminColumn{Key: "shadow_" + w, Label: "Shadow " + w + " limit"})
+	}
+	if tokens {
+		pv.Columns = append(pv.Columns, adminColumn{Key: "tokens_settled", Label: "Tokens settled"})
+	}
+	series := append([]chartSeries{admittedSeries}, refusalSeries...)
+	bars := make([]chartBar, len(ts.Buckets))
+	var admitted, refusedTotal int64
+	for i, b := range ts.Buckets {
+		t := b.Start.UTC()
+		row := adminStatsRow{Time: t.Format(layout), ISO: t.Format(time.RFC3339), Admitted: b.Admitted, Refused: b.Refused}
+		for _, col := range pv.Columns {
+			var n int64
+			switch {
+			case col.Key == "tokens_settled":
+				n = b.TokensSettled
+			case len(col.Key) > 8 && col.Key[:8] == "refused_":
+				n = b.RefusedBy[col.Key[8:]]
+			default:
+				n = b.Shadow[col.Key[7:]]
+			}
+			row.Cells = append(row.Cells, adminCell{Key: col.Key, Value: n})
+		}
+		pv.Rows = append(pv.Rows, row)
+		values := map[string]int64{admittedSeries.Key: b.Admitted}
+		for r, n := range b.RefusedBy {
+			if _, known := refusalColumnLabels[r]; !known {
+				r = policy.CountOther
+			}
+			values[r] += n
+		}
+		bars[i] = chartBar{Label: t.Format(layout), Values: values}
+		admitted += b.Admitted
+		refusedTotal += b.Refused
+	}
+	label := fmt.Sprintf("Checks of tier %s, %s: %d admitted, %d refused", tier, words, admitted, refusedTotal)
+	pv.Chart = newChart(id, label, series, bars, tickEvery, nil)
+	return pv
+}
+
+func boolKeys(m map[string]bool) map[string]int64 {
+	out := make(map[string]int64, len(m))
+	for k := range m {
+		out[k] = 1
+	}
+	return out
+}
+
+func topUserRows(users []policy.TopUser) []adminTopUser {
+	out := make([]adminTopUser, len(users))
+	for i, u := range users {
+		share := "—"
+		if u.Share >= 0 {
+			share = strconv.FormatFloat(u.Share*100, 'f', 0, 64) + "% of per-" + u.Window.String() + " limit"
+		}
+		out[i] = adminTopUser{UserID: u.UserID, Tier: u.Tier, Requests: u.Requests, Share: share,
+			Link: "/admin/usage?" + url.Values{"user_id": {u.UserID}, "tier": {u.Tier}}.Encode()}
+	}
+	return out
+}

@@ -1,0 +1,233 @@
+package web_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/html"
+
+	"github.com/policyguard/policyguard/policy"
+)
+
+// checkAnswer sends one check and returns the key the overview counts it
+// under, read from the answer alone: "admitted", "feature", or the window
+// a 429 names.
+func (e *pageEnv) checkAnswer(user, tier, feature string) string {
+	e.t.Helper()
+	req := httptest.NewRequest(http.MethodPost, "/v1/check",
+		strings.NewReader(fmt.Sprintf(`{"context":{"user_id":%q,"user_tier":%q,"feature":%q}}`, user, tier, feature)))
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	e.srv.ServeHTTP(rec, req)
+	body := rec.Body.String()
+	switch {
+	case rec.Code == http.StatusOK:
+		return "admitted"
+	case rec.Code == http.StatusForbidden:
+		return "feature"
+	case rec.Code == http.StatusTooManyRequests:
+		for _, w := range []string{"minute", "hour", "day"} {
+			if strings.Contains(body, `"per-`+w+` limit exceeded"`) {
+				return w
+			}
+		}
+	}
+	e.t.Fatalf("check: %d %s", rec.Code, body)
+	return ""
+}
+
+// statsTable is one table of the overview as a reader sees it.
+type statsTable struct {
+	caption string
+	headers []string
+	rows    []map[string]string // by header
+}
+
+func pageTables(d *pageDoc) []statsTable {
+	var out []statsTable
+	for _, tbl := range d.find(func(n *html.Node) bool { return n.Data == "table" && pageAttr(n, "class") == "stats" }) {
+		sub := &pageDoc{t: d.t, root: tbl}
+		st := statsTable{}
+		if cs := sub.find(func(n *html.Node) bool { return n.Data == "caption" }); len(cs) > 0 {
+			st.caption = pageText(cs[0])
+		}
+		for _, th := range sub.find(func(n *html.Node) bool { return n.Data == "th" && pageAttr(n, "scope") == "col" }) {
+			st.headers = append(st.headers, pageText(th))
+		}
+		for _, tr := range sub.find(func(n *html.Node) bool { return n.Data == "tr" }) {
+			var cells []string
+			for c := tr.FirstChild; c != nil; c = c.NextSibling {
+				if c.Type == html.ElementNode && (c.Data == "td" || c.Data == "th" && pageAttr(c, "scope") == "row") {
+					cells = append(cells, pageText(c))
+				}
+			}
+			if len(cells) == 0 {
+				continue
+			}
+			row := make(map[string]string)
+			for i, v := range cells {
+				if i < len(st.headers) {
+					row[st.headers[i]] = v
+				}
+			}
+			st.rows = append(st.rows, row)
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// TestOverviewMatchesCheckAnswers runs a script of checks and reads the
+// overview's tables: each bucket shows what the checks answered.
+func TestOverviewMatchesCheckAnswers(t *testing.T) {
+	e := newPageEnv(t)
+	b := e.signIn()
+	ctx := context.Background()
+	if _, _, err := e.svc.PutTier(ctx, policy.Tier{Name: "tight", RequestsPerMinute: 2, RequestsPerHour: 6, RequestsPerDay: 100, Features: []string{"chat"}}); err != nil {
+		t.Fatal(err)
+	}
+	type key struct{ minute, reason string }
+	perMinute := map[key]int{}
+	for step := range 40 {
+		for _, u := range []string{"ann", "bob", "ann"}[:1+step%3] {
+			perMinute[key{e.clock.Now().UTC().Format("15:04"), e.checkAnswer(u, "tight", "chat")}]++
+		}
+		if step%5 == 0 {
+			perMinute[key{e.clock.Now().UTC().Format("15:04"), e.checkAnswer("cy", "tight", "search")}]++
+		}
+		e.clock.Advance(50 * time.Second)
+	}
+	if err := e.store.FlushCounts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	doc := parsePage(t, b.get("/admin/overview"), http.StatusOK)
+	if nav := doc.find(func(n *html.Node) bool { return n.Data == "a" && pageAttr(n, "href") == "/admin/overview" }); len(nav) == 0 || pageText(nav[0]) != "Overview" {
+		t.Error("no Overview link in the navigation")
+	}
+	svgs := doc.find(func(n *html.Node) bool { return n.Data == "svg" && pageAttr(n, "role") == "img" })
+	if len(svgs) != 2 {
+		t.Errorf("%d charts, want 2 (tier tight: hour and day)", len(svgs))
+	}
+	for _, s := range svgs {
+		if pageAttr(s, "aria-label") == "" || pageAttr(s, "viewBox") == "" || pageAttr(s, "width") != "100%" {
+			t.Errorf("chart %s: needs aria-label, viewBox and width 100%%", pageAttr(s, "id"))
+		}
+	}
+	tables := pageTables(doc)
+	var hour *statsTable
+	for i := range tables {
+		if strings.Contains(tables[i].caption, "tight") && strings.Contains(tables[i].caption, "last hour") {
+			hour = &tables[i]
+		}
+	}
+	if hour == nil {
+		t.Fatalf("no table of tier tight, last hour; captions: %v", tables)
+	}
+	if got := strings.Join(hour.headers[:3], ","); got != "Time,Admitted,Refused" {
+		t.Errorf("headers %v, want Time, Admitted, Refused first", hour.headers)
+	}
+	if len(hour.rows) != 60 {
+		t.Errorf("%d rows, want 60", len(hour.rows))
+	}
+	columns := map[string]string{"minute": "Per-minute limit", "hour": "Per-hour limit", "feature": "Feature"}
+	seen := map[string]bool{}
+	for _, row := range hour.rows {
+		m := row["Time"]
+		admitted := perMinute[key{m, "admitted"}]
+		refused := 0
+		for r, col := range columns {
+			n := perMinute[key{m, r}]
+			refused += n
+			if n > 0 {
+				seen[r] = true
+				if got := row[col]; got != fmt.Sprint(n) {
+					t.Errorf("%s %s: %q, want %d", m, col, got, n)
+				}
+			}
+		}
+		if row["Admitted"] != fmt.Sprint(admitted) || row["Refused"] != fmt.Sprint(refused) {
+			t.Errorf("%s: admitted %s refused %s, want %d and %d", m, row["Admitted"], row["Refused"], admitted, refused)
+		}
+	}
+	for r := range columns {
+		if !seen[r] {
+			t.Errorf("the script produced no %s refusal", r)
+		}
+	}
+	// The top users link to their page, which shows their day.
+	links := doc.find(func(n *html.Node) bool {
+		return n.Data == "a" && strings.HasPrefix(pageAttr(n, "href"), "/admin/usage?")
+	})
+	if len(links) == 0 {
+		t.Fatal("no top user links")
+	}
+	user := parsePage(t, b.get(pageAttr(links[0], "href")), http.StatusOK)
+	if user.byID("user-day") == nil || len(user.find(func(n *html.Node) bool { return n.Data == "svg" && pageAttr(n, "role") == "img" })) != 1 {
+		t.Error("the user page has no chart of the user's day")
+	}
+	if !strings.Contains(user.raw, "Per-minute limit × 10: 20") {
+		t.Error("the user page draws no per-minute limit line")
+	}
+}
+
+// TestSessionsSurviveRestart signs in, restarts the service on the same
+// database and is still signed in; a changed admin token and Sign out end
+// the session.
+func TestSessionsSurviveRestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "test.db")
+	clock := &testClock{now: pageT0}
+	first := newPageEnvAt(t, path, pageToken, clock)
+	b := first.signIn()
+	first.store.Close()
+
+	second := newPageEnvAt(t, path, pageToken, clock)
+	b.e = second
+	if rec := b.get("/admin/overview"); rec.Code != http.StatusOK {
+		t.Fatalf("after a restart: status %d, want 200 (still signed in)", rec.Code)
+	}
+	// 12 hours on, the session has expired.
+	clock.Advance(policy.Retention/2 + time.Second)
+	if rec := b.get("/admin/overview"); rec.Code != http.StatusSeeOther {
+		t.Fatalf("after 12 hours: status %d, want 303 to sign-in", rec.Code)
+	}
+	clock.Advance(-policy.Retention/2 - time.Second)
+	b = second.signIn()
+	other := *b
+	// Sign out in one browser ends the session for every copy of it.
+	if rec := b.post("/admin/logout", url.Values{}); rec.Code != http.StatusSeeOther {
+		t.Fatalf("sign out: %d", rec.Code)
+	}
+	if rec := other.get("/admin/overview"); rec.Code != http.StatusSeeOther {
+		t.Errorf("after sign out elsewhere: status %d, want 303", rec.Code)
+	}
+	// A new admin token ends every session of the old one.
+	b = second.signIn()
+	second.store.Close()
+	third := newPageEnvAt(t, path, "another-token", clock)
+	b.e = third
+	if rec := b.get("/admin/overview"); rec.Code != http.StatusSeeOther {
+		t.Errorf("after the admin token changed: status %d, want 303", rec.Code)
+	}
+	// The session rows are hashes: no cookie value is stored.
+	third.store.Close()
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	var n int
+	if err := raw.QueryRow(`SELECT count(*) FROM admin_sessions WHERE id_hash = ? OR csrf = ?`, b.cookie.Value, b.cookie.Value).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Error("a session's cookie value is stored")
+	}
+}

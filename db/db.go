@@ -26,6 +26,7 @@ import (
 var (
 	_ policy.TierStore    = (*Store)(nil)
 	_ policy.RequestStore = (*Store)(nil)
+	_ policy.UserStore    = (*Store)(nil)
 )
 
 // Synchronous settings accepted by WithSynchronous.
@@ -49,6 +50,8 @@ type Store struct {
 	tiers       atomic.Pointer[tierCache]
 	reloadMu    sync.Mutex    // serializes tier cache reloads
 	tierVersion versionReader // tells whether the tier cache is stale; see tiers.go
+
+	users userCache // every user record; see users.go
 
 	closeOnce sync.Once
 	closeErr  error
@@ -135,6 +138,10 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if err := s.initTiers(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := s.initUsers(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

@@ -326,6 +326,11 @@ func (s *Store) UpdateTiers(ctx context.Context, u policy.TierUpdate) ([]policy.
 			if !exists {
 				return policy.Errorf(policy.ENOTFOUND, "tier %q not found", name)
 			}
+			if n, err := assignedUsers(tx, name); err != nil {
+				return err
+			} else if n > 0 {
+				return tierInUse(name, n)
+			}
 			if _, err := tx.execSQL(`DELETE FROM tiers WHERE name = ?`, name); err != nil {
 				return unavailable(err)
 			}

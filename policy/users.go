@@ -89,7 +89,9 @@ func (l *Limits) optionalFields() [4]namedOverride {
 // a tier's.
 func (l *Limits) ValidateFields() []FieldError {
 	var errs []FieldError
-	bad := func(field string) { errs = append(errs, FieldError{field, field + " must be an integer from 0 to 2147483647"}) }
+	bad := func(field string) {
+		errs = append(errs, FieldError{field, field + " must be an integer from 0 to 2147483647"})
+	}
 	for _, f := range l.requestFields() {
 		if f.v != nil && (*f.v < 0 || *f.v > MaxLimit) {
 			bad(f.field)
@@ -264,7 +266,9 @@ func WithUsers(users UserStore) Option { return func(s *Service) { s.users = use
 // API's context.user_tier) is believed for a user without an assigned
 // tier (default true). False decides such a check under the default tier,
 // so that a client cannot name itself a better plan.
-func WithTrustClientTier(trust bool) Option { return func(s *Service) { s.distrustClientTier = !trust } }
+func WithTrustClientTier(trust bool) Option {
+	return func(s *Service) { s.distrustClientTier = !trust }
+}
 
 // TrustsClientTier reports whether a check's own tier is believed.
 func (s *Service) TrustsClientTier() bool { return !s.distrustClientTier }

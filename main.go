@@ -98,7 +98,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	metrics := api.NewMetrics(nil)
 	tiers, requests := metrics.MeterStorage(store, store)
-	svc := policy.NewService(tiers, requests, policy.WithDefaultTier(cfg.DefaultTier), policy.WithClock(now))
+	svc := policy.NewService(tiers, requests, policy.WithDefaultTier(cfg.DefaultTier), policy.WithClock(now),
+		policy.WithUsers(store), policy.WithTrustClientTier(cfg.TrustClientTier))
 	if _, err := store.Tier(ctx, cfg.DefaultTier); err != nil {
 		return fmt.Errorf("default tier %q does not exist in %s", cfg.DefaultTier, cfg.DBPath)
 	}
@@ -155,7 +156,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	fmt.Fprintf(stdout, "policyguard listening on %s (database %s)\n", url, cfg.DBPath)
 	log.Info("serving", "addr", ln.Addr().String(), "db", cfg.DBPath, "default_tier", cfg.DefaultTier, "sync", strings.ToUpper(cfg.Sync),
-		"tls", tlsCfg != nil, "api_token", cfg.APIToken != "", "fail_open", cfg.FailOpen)
+		"tls", tlsCfg != nil, "api_token", cfg.APIToken != "", "fail_open", cfg.FailOpen, "trust_client_tier", cfg.TrustClientTier)
 	if cfg.APIToken == "" && !loopback(ln.Addr()) {
 		log.Warn("checks need no API token on an address beyond loopback: anyone who reaches it can spend any user's quota; set -api-token")
 	}

@@ -53,6 +53,8 @@ type options struct {
 	defaultTier string
 	apiToken    string
 	start       time.Time
+
+	distrustClientTier bool
 }
 
 // WithTiers creates or replaces tiers before the service starts, as
@@ -80,6 +82,11 @@ func WithDefaultTier(name string) Option { return func(o *options) { o.defaultTi
 // Guard's Client carries it.
 func WithAPIToken(token string) Option { return func(o *options) { o.apiToken = token } }
 
+// WithTrustClientTier sets whether a check's context.user_tier is
+// believed for a user without an assigned tier, as -trust-client-tier
+// does (default true).
+func WithTrustClientTier(trust bool) Option { return func(o *options) { o.distrustClientTier = !trust } }
+
 // WithStart sets the clock's first reading (default the current time).
 func WithStart(t time.Time) Option { return func(o *options) { o.start = t } }
 
@@ -102,7 +109,8 @@ func New(t testing.TB, opts ...Option) *Guard {
 		t.Fatalf("guardtest: %v", err)
 	}
 	t.Cleanup(func() { store.Close() })
-	svc := policy.NewService(store, store, policy.WithDefaultTier(o.defaultTier), policy.WithClock(clock.Now))
+	svc := policy.NewService(store, store, policy.WithDefaultTier(o.defaultTier), policy.WithClock(clock.Now),
+		policy.WithUsers(store), policy.WithTrustClientTier(!o.distrustClientTier))
 	tiers, err := o.readTiers()
 	if err != nil {
 		t.Fatalf("guardtest: %v", err)

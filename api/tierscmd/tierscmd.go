@@ -103,7 +103,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer store.Close()
-	svc := policy.NewService(store, store, policy.WithDefaultTier(*defaultTier))
+	svc := policy.NewService(store, store, policy.WithDefaultTier(*defaultTier), policy.WithUsers(store))
 	changes, err := svc.ImportTiers(ctx, tiers, *prune)
 	if err != nil {
 		return fmt.Errorf("%s: nothing imported: %s", files[0], policy.ErrorMessage(err))

@@ -99,7 +99,6 @@ func (h userHistory) CurrentUser(id string) (*policy.UserRecord, bool, error) {
 	return &r, ok, nil
 }
 
-
 var (
 	basic = policy.Tier{Name: "basic", RequestsPerMinute: 1, RequestsPerHour: 10, RequestsPerDay: 100, Features: []string{"chat"}}
 	gold  = policy.Tier{Name: "gold", RequestsPerMinute: 5, RequestsPerHour: 50, RequestsPerDay: 500, BurstAllowance: 1,

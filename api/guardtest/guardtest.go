@@ -85,7 +85,9 @@ func WithAPIToken(token string) Option { return func(o *options) { o.apiToken = 
 // WithTrustClientTier sets whether a check's context.user_tier is
 // believed for a user without an assigned tier, as -trust-client-tier
 // does (default true).
-func WithTrustClientTier(trust bool) Option { return func(o *options) { o.distrustClientTier = !trust } }
+func WithTrustClientTier(trust bool) Option {
+	return func(o *options) { o.distrustClientTier = !trust }
+}
 
 // WithStart sets the clock's first reading (default the current time).
 func WithStart(t time.Time) Option { return func(o *options) { o.start = t } }

@@ -666,8 +666,8 @@ type modelHarness struct {
 	// distrusting shares store but ignores a check's tier; other is a
 	// second store on the same file, as another process would open it.
 	distrusting, otherSvc *policy.Service
-	now   time.Time
-	ref   *refModel
+	now                   time.Time
+	ref                   *refModel
 	// callIDs are the calls opened in this sequence, in order; operations
 	// name them by index, one past the end being an id never issued.
 	callIDs []string

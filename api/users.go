@@ -1,7 +1,6 @@
 package api
 
 import (
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/policyguard/policyguard/policy"
+	"github.com/policyguard/policyguard/web"
 )
 
 // Pages of GET /v1/users.
@@ -187,34 +187,14 @@ func (s *Server) handleDeleteUser(c echo.Context) error {
 	return c.NoContent(http.StatusNoContent)
 }
 
-// DescribeUserChange says what c did in one line, as the import report and
-// the admin page word it: "created alice: tier pro; requests_per_minute 5".
+// DescribeUserChange says what c did in one line, as the import report
+// words it: "created user alice: tier pro; requests_per_minute 5".
 func DescribeUserChange(c policy.UserChange) string {
 	switch {
 	case c.New == nil:
 		return "deleted user " + c.UserID
 	case c.Old == nil:
-		return "created user " + c.UserID + ": " + DescribeUser(c.New)
+		return "created user " + c.UserID + ": " + web.UserSummary(c.New)
 	}
-	return "updated user " + c.UserID + ": " + DescribeUser(c.New)
-}
-
-// DescribeUser sums up a record's assignment and overrides.
-func DescribeUser(r *policy.UserRecord) string {
-	s := "tier " + r.Tier
-	if r.Tier == "" {
-		s = "no tier assigned"
-	}
-	values := r.Limits.Values()
-	for _, name := range policy.LimitNames {
-		v, ok := values[name]
-		switch {
-		case !ok:
-		case v == nil:
-			s += "; " + name + " none"
-		default:
-			s += fmt.Sprintf("; %s %d", name, *v)
-		}
-	}
-	return s
+	return "updated user " + c.UserID + ": " + web.UserSummary(c.New)
 }

@@ -65,7 +65,7 @@ func TestBrowserAdminEditsTier(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	svc := policy.NewService(store, store)
+	svc := policy.NewService(store, store, policy.WithUsers(store))
 	const token = "browser-test-token"
 	srv := httptest.NewServer(api.NewServer(api.Config{
 		Service:    svc,

@@ -57,7 +57,7 @@ func newPageEnv(t *testing.T) *pageEnv {
 	}
 	t.Cleanup(func() { store.Close() })
 	clock := &testClock{now: pageT0}
-	svc := policy.NewService(store, store, policy.WithClock(clock.Now))
+	svc := policy.NewService(store, store, policy.WithClock(clock.Now), policy.WithUsers(store))
 	srv := api.NewServer(api.Config{
 		Service:    svc,
 		AdminToken: pageToken,

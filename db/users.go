@@ -13,7 +13,10 @@ import (
 	"github.com/policyguard/policyguard/policy"
 )
 
-var _ policy.CurrentUsers = (*history)(nil)
+var (
+	_ policy.CurrentUsers = (*history)(nil)
+	_ policy.Importer     = (*Store)(nil)
+)
 
 // userCache holds every user record in memory, so that a check reads no
 // table to learn that its user has none. Unlike the tier cache it is kept
@@ -361,4 +364,59 @@ func (s *Store) UserChanges(ctx context.Context, userID string, limit int) ([]po
 		out[i] = policy.UserChange{ID: r.ID, At: at, UserID: r.UserID, Source: r.Source, Old: before, New: after}
 	}
 	return out, nil
+}
+
+// Import implements policy.Importer: tiers and user records in one writer
+// transaction, the tiers put first, then the records, then the tiers
+// deleted or pruned, so that records can move to a tier the same import
+// creates and off one it deletes.
+func (s *Store) Import(ctx context.Context, tu policy.TierUpdate, uu policy.UserUpdate) ([]policy.TierChange, []policy.UserChange, error) {
+	listed := make(map[string]bool, len(tu.Put))
+	for i := range tu.Put {
+		if err := tu.Put[i].Validate(); err != nil {
+			return nil, nil, err
+		}
+		if listed[tu.Put[i].Name] {
+			return nil, nil, policy.Errorf(policy.EINVALID, "tier %q is listed twice", tu.Put[i].Name)
+		}
+		listed[tu.Put[i].Name] = true
+	}
+	seen := make(map[string]bool, len(uu.Put))
+	for i := range uu.Put {
+		if err := uu.Put[i].Validate(); err != nil {
+			return nil, nil, err
+		}
+		if seen[uu.Put[i].UserID] {
+			return nil, nil, policy.Errorf(policy.EINVALID, "user %s is listed twice", policy.Quote(uu.Put[i].UserID))
+		}
+		seen[uu.Put[i].UserID] = true
+	}
+	at := tu.At.UTC().Truncate(time.Microsecond)
+	var (
+		tierChanges []policy.TierChange
+		userChanges []policy.UserChange
+	)
+	err := s.writer.do(ctx, func(tx *writeTx) error {
+		userChanges = userChanges[:0] // a job may run again after a neighbour failed
+		var err error
+		tierChanges, err = updateTiersTx(tx, tu, at, listed, func() error {
+			userChanges, err = updateUsersTx(tx, uu, at, userChanges)
+			return err
+		})
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(tierChanges) > 0 {
+		_ = s.reloadTiers(context.WithoutCancel(ctx), 0) // as UpdateTiers does
+	}
+	for _, c := range userChanges {
+		if c.New == nil {
+			s.users.m.Delete(c.UserID)
+		} else {
+			s.users.m.Store(c.UserID, *c.New)
+		}
+	}
+	return tierChanges, userChanges, nil
 }

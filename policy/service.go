@@ -293,15 +293,24 @@ func (s *Service) DeleteTier(ctx context.Context, name string) error {
 // are already as listed are left alone, so importing the same list twice
 // changes nothing the second time.
 func (s *Service) ImportTiers(ctx context.Context, tiers []Tier, prune bool) ([]TierChange, error) {
+	u, err := s.tierImport(tiers, prune)
+	if err != nil {
+		return nil, err
+	}
+	return s.tiers.UpdateTiers(ctx, u)
+}
+
+// tierImport checks tiers and returns the update that imports them.
+func (s *Service) tierImport(tiers []Tier, prune bool) (TierUpdate, error) {
 	at := s.now().UTC().Truncate(Resolution)
 	put := make([]Tier, len(tiers))
 	seen := make(map[string]bool, len(tiers))
 	for i, t := range tiers {
 		if err := t.Validate(); err != nil {
-			return nil, Errorf(EINVALID, "tier %d (%s): %s", i+1, Quote(t.Name), ErrorMessage(err))
+			return TierUpdate{}, Errorf(EINVALID, "tier %d (%s): %s", i+1, Quote(t.Name), ErrorMessage(err))
 		}
 		if seen[t.Name] {
-			return nil, Errorf(EINVALID, "tier %s is listed twice", Quote(t.Name))
+			return TierUpdate{}, Errorf(EINVALID, "tier %s is listed twice", Quote(t.Name))
 		}
 		seen[t.Name] = true
 		if t.Features == nil {
@@ -311,9 +320,9 @@ func (s *Service) ImportTiers(ctx context.Context, tiers []Tier, prune bool) ([]
 		put[i] = t
 	}
 	if prune && !seen[s.defaultTier] {
-		return nil, Errorf(ECONFLICT, "tier %s is the default tier: pruning would delete it, so list it or import without pruning", Quote(s.defaultTier))
+		return TierUpdate{}, Errorf(ECONFLICT, "tier %s is the default tier: pruning would delete it, so list it or import without pruning", Quote(s.defaultTier))
 	}
-	return s.tiers.UpdateTiers(ctx, TierUpdate{At: at, Source: SourceImport, Put: put, Prune: prune, SkipUnchanged: true})
+	return TierUpdate{At: at, Source: SourceImport, Put: put, Prune: prune, SkipUnchanged: true}, nil
 }
 
 // TierChanges returns the latest limit changes to tiers, newest first.

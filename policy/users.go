@@ -381,31 +381,45 @@ func (s *Service) DeleteUser(ctx context.Context, userID string) error {
 	return err
 }
 
-// ImportUsers creates or replaces the records listed, recorded with
-// SourceImport; records already as listed are left alone. It never deletes
-// a record.
-func (s *Service) ImportUsers(ctx context.Context, records []UserRecord) ([]UserChange, error) {
-	if s.users == nil {
-		return nil, errNoUsers()
+// Importer is implemented by a store that applies a tier update and a
+// user update in one transaction: the tiers put, then the records, then
+// the tiers deleted or pruned.
+type Importer interface {
+	Import(ctx context.Context, tiers TierUpdate, users UserUpdate) ([]TierChange, []UserChange, error)
+}
+
+// Import is ImportTiers for a tiers file that also lists user records: in
+// one transaction it creates or replaces the tiers and the records listed
+// (leaving alone those already as listed) and, with prune, deletes the
+// tiers not listed, all recorded with SourceImport. It never deletes a
+// record; a tier that records still assign cannot be pruned (ECONFLICT).
+func (s *Service) Import(ctx context.Context, tiers []Tier, records []UserRecord, prune bool) ([]TierChange, []UserChange, error) {
+	if len(records) == 0 {
+		changes, err := s.ImportTiers(ctx, tiers, prune)
+		return changes, nil, err
 	}
-	at := s.now().UTC().Truncate(Resolution)
+	imp, ok := s.users.(Importer)
+	if !ok {
+		return nil, nil, Errorf(EINTERNAL, "this service's store cannot import user records with tiers")
+	}
+	tu, err := s.tierImport(tiers, prune)
+	if err != nil {
+		return nil, nil, err
+	}
 	seen := make(map[string]bool, len(records))
 	put := make([]UserRecord, len(records))
 	for i, r := range records {
 		if err := r.Validate(); err != nil {
-			return nil, Errorf(EINVALID, "user %d (%s): %s", i+1, Quote(r.UserID), ErrorMessage(err))
+			return nil, nil, Errorf(EINVALID, "user %d (%s): %s", i+1, Quote(r.UserID), ErrorMessage(err))
 		}
 		if seen[r.UserID] {
-			return nil, Errorf(EINVALID, "user %s is listed twice", Quote(r.UserID))
+			return nil, nil, Errorf(EINVALID, "user %s is listed twice", Quote(r.UserID))
 		}
 		seen[r.UserID] = true
-		r.UpdatedAt = at
+		r.UpdatedAt = tu.At
 		put[i] = r
 	}
-	if len(put) == 0 {
-		return nil, nil
-	}
-	return s.users.UpdateUsers(ctx, UserUpdate{At: at, Source: SourceImport, Put: put, SkipUnchanged: true})
+	return imp.Import(ctx, tu, UserUpdate{At: tu.At, Source: SourceImport, Put: put, SkipUnchanged: true})
 }
 
 // UserChanges returns the latest changes to userID's record (every user's

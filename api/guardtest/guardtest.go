@@ -113,12 +113,12 @@ func New(t testing.TB, opts ...Option) *Guard {
 	t.Cleanup(func() { store.Close() })
 	svc := policy.NewService(store, store, policy.WithDefaultTier(o.defaultTier), policy.WithClock(clock.Now),
 		policy.WithUsers(store), policy.WithTrustClientTier(!o.distrustClientTier))
-	tiers, err := o.readTiers()
+	tiers, users, err := o.readTiers()
 	if err != nil {
 		t.Fatalf("guardtest: %v", err)
 	}
-	if len(tiers) > 0 {
-		if _, err := svc.ImportTiers(ctx, tiers, false); err != nil {
+	if len(tiers) > 0 || len(users) > 0 {
+		if _, _, err := svc.Import(ctx, tiers, users, false); err != nil {
 			t.Fatalf("guardtest: tiers: %s", policy.ErrorMessage(err))
 		}
 	}
@@ -154,8 +154,11 @@ func New(t testing.TB, opts ...Option) *Guard {
 // readTiers returns the tiers of every WithTiers and WithTiersFile, each
 // read by api.ReadTiersFile, the reader of "policyguard tiers import", so
 // they are checked by the same rules as a tiers file.
-func (o *options) readTiers() ([]policy.Tier, error) {
+//
+// The user records a tiers file lists are imported too.
+func (o *options) readTiers() ([]policy.Tier, []policy.UserRecord, error) {
 	var all []policy.Tier
+	var users []policy.UserRecord
 	if len(o.tiers) > 0 {
 		file := struct {
 			Tiers []client.Tier `json:"tiers"`
@@ -168,27 +171,28 @@ func (o *options) readTiers() ([]policy.Tier, error) {
 		}
 		data, err := json.Marshal(file)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		tiers, err := api.ReadTiersFile(bytes.NewReader(data))
 		if err != nil {
-			return nil, tierError("WithTiers", err)
+			return nil, nil, tierError("WithTiers", err)
 		}
 		all = append(all, tiers...)
 	}
 	for _, path := range o.tierFiles {
 		f, err := os.Open(path)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		tiers, err := api.ReadTiersFile(f)
+		tiers, records, err := api.ReadTiersFileWithUsers(f)
 		f.Close()
+		users = append(users, records...)
 		if err != nil {
-			return nil, tierError(path, err)
+			return nil, nil, tierError(path, err)
 		}
 		all = append(all, tiers...)
 	}
-	return all, nil
+	return all, users, nil
 }
 
 // tierError reports every problem the tiers file reader found, one a line.

@@ -53,7 +53,8 @@ type userBody struct {
 // readUser reads data, the body of PUT /v1/users/{user_id} (pathID is then
 // the id from the path) or one entry of a tiers file's users (pathID "",
 // and the entry must hold a user_id), and returns the record or the first
-// problem with it, as an EINVALID error that names the field.
+// problem with it, as an EINVALID error that names the field; the record
+// then carries the user id, when there is one, to say which entry is wrong.
 func readUser(data []byte, pathID string) (policy.UserRecord, error) {
 	var in userBody
 	if err := unmarshalObject(data, &in, strictOptions); err != nil {
@@ -71,7 +72,7 @@ func readUser(data []byte, pathID string) (policy.UserRecord, error) {
 	r := policy.UserRecord{UserID: id, Note: in.Note}
 	if in.Tier != nil {
 		if *in.Tier == "" {
-			return policy.UserRecord{}, policy.Errorf(policy.EINVALID, "tier must be null or a tier name, not \"\"")
+			return policy.UserRecord{UserID: id}, policy.Errorf(policy.EINVALID, "tier must be null or a tier name, not \"\"")
 		}
 		r.Tier = *in.Tier
 	}
@@ -83,18 +84,18 @@ func readUser(data []byte, pathID string) (policy.UserRecord, error) {
 		}
 		var v *int64
 		if json.Unmarshal(raw, &v) != nil {
-			return policy.UserRecord{}, policy.Errorf(policy.EINVALID, "limits.%s must be an integer from 0 to %d", name, policy.MaxLimit)
+			return policy.UserRecord{UserID: id}, policy.Errorf(policy.EINVALID, "limits.%s must be an integer from 0 to %d", name, policy.MaxLimit)
 		}
 		values[name] = v
 	}
 	for name := range in.Limits {
 		if _, ok := values[name]; !ok {
-			return policy.UserRecord{}, policy.Errorf(policy.EINVALID, "unknown field %s in limits", policy.Quote(name))
+			return policy.UserRecord{UserID: id}, policy.Errorf(policy.EINVALID, "unknown field %s in limits", policy.Quote(name))
 		}
 	}
 	l, err := policy.LimitsOf(values)
 	if err != nil {
-		return policy.UserRecord{}, policy.Errorf(policy.EINVALID, "limits.%s", policy.ErrorMessage(err))
+		return policy.UserRecord{UserID: id}, policy.Errorf(policy.EINVALID, "limits.%s", policy.ErrorMessage(err))
 	}
 	r.Limits = l
 	if errs := r.ValidateFields(); len(errs) > 0 {
@@ -102,7 +103,7 @@ func readUser(data []byte, pathID string) (policy.UserRecord, error) {
 		if _, limit := in.Limits[errs[0].Field]; limit {
 			msg = "limits." + msg
 		}
-		return policy.UserRecord{}, policy.Errorf(policy.EINVALID, "%s", msg)
+		return policy.UserRecord{UserID: id}, policy.Errorf(policy.EINVALID, "%s", msg)
 	}
 	return r, nil
 }

@@ -171,6 +171,7 @@ func TestTiersFileWithUsers(t *testing.T) {
 	for _, tc := range []struct{ name, file, want string }{
 		{"unknown tier", `{"tiers": [], "users": [{"user_id": "cat", "tier": "gold"}]}`, `unknown tier "gold"`},
 		{"unknown field", `{"tiers": [], "users": [{"user_id": "cat", "plan": "x"}]}`, `user 1: unknown field "plan"`},
+		{"bad limit", `{"tiers": [], "users": [{"user_id": "dan", "limits": {"max_concurrent": -1}}]}`, `user 1 ("dan"): limits.max_concurrent must be an integer`},
 		{"no user_id", `{"tiers": [], "users": [{"tier": "team"}]}`, `user 1: user_id is required`},
 		{"listed twice", `{"tiers": [], "users": [{"user_id": "cat"}, {"user_id": "cat"}]}`, `listed twice`},
 		{"prune an assigned tier", `{"tiers": [` + free + `], "users": []}`, `tier "team" is assigned to 1 user`},

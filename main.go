@@ -99,7 +99,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	metrics := api.NewMetrics(nil)
 	tiers, requests := metrics.MeterStorage(store, store)
 	svc := policy.NewService(tiers, requests, policy.WithDefaultTier(cfg.DefaultTier), policy.WithClock(now),
-		policy.WithCallTimeout(cfg.CallTimeout), policy.WithStats(store, store))
+		policy.WithCallTimeout(cfg.CallTimeout), policy.WithStats(store, store),
+		policy.WithUsers(store), policy.WithTrustClientTier(cfg.TrustClientTier))
 	metrics.SetCallsInFlight(func(ctx context.Context) (int64, error) {
 		byTier, err := svc.CallsInFlight(ctx)
 		var n int64
@@ -165,7 +166,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	fmt.Fprintf(stdout, "policyguard listening on %s (database %s)\n", url, cfg.DBPath)
 	log.Info("serving", "addr", ln.Addr().String(), "db", cfg.DBPath, "default_tier", cfg.DefaultTier, "sync", strings.ToUpper(cfg.Sync),
-		"tls", tlsCfg != nil, "api_token", cfg.APIToken != "", "fail_open", cfg.FailOpen)
+		"tls", tlsCfg != nil, "api_token", cfg.APIToken != "", "fail_open", cfg.FailOpen, "trust_client_tier", cfg.TrustClientTier)
 	if cfg.APIToken == "" && !loopback(ln.Addr()) {
 		log.Warn("checks need no API token on an address beyond loopback: anyone who reaches it can spend any user's quota; set -api-token")
 	}

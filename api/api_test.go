@@ -53,7 +53,7 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(func() { store.Close() })
 	clk := &testClock{now: t0}
-	svc := policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithStats(store, store))
+	svc := policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithStats(store, store), policy.WithUsers(store))
 	srv := api.NewServer(api.Config{
 		Service:    svc,
 		Health:     store.Ping,

@@ -23,14 +23,32 @@ import (
 // one. Each tier has the fields of the body of PUT /v1/tiers/{name}, with
 // the same rules, plus its name; updated_at is accepted and ignored, so the
 // answer of GET /v1/tiers is a tiers file too.
+//
+// A file may also list user records, as PUT /v1/users/{user_id} takes them
+// plus their user_id; an import creates or replaces them, never deletes
+// one. A file without "users" is as valid as before:
+//
+//	{"tiers": [...], "users": [{"user_id": "alice", "tier": "pro", "limits": null, "note": ""}]}
 type tierFile struct {
 	Tiers []jsontext.Value `json:"tiers"`
+	Users []jsontext.Value `json:"users,omitempty"`
 }
 
-// WriteTiersFile writes tiers to w as a tiers file, ordered by name and
-// indented, without updated_at.
-func WriteTiersFile(w io.Writer, tiers []policy.Tier) error {
+// WriteTiersFile writes tiers, and the user records users, to w as a tiers
+// file, tiers ordered by name and records by user id, indented, without
+// updated_at. Without records the file has no "users".
+func WriteTiersFile(w io.Writer, tiers []policy.Tier, users ...policy.UserRecord) error {
 	out := tierFile{Tiers: make([]jsontext.Value, 0, len(tiers))}
+	users = slices.SortedFunc(slices.Values(users), func(a, b policy.UserRecord) int { return strings.Compare(a.UserID, b.UserID) })
+	for _, u := range users {
+		j := userToJSON(u)
+		j.UpdatedAt = time.Time{}
+		v, err := json.Marshal(j, json.Deterministic(true)) // limits in name order, so a file changes only when a record does
+		if err != nil {
+			return err
+		}
+		out.Users = append(out.Users, v)
+	}
 	tiers = slices.SortedFunc(slices.Values(tiers), func(a, b policy.Tier) int { return strings.Compare(a.Name, b.Name) })
 	for _, t := range tiers {
 		j := tierToJSON(t)
@@ -54,19 +72,28 @@ func WriteTiersFile(w io.Writer, tiers []policy.Tier) error {
 // EINVALID error that lists every problem, one a line, each with the
 // position and name of its tier.
 func ReadTiersFile(r io.Reader) ([]policy.Tier, error) {
+	tiers, _, err := ReadTiersFileWithUsers(r)
+	return tiers, err
+}
+
+// ReadTiersFileWithUsers is ReadTiersFile that also returns the file's
+// user records, each checked by the rules of PUT /v1/users/{user_id} (that
+// its tier exists is checked by the import, against the file and the
+// database).
+func ReadTiersFileWithUsers(r io.Reader) ([]policy.Tier, []policy.UserRecord, error) {
 	data, err := io.ReadAll(r)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if start := bytes.TrimLeft(data, " \t\r\n"); len(start) == 0 || start[0] != '{' {
-		return nil, policy.Errorf(policy.EINVALID, `not a tiers file: it must be a JSON object, {"tiers": [...]}`)
+		return nil, nil, policy.Errorf(policy.EINVALID, `not a tiers file: it must be a JSON object, {"tiers": [...]}`)
 	}
 	var f tierFile
 	if err := unmarshalObject(data, &f, strictOptions); err != nil {
-		return nil, policy.Errorf(policy.EINVALID, "not a tiers file: %s", policy.ErrorMessage(err))
+		return nil, nil, policy.Errorf(policy.EINVALID, "not a tiers file: %s", policy.ErrorMessage(err))
 	}
 	if f.Tiers == nil {
-		return nil, policy.Errorf(policy.EINVALID, `not a tiers file: it needs a "tiers" array`)
+		return nil, nil, policy.Errorf(policy.EINVALID, `not a tiers file: it needs a "tiers" array`)
 	}
 	var problems []string
 	tiers := make([]policy.Tier, 0, len(f.Tiers))
@@ -96,10 +123,33 @@ func ReadTiersFile(r io.Reader) ([]policy.Tier, error) {
 		first[t.Name] = i
 		tiers = append(tiers, t)
 	}
-	if len(problems) > 0 {
-		return nil, policy.Errorf(policy.EINVALID, "%s", strings.Join(problems, "\n"))
+	users := make([]policy.UserRecord, 0, len(f.Users))
+	firstUser := make(map[string]int, len(f.Users))
+	for i, raw := range f.Users {
+		where := fmt.Sprintf("user %d", i+1)
+		if raw.Kind() != '{' {
+			problems = append(problems, where+": must be a JSON object")
+			continue
+		}
+		u, err := readUser(raw, "")
+		if u.UserID != "" {
+			where += " (" + policy.Quote(u.UserID) + ")"
+		}
+		if err != nil {
+			problems = append(problems, where+": "+policy.ErrorMessage(err))
+			continue
+		}
+		if j, dup := firstUser[u.UserID]; dup {
+			problems = append(problems, fmt.Sprintf("%s: listed twice, first as user %d", where, j+1))
+			continue
+		}
+		firstUser[u.UserID] = i
+		users = append(users, u)
 	}
-	return tiers, nil
+	if len(problems) > 0 {
+		return nil, nil, policy.Errorf(policy.EINVALID, "%s", strings.Join(problems, "\n"))
+	}
+	return tiers, users, nil
 }
 
 // DescribeTierChange says what c did in one line, as the import report and

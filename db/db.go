@@ -26,6 +26,7 @@ import (
 var (
 	_ policy.TierStore    = (*Store)(nil)
 	_ policy.RequestStore = (*Store)(nil)
+	_ policy.UserStore    = (*Store)(nil)
 )
 
 // Synchronous settings accepted by WithSynchronous.
@@ -52,6 +53,7 @@ type Store struct {
 
 	counts      *checkCounts       // counts of checks not yet stored (see stats.go)
 	stopFlusher context.CancelFunc // ends flushCountsEvery
+	users       userCache          // every user record; see users.go
 
 	closeOnce sync.Once
 	closeErr  error
@@ -138,6 +140,10 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if err := s.initTiers(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := s.initUsers(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

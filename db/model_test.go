@@ -54,6 +54,40 @@ func (l refLimits) ceilings() [3]int64 {
 	return [3]int64{l.perMinute + l.burst, l.perHour, l.perDay}
 }
 
+// refUser is a user record as the README describes it: tier is the
+// assigned tier ("" for none), and over holds an override per limit in the
+// order of policy.LimitNames: refInherit keeps the tier's, -1 (for the
+// token limits and max_concurrent) removes it.
+type refUser struct {
+	tier string
+	over [8]int64
+}
+
+const refInherit = -2
+
+// limits returns the name and limits of the tier a check of user naming
+// tier is decided under: the assigned tier, else the named one when it is
+// believed, else the default; with the user's overrides.
+func (m *refModel) limits(user, tier string, trusted bool, defaultTier string) (string, refLimits) {
+	if !trusted {
+		tier = defaultTier
+	}
+	u, ok := m.users[user]
+	if ok && u.tier != "" {
+		tier = u.tier
+	}
+	l := m.tiers[tier]
+	if !ok {
+		return tier, l
+	}
+	for i, p := range []*int64{&l.perMinute, &l.perHour, &l.perDay, &l.burst, &l.tokens[0], &l.tokens[1], &l.tokens[2], &l.maxConcurrent} {
+		if u.over[i] != refInherit {
+			*p = u.over[i]
+		}
+	}
+	return tier, l
+}
+
 // refRecord is one admitted request and the ceilings it was admitted under.
 type refRecord struct {
 	at       time.Time
@@ -63,6 +97,8 @@ type refRecord struct {
 // refModel is the reference implementation.
 type refModel struct {
 	tiers map[string]refLimits
+	// users are the user records: an assigned tier and overrides.
+	users map[string]refUser
 	hist  map[string][]refRecord // by user, in the order admitted
 	// The calls, and each user's finished tokens in the order counted.
 	calls   map[string]*refCall
@@ -219,9 +255,8 @@ func inWindow(recs []refRecord, w refWindow, now time.Time) []time.Time {
 // its call, named id) unless refused or a dry run. A check that is not a
 // dry run of a metered tier first finishes the calls that expired; a dry
 // run counts them as finished without changing anything.
-func (m *refModel) check(user, tier string, tokens int64, now time.Time, dryRun bool, id string) refDecision {
+func (m *refModel) check(user string, l refLimits, tokens int64, now time.Time, dryRun bool, id string) refDecision {
 	now = now.Truncate(time.Microsecond) // timestamps are stored in microseconds
-	l := m.tiers[tier]
 	c := l.ceilings()
 	recs := m.hist[user]
 	d := refDecision{allowed: true}
@@ -426,6 +461,8 @@ const (
 	opPrune
 	opFinish
 	opKeepAlive
+	opSetUser
+	opDeleteUser
 )
 
 type modelOp struct {
@@ -436,6 +473,10 @@ type modelOp struct {
 	limits refLimits
 	tokens int64 // a check's; a finish's, -1 for none
 	call   int   // which call a finish or keepalive names (see callID)
+	// distrust decides a check on a service that ignores its tier; other
+	// writes a user record through a second store on the same file.
+	distrust, other bool
+	user2           refUser // what set-user writes
 }
 
 // Users and tiers of the model. A user id with SQL in it and one with
@@ -448,9 +489,13 @@ var (
 func (o modelOp) String() string {
 	switch o.kind {
 	case opCheck:
-		return fmt.Sprintf("check(%s, %s, tokens %d)", modelUsers[o.user], modelTiers[o.tier], o.tokens)
+		return fmt.Sprintf("check(%s, %s, tokens %d, distrust %v)", modelUsers[o.user], modelTiers[o.tier], o.tokens, o.distrust)
 	case opDryRun:
-		return fmt.Sprintf("dry-run(%s, %s, tokens %d)", modelUsers[o.user], modelTiers[o.tier], o.tokens)
+		return fmt.Sprintf("dry-run(%s, %s, tokens %d, distrust %v)", modelUsers[o.user], modelTiers[o.tier], o.tokens, o.distrust)
+	case opSetUser:
+		return fmt.Sprintf("set-user(%s, tier %q, overrides %v, by another store %v)", modelUsers[o.user], o.user2.tier, o.user2.over, o.other)
+	case opDeleteUser:
+		return fmt.Sprintf("delete-user(%s, by another store %v)", modelUsers[o.user], o.other)
 	case opFinish:
 		return fmt.Sprintf("finish(call %d, tokens %d)", o.call, o.tokens)
 	case opKeepAlive:
@@ -512,6 +557,25 @@ func (r *opReader) limits() refLimits {
 	return l
 }
 
+// user decodes a user record: no tier or one of the model's, and each
+// limit inherited three times in four.
+func (r *opReader) user() refUser {
+	var u refUser
+	if t := int(r.next()) % (len(modelTiers) + 1); t > 0 {
+		u.tier = modelTiers[t-1]
+	}
+	for i := range u.over {
+		u.over[i] = refInherit
+		switch b := r.next(); {
+		case b%4 == 1:
+			u.over[i] = int64(b / 4 % 8)
+		case b%8 == 2 && i >= 4:
+			u.over[i] = -1 // no limit: only the token limits and max_concurrent
+		}
+	}
+	return u
+}
+
 // tokens decodes a check's tokens, small and often 0.
 func (r *opReader) tokens() int64 {
 	b := r.next()
@@ -561,11 +625,18 @@ func decodeOps(data []byte) (initial [len(modelTiers)]refLimits, ops []modelOp) 
 	}
 	for len(r.data) > 0 {
 		b := r.next()
-		switch b % 20 {
-		case 0, 1, 2, 3, 4, 5, 6:
-			ops = append(ops, modelOp{kind: opCheck, user: int(r.next()) % len(modelUsers), tier: int(r.next()) % len(modelTiers), tokens: r.tokens()})
-		case 7:
-			ops = append(ops, modelOp{kind: opDryRun, user: int(r.next()) % len(modelUsers), tier: int(r.next()) % len(modelTiers), tokens: r.tokens()})
+		switch b % 22 {
+		case 0, 1, 2, 3, 4, 5, 6, 7:
+			kind := opCheck
+			if b%22 == 7 {
+				kind = opDryRun
+			}
+			user, tier := int(r.next()), int(r.next())
+			ops = append(ops, modelOp{kind: kind, user: user % len(modelUsers), tier: tier % len(modelTiers), tokens: r.tokens(), distrust: tier>>2%4 == 0})
+		case 20:
+			ops = append(ops, modelOp{kind: opSetUser, user: int(r.next()) % len(modelUsers), user2: r.user(), other: r.next()%2 == 1})
+		case 21:
+			ops = append(ops, modelOp{kind: opDeleteUser, user: int(r.next()) % len(modelUsers), other: r.next()%2 == 1})
 		case 8, 9, 10, 11, 12:
 			ops = append(ops, modelOp{kind: opAdvance, step: r.step()})
 		case 13:
@@ -592,8 +663,11 @@ func decodeOps(data []byte) (initial [len(modelTiers)]refLimits, ops []modelOp) 
 type modelHarness struct {
 	store *db.Store
 	svc   *policy.Service
-	now   time.Time
-	ref   *refModel
+	// distrusting shares store but ignores a check's tier; other is a
+	// second store on the same file, as another process would open it.
+	distrusting, otherSvc *policy.Service
+	now                   time.Time
+	ref                   *refModel
 	// callIDs are the calls opened in this sequence, in order; operations
 	// name them by index, one past the end being an id never issued.
 	callIDs []string
@@ -618,13 +692,23 @@ func newModelHarness(tb testing.TB) *modelHarness {
 	tb.Helper()
 	// NORMAL keeps every commit across a crash of the process, which is all
 	// a test needs, and spares thousands of fsyncs.
-	store, err := db.Open(context.Background(), filepath.Join(tb.TempDir(), "model.db"), db.WithSynchronous(db.SyncNormal))
+	path := filepath.Join(tb.TempDir(), "model.db")
+	store, err := db.Open(context.Background(), path, db.WithSynchronous(db.SyncNormal))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { store.Close() })
 	h := &modelHarness{store: store, stats: map[string]int{}}
-	h.svc = policy.NewService(store, store, policy.WithClock(func() time.Time { return h.now }), policy.WithCallTimeout(modelCallTimeout))
+	clock := policy.WithClock(func() time.Time { return h.now })
+	h.svc = policy.NewService(store, store, clock, policy.WithCallTimeout(modelCallTimeout), policy.WithUsers(store))
+	h.distrusting = policy.NewService(store, store, clock, policy.WithCallTimeout(modelCallTimeout), policy.WithUsers(store),
+		policy.WithTrustClientTier(false), policy.WithDefaultTier(modelTiers[0]))
+	other, err := db.Open(context.Background(), filepath.Join(filepath.Dir(path), "model.db"), db.WithSynchronous(db.SyncNormal))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { other.Close() })
+	h.otherSvc = policy.NewService(other, other, clock, policy.WithUsers(other))
 	return h
 }
 
@@ -653,11 +737,14 @@ func (h *modelHarness) run(tb testing.TB, name string, data []byte) {
 	run := &modelRun{tb: tb, name: name, ops: ops}
 
 	h.now = t0
-	h.ref = &refModel{tiers: map[string]refLimits{}, hist: map[string][]refRecord{},
+	h.ref = &refModel{tiers: map[string]refLimits{}, users: map[string]refUser{}, hist: map[string][]refRecord{},
 		calls: map[string]*refCall{}, tokens: map[string][]refTokens{}, timeout: modelCallTimeout}
 	h.callIDs = h.callIDs[:0]
 	for _, u := range modelUsers {
 		if err := h.svc.Forget(ctx, u); err != nil {
+			tb.Fatal(err)
+		}
+		if err := h.svc.DeleteUser(ctx, u); err != nil && policy.ErrorCode(err) != policy.ENOTFOUND {
 			tb.Fatal(err)
 		}
 	}
@@ -669,7 +756,9 @@ func (h *modelHarness) run(tb testing.TB, name string, data []byte) {
 		run.at = i
 		switch op.kind {
 		case opCheck, opDryRun:
-			h.check(run, modelUsers[op.user], modelTiers[op.tier], op.tokens, op.kind == opDryRun)
+			h.check(run, modelUsers[op.user], modelTiers[op.tier], op.tokens, op.kind == opDryRun, op.distrust)
+		case opSetUser, opDeleteUser:
+			h.setUser(run, op)
 		case opFinish, opKeepAlive:
 			h.finish(run, op)
 		case opAdvance:
@@ -712,17 +801,69 @@ func (h *modelHarness) setTier(run *modelRun, name string, l refLimits) {
 	h.ref.tiers[name] = l
 }
 
-// check runs one check on both sides, compares every field of the answers
-// and asserts the promises directly.
-func (h *modelHarness) check(run *modelRun, user, tier string, tokens int64, dryRun bool) {
+// setUser writes or deletes a user record, through this store or the
+// other one, on both sides.
+func (h *modelHarness) setUser(run *modelRun, op modelOp) {
 	run.tb.Helper()
 	ctx := context.Background()
-	got, err := h.svc.Check(ctx, policy.Request{UserID: user, Tier: tier, Tokens: tokens}, dryRun)
+	svc := h.svc
+	if op.other {
+		svc = h.otherSvc
+	}
+	user := modelUsers[op.user]
+	if op.kind == opDeleteUser {
+		_, had := h.ref.users[user]
+		err := svc.DeleteUser(ctx, user)
+		if had && err != nil || !had && policy.ErrorCode(err) != policy.ENOTFOUND {
+			run.fatalf("delete user: %v, reference has a record: %v", err, had)
+		}
+		delete(h.ref.users, user)
+		return
+	}
+	r := policy.UserRecord{UserID: user, Tier: op.user2.tier}
+	over := op.user2.over
+	req := func(v int64) *int64 {
+		if v == refInherit {
+			return nil
+		}
+		return &v
+	}
+	opt := func(v int64) policy.Override {
+		switch v {
+		case refInherit:
+			return policy.Override{}
+		case -1:
+			return policy.Unlimited
+		}
+		return policy.To(v)
+	}
+	r.Limits = policy.Limits{RequestsPerMinute: req(over[0]), RequestsPerHour: req(over[1]), RequestsPerDay: req(over[2]), BurstAllowance: req(over[3]),
+		TokensPerMinute: opt(over[4]), TokensPerHour: opt(over[5]), TokensPerDay: opt(over[6]), MaxConcurrent: opt(over[7])}
+	if _, _, err := svc.PutUser(ctx, r); err != nil {
+		run.fatalf("put user: %v", err)
+	}
+	h.ref.users[user] = op.user2
+}
+
+// check runs one check on both sides, compares every field of the answers
+// and asserts the promises directly.
+func (h *modelHarness) check(run *modelRun, user, tier string, tokens int64, dryRun, distrust bool) {
+	run.tb.Helper()
+	ctx := context.Background()
+	svc := h.svc
+	if distrust {
+		svc = h.distrusting
+	}
+	got, err := svc.Check(ctx, policy.Request{UserID: user, Tier: tier, Tokens: tokens}, dryRun)
 	if err != nil {
 		run.fatalf("check: %v", err)
 	}
-	want := h.ref.check(user, tier, tokens, h.now, dryRun, got.CallID)
+	name, limits := h.ref.limits(user, tier, !distrust, modelTiers[0])
+	want := h.ref.check(user, limits, tokens, h.now, dryRun, got.CallID)
 	h.compare(run, "check", got, want)
+	if got.Tier != name {
+		run.fatalf("check: decided under %q, reference %q", got.Tier, name)
+	}
 	if opened := want.allowed && want.metered && !dryRun; opened != (got.CallID != "") {
 		run.fatalf("check: call id %q, reference opens a call: %v", got.CallID, opened)
 	}
@@ -745,7 +886,7 @@ func (h *modelHarness) check(run *modelRun, user, tier string, tokens int64, dry
 	if got.Allowed() && !dryRun {
 		// No window holds more admitted requests than its ceiling, counted
 		// by the store itself right after the admission.
-		c := h.ref.tiers[tier].ceilings()
+		c := limits.ceilings()
 		now := h.now.Truncate(time.Microsecond)
 		err := h.store.View(ctx, user, func(hist policy.History) error {
 			for i, w := range refWindows {
@@ -770,17 +911,17 @@ func (h *modelHarness) check(run *modelRun, user, tier string, tokens int64, dry
 		saved := h.now
 		defer func() { h.now = saved }()
 		h.now = saved.Add(time.Duration(got.RetryAfter) * time.Second)
-		probe, err := h.svc.Check(ctx, policy.Request{UserID: user, Tier: tier, Tokens: tokens}, true)
+		probe, err := svc.Check(ctx, policy.Request{UserID: user, Tier: tier, Tokens: tokens}, true)
 		if err != nil {
 			run.fatalf("probe: %v", err)
 		}
 		if !probe.Allowed() {
 			run.fatalf("refused with retry_after %d, but refused again %ds later: %q", got.RetryAfter, got.RetryAfter, probe.Reason)
 		}
-		h.compare(run, "probe at retry_after", probe, h.ref.check(user, tier, tokens, h.now, true, ""))
+		h.compare(run, "probe at retry_after", probe, h.ref.check(user, limits, tokens, h.now, true, ""))
 		if got.RetryAfter >= 1 {
 			h.now = saved.Add(time.Duration(got.RetryAfter-1) * time.Second)
-			early, err := h.svc.Check(ctx, policy.Request{UserID: user, Tier: tier, Tokens: tokens}, true)
+			early, err := svc.Check(ctx, policy.Request{UserID: user, Tier: tier, Tokens: tokens}, true)
 			if err != nil {
 				run.fatalf("probe: %v", err)
 			}

@@ -117,6 +117,10 @@ type userState struct {
 	// calls is the user's ledger of metered calls, once a metered check,
 	// a finish or a keepalive read it; nil until then.
 	calls *ledgerState
+	// record is the user's record once CurrentUser read it (recordLoaded);
+	// nil when they have none.
+	record       *policy.UserRecord
+	recordLoaded bool
 }
 
 // cursor holds the oldest rows after cutoff. When valid, the rows numbered

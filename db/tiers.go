@@ -270,71 +270,9 @@ func (s *Store) UpdateTiers(ctx context.Context, u policy.TierUpdate) ([]policy.
 	at := u.At.UTC().Truncate(time.Microsecond)
 	var changes []policy.TierChange
 	err := s.writer.do(ctx, func(tx *writeTx) error {
-		changes = changes[:0] // a job may run again after a neighbour failed
-		current, err := tiersInTx(tx)
-		if err != nil {
-			return err
-		}
-		record := func(name string, before, after *policy.Tier) error {
-			var id int64
-			err := tx.queryRowSQL(`INSERT INTO tier_changes (at, tier, source, old, new) VALUES (?, ?, ?, ?, ?) RETURNING id`,
-				at.UnixMicro(), name, u.Source, auditJSON(before), auditJSON(after)).Scan(&id)
-			if err != nil {
-				return unavailable(err)
-			}
-			changes = append(changes, policy.TierChange{ID: id, At: at, Tier: name, Source: u.Source, Old: before, New: after})
-			return nil
-		}
-		for _, t := range u.Put {
-			old, exists := current[t.Name]
-			switch {
-			case exists && u.Mode == policy.PutCreate:
-				return policy.Errorf(policy.ECONFLICT, "tier %q already exists", t.Name)
-			case !exists && u.Mode == policy.PutReplace:
-				return policy.Errorf(policy.ENOTFOUND, "tier %q not found", t.Name)
-			case exists && u.IfUpdatedAt != nil && !old.UpdatedAt.Equal(u.IfUpdatedAt.Truncate(time.Microsecond)):
-				return policy.Errorf(policy.ECONFLICT, "tier %q was changed at %s, after it was read", t.Name, old.UpdatedAt.Format(time.RFC3339Nano))
-			}
-			if exists && u.SkipUnchanged && policy.SameLimits(&old, &t) {
-				continue
-			}
-			t.UpdatedAt = at
-			if t.Features == nil {
-				t.Features = []string{}
-			}
-			if err := upsertTier(tx, &t); err != nil {
-				return err
-			}
-			var oldp *policy.Tier
-			if exists {
-				oldp = &old
-			}
-			if err := record(t.Name, oldp, &t); err != nil {
-				return err
-			}
-		}
-		deletions := slices.Clone(u.Delete)
-		if u.Prune {
-			for _, name := range slices.Sorted(maps.Keys(current)) {
-				if !listed[name] {
-					deletions = append(deletions, name)
-				}
-			}
-		}
-		for _, name := range deletions {
-			old, exists := current[name]
-			if !exists {
-				return policy.Errorf(policy.ENOTFOUND, "tier %q not found", name)
-			}
-			if _, err := tx.execSQL(`DELETE FROM tiers WHERE name = ?`, name); err != nil {
-				return unavailable(err)
-			}
-			delete(current, name)
-			if err := record(name, &old, nil); err != nil {
-				return err
-			}
-		}
-		return nil
+		var err error
+		changes, err = updateTiersTx(tx, u, at, listed, nil)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -347,6 +285,87 @@ func (s *Store) UpdateTiers(ctx context.Context, u policy.TierUpdate) ([]policy.
 		// the next read that sees tier_version moved, and until then the
 		// writer confirms the tier of every check it records.
 		_ = s.reloadTiers(context.WithoutCancel(ctx), 0)
+	}
+	return changes, nil
+}
+
+// updateTiersTx applies u in tx; listed names the tiers of u.Put. between,
+// when set, runs after the puts and before the deletions, so that an
+// import can move users off a tier it then deletes.
+func updateTiersTx(tx *writeTx, u policy.TierUpdate, at time.Time, listed map[string]bool, between func() error) ([]policy.TierChange, error) {
+	var changes []policy.TierChange
+	current, err := tiersInTx(tx)
+	if err != nil {
+		return nil, err
+	}
+	record := func(name string, before, after *policy.Tier) error {
+		var id int64
+		err := tx.queryRowSQL(`INSERT INTO tier_changes (at, tier, source, old, new) VALUES (?, ?, ?, ?, ?) RETURNING id`,
+			at.UnixMicro(), name, u.Source, auditJSON(before), auditJSON(after)).Scan(&id)
+		if err != nil {
+			return unavailable(err)
+		}
+		changes = append(changes, policy.TierChange{ID: id, At: at, Tier: name, Source: u.Source, Old: before, New: after})
+		return nil
+	}
+	for _, t := range u.Put {
+		old, exists := current[t.Name]
+		switch {
+		case exists && u.Mode == policy.PutCreate:
+			return nil, policy.Errorf(policy.ECONFLICT, "tier %q already exists", t.Name)
+		case !exists && u.Mode == policy.PutReplace:
+			return nil, policy.Errorf(policy.ENOTFOUND, "tier %q not found", t.Name)
+		case exists && u.IfUpdatedAt != nil && !old.UpdatedAt.Equal(u.IfUpdatedAt.Truncate(time.Microsecond)):
+			return nil, policy.Errorf(policy.ECONFLICT, "tier %q was changed at %s, after it was read", t.Name, old.UpdatedAt.Format(time.RFC3339Nano))
+		}
+		if exists && u.SkipUnchanged && policy.SameLimits(&old, &t) {
+			continue
+		}
+		t.UpdatedAt = at
+		if t.Features == nil {
+			t.Features = []string{}
+		}
+		if err := upsertTier(tx, &t); err != nil {
+			return nil, err
+		}
+		var oldp *policy.Tier
+		if exists {
+			oldp = &old
+		}
+		if err := record(t.Name, oldp, &t); err != nil {
+			return nil, err
+		}
+	}
+	if between != nil {
+		if err := between(); err != nil {
+			return nil, err
+		}
+	}
+	deletions := slices.Clone(u.Delete)
+	if u.Prune {
+		for _, name := range slices.Sorted(maps.Keys(current)) {
+			if !listed[name] {
+				deletions = append(deletions, name)
+			}
+		}
+	}
+	for _, name := range deletions {
+		old, exists := current[name]
+		if !exists {
+			return nil, policy.Errorf(policy.ENOTFOUND, "tier %q not found", name)
+		}
+		if n, err := assignedUsers(tx, name); err != nil {
+			return nil, err
+		} else if n > 0 {
+			return nil, tierInUse(name, n)
+		}
+		if _, err := tx.execSQL(`DELETE FROM tiers WHERE name = ?`, name); err != nil {
+			return nil, unavailable(err)
+		}
+		delete(current, name)
+		if err := record(name, &old, nil); err != nil {
+			return nil, err
+		}
 	}
 	return changes, nil
 }

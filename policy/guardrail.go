@@ -43,6 +43,14 @@ type Check struct {
 	// unconfirmed is set when Tier came from TierStore.CachedTier: the
 	// RateLimiter must confirm it before recording anything.
 	unconfirmed bool
+	// base is the tier as stored when user overrides made Tier from it:
+	// what the RateLimiter confirms. Nil means Tier itself.
+	base *Tier
+	// confirmUser asks the RateLimiter to confirm that user, the record of
+	// the check's user (nil for none), is still the record as stored;
+	// userUnconfirmed says it came from UserStore.CachedUser.
+	confirmUser, userUnconfirmed bool
+	user                         *UserRecord
 }
 
 // Decision is a guardrail's answer. A refusal is a Decision, not an error.
@@ -173,10 +181,11 @@ func (*RateLimiter) Priority() int { return 5 }
 // so concurrent checks for a user never admit past a limit.
 func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 	var (
-		ev            Evaluation
-		m             Metering
-		stale         bool
-		unconfirmable bool
+		ev                Evaluation
+		m                 Metering
+		stale             bool
+		unconfirmable     bool
+		userUnconfirmable bool
 	)
 	metered := c.Tier.Metered()
 	var call *Call
@@ -188,11 +197,15 @@ func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 		if ct, ok := h.(CurrentTiers); ok && !c.DryRun {
 			// Confirm the tier the check began with (see Service.Check):
 			// a changed tier records nothing, and the check starts again.
-			cur, found, err := ct.CurrentTier(c.Tier.Name)
+			base := c.Tier
+			if c.base != nil {
+				base = c.base
+			}
+			cur, found, err := ct.CurrentTier(base.Name)
 			if err != nil {
 				return Admission{}, err
 			}
-			if stale = !found || !SameLimits(cur, c.Tier); stale {
+			if stale = !found || !SameLimits(cur, base); stale {
 				return Admission{}, nil
 			}
 		} else if c.unconfirmed && !c.DryRun {
@@ -200,6 +213,25 @@ func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 			// nothing: it may be older than a change made elsewhere.
 			unconfirmable = true
 			return Admission{}, nil
+		}
+		if c.confirmUser && !c.DryRun {
+			// The same for the user's record, which chose the tier and
+			// its overrides.
+			if cu, ok := h.(CurrentUsers); ok {
+				cur, found, err := cu.CurrentUser(c.UserID)
+				if err != nil {
+					return Admission{}, err
+				}
+				if !found {
+					cur = nil
+				}
+				if stale = !sameDecisions(cur, c.user); stale {
+					return Admission{}, nil
+				}
+			} else if c.userUnconfirmed {
+				userUnconfirmable = true
+				return Admission{}, nil
+			}
 		}
 		var err error
 		if ev, err = Evaluate(h, c.Tier, c.Now); err != nil || !metered {
@@ -230,6 +262,8 @@ func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 		return Decision{}, errTiersChanged
 	case unconfirmable:
 		return Decision{}, errTierUnconfirmed
+	case userUnconfirmable:
+		return Decision{}, errUserUnconfirmed
 	}
 	d := Decision{Outcome: Admitted, Windows: &ev.Windows}
 	if !ev.Allowed {

@@ -22,6 +22,11 @@ type Service struct {
 	// tiersUnconfirmable is set once the request store has shown it cannot
 	// confirm a cached tier: tiers are then always read through Tier.
 	tiersUnconfirmable atomic.Bool
+	// usersUnconfirmable is the same for cached user records.
+	usersUnconfirmable atomic.Bool
+
+	users              UserStore // nil: no user records
+	distrustClientTier bool
 
 	tiers       TierStore
 	limiter     *RateLimiter
@@ -85,63 +90,72 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 	if err := ValidateUserID(req.UserID); err != nil {
 		return Decision{}, err
 	}
-	if req.Tier == "" {
-		req.Tier = s.defaultTier
-	}
 	if req.Tokens < 0 || req.Tokens > MaxLimit {
 		return Decision{}, Errorf(EINVALID, "tokens must be an integer from 0 to 2147483647")
 	}
-	// The invariant: no check decides on a tier older than the last change
-	// committed before it began. A recording check first takes its tier
-	// from the store's memory (CachedTier), which costs no read but may lag
-	// behind another process; the rate limiter then confirms that tier in
-	// the same transaction that records the request, and a guardrail that
-	// refused before it is confirmed here by reading the tier. Any
-	// difference starts the check again on the tier as stored, at most
-	// maxCheckAttempts times. A request store that cannot confirm tiers says
-	// so once, and from then on every tier is read (readTier).
+	// The invariant: no check decides on a tier or a user record older
+	// than the last change committed before it began. A recording check
+	// first takes its user's record (which may assign the tier and
+	// override its limits) and its tier from the stores' memory
+	// (CachedUser, CachedTier), which costs no read but may lag behind
+	// another process; the rate limiter then confirms both in the same
+	// transaction that records the request, and a guardrail that refused
+	// before it is confirmed here by reading them. Any difference starts
+	// the check again on what is stored, at most maxCheckAttempts times. A
+	// request store that cannot confirm tiers or records says so once,
+	// and from then on they are read (readTier, readUser).
 	var (
-		tier  Tier
-		fresh *Tier // the stored tier, found to differ from the one decided on
-		c     *Check
-		d     Decision
+		tier Tier // the tier decided on: base with the user's overrides
+		base Tier
+		c    *Check
+		d    Decision
 	)
 	for attempt := 1; ; attempt++ {
-		cached := false
-		if attempt == 1 && !dryRun && !s.tiersUnconfirmable.Load() {
-			tier, cached = s.tiers.CachedTier(req.Tier)
+		fromMemory := attempt == 1 && !dryRun
+		rec, recCached, err := s.userRecord(ctx, req.UserID, fromMemory)
+		if err != nil {
+			return Decision{}, err
 		}
-		switch {
-		case fresh != nil:
-			tier, fresh = *fresh, nil
-		case !cached:
-			t, err := s.readTier(ctx, req.Tier)
-			if err != nil {
+		name := s.tierName(&req, rec)
+		cached := false
+		if fromMemory && !s.tiersUnconfirmable.Load() {
+			base, cached = s.tiers.CachedTier(name)
+		}
+		if !cached {
+			if base, err = s.readTier(ctx, name); err != nil {
 				return Decision{}, err
 			}
-			tier = t
 		}
-		c = &Check{Request: req, Tier: &tier, Now: s.now(), DryRun: dryRun, unconfirmed: cached}
-		var err error
+		tier = base
+		if rec != nil {
+			tier = base.WithOverrides(rec.Limits)
+		}
+		r := req
+		r.Tier = name
+		c = &Check{Request: r, Tier: &tier, Now: s.now(), DryRun: dryRun, unconfirmed: cached,
+			base: &base, confirmUser: s.users != nil, userUnconfirmed: recCached, user: rec}
 		d, err = s.chain.Check(ctx, c)
 		switch {
 		case errors.Is(err, errTierUnconfirmed):
 			s.tiersUnconfirmable.Store(true)
 			continue
+		case errors.Is(err, errUserUnconfirmed):
+			s.usersUnconfirmable.Store(true)
+			continue
 		case errors.Is(err, errTiersChanged) && attempt < maxCheckAttempts:
 			continue
 		case errors.Is(err, errTiersChanged):
-			return Decision{}, Errorf(EUNAVAILABLE, "tier %s changed during the check %d times; try again", Quote(req.Tier), attempt)
+			return Decision{}, Errorf(EUNAVAILABLE, "tier %s changed during the check %d times; try again", Quote(name), attempt)
 		case err != nil:
 			return Decision{}, err
-		case cached && d.Windows == nil:
-			// Refused before the rate limiter could confirm the tier.
-			t, err := s.readTier(ctx, req.Tier)
+		case (cached || recCached) && d.Windows == nil:
+			// Refused before the rate limiter could confirm the tier and
+			// the record: confirm them here.
+			same, err := s.sameAsStored(ctx, req.UserID, rec, &base)
 			if err != nil {
 				return Decision{}, err
 			}
-			if !SameLimits(&t, &tier) {
-				fresh = &t
+			if !same {
 				continue
 			}
 		}
@@ -188,6 +202,25 @@ func (s *Service) Forget(ctx context.Context, userID string) error {
 		return err
 	}
 	return s.limiter.Store.Forget(ctx, userID)
+}
+
+// sameAsStored reports whether rec, the record of userID (nil for none),
+// and base, the tier it led to, are as stored.
+func (s *Service) sameAsStored(ctx context.Context, userID string, rec *UserRecord, base *Tier) (bool, error) {
+	if s.users != nil {
+		stored, err := s.readUser(ctx, userID)
+		if err != nil || !sameDecisions(stored, rec) {
+			return false, err
+		}
+	}
+	t, err := s.tiers.Tier(ctx, base.Name)
+	switch {
+	case ErrorCode(err) == ENOTFOUND:
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return SameLimits(&t, base), nil
 }
 
 // readTier reads the named tier from the store; an unknown one is EINVALID,
@@ -268,15 +301,24 @@ func (s *Service) DeleteTier(ctx context.Context, name string) error {
 // are already as listed are left alone, so importing the same list twice
 // changes nothing the second time.
 func (s *Service) ImportTiers(ctx context.Context, tiers []Tier, prune bool) ([]TierChange, error) {
+	u, err := s.tierImport(tiers, prune)
+	if err != nil {
+		return nil, err
+	}
+	return s.tiers.UpdateTiers(ctx, u)
+}
+
+// tierImport checks tiers and returns the update that imports them.
+func (s *Service) tierImport(tiers []Tier, prune bool) (TierUpdate, error) {
 	at := s.now().UTC().Truncate(Resolution)
 	put := make([]Tier, len(tiers))
 	seen := make(map[string]bool, len(tiers))
 	for i, t := range tiers {
 		if err := t.Validate(); err != nil {
-			return nil, Errorf(EINVALID, "tier %d (%s): %s", i+1, Quote(t.Name), ErrorMessage(err))
+			return TierUpdate{}, Errorf(EINVALID, "tier %d (%s): %s", i+1, Quote(t.Name), ErrorMessage(err))
 		}
 		if seen[t.Name] {
-			return nil, Errorf(EINVALID, "tier %s is listed twice", Quote(t.Name))
+			return TierUpdate{}, Errorf(EINVALID, "tier %s is listed twice", Quote(t.Name))
 		}
 		seen[t.Name] = true
 		if t.Features == nil {
@@ -286,9 +328,9 @@ func (s *Service) ImportTiers(ctx context.Context, tiers []Tier, prune bool) ([]
 		put[i] = t
 	}
 	if prune && !seen[s.defaultTier] {
-		return nil, Errorf(ECONFLICT, "tier %s is the default tier: pruning would delete it, so list it or import without pruning", Quote(s.defaultTier))
+		return TierUpdate{}, Errorf(ECONFLICT, "tier %s is the default tier: pruning would delete it, so list it or import without pruning", Quote(s.defaultTier))
 	}
-	return s.tiers.UpdateTiers(ctx, TierUpdate{At: at, Source: SourceImport, Put: put, Prune: prune, SkipUnchanged: true})
+	return TierUpdate{At: at, Source: SourceImport, Put: put, Prune: prune, SkipUnchanged: true}, nil
 }
 
 // TierChanges returns the latest limit changes to tiers, newest first.

@@ -125,6 +125,8 @@ func (a *Admin) Register(e *echo.Echo) {
 	g.POST("/tiers/:name", a.handleSaveTier, forms...)
 	g.POST("/tiers/:name/delete", a.handleDeleteTier, forms...)
 	g.POST("/usage/clear", a.handleClearUsage, forms...)
+	g.POST("/users/save", a.handleSaveRecord, forms...)
+	g.POST("/users/delete", a.handleDeleteRecord, forms...)
 }
 
 // headers sets the security headers of every admin response. Pages carry

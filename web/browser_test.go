@@ -65,7 +65,7 @@ func TestBrowserAdminEditsTier(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	svc := policy.NewService(store, store)
+	svc := policy.NewService(store, store, policy.WithUsers(store))
 	const token = "browser-test-token"
 	srv := httptest.NewServer(api.NewServer(api.Config{
 		Service:    svc,
@@ -256,6 +256,23 @@ func TestBrowserAdminEditsTier(t *testing.T) {
 		t.Errorf("check after clearing: status %d, want 200", status)
 	}
 
+	// The record form: assign pro at 1 a minute; the user's next checks
+	// are decided under it.
+	step("save a record",
+		chromedp.SetValue(field("Assigned tier"), "pro"),
+		chromedp.SendKeys(field("requests_per_minute"), "1"),
+		chromedp.SendKeys(field("burst_allowance"), "0"),
+		chromedp.Click(button("Save record")),
+		chromedp.WaitVisible(button("Remove record")), // only there once a record is
+	)
+	if got, want := text("[data-field=record-summary]"), "tier pro; requests_per_minute 1; burst_allowance 0"; got != want {
+		t.Errorf("record on the page %q, want %q", got, want)
+	}
+	browserScreenshot(t, ctx, "admin-record.png")
+	if status, body := browserCheck(t, srv.URL, "browser-user"); status != http.StatusTooManyRequests || body.Tier != "pro" || body.Windows.Minute.Limit != 1 {
+		t.Errorf("check under the record: status %d, tier %q, minute limit %d; want 429 under pro at 1", status, body.Tier, body.Windows.Minute.Limit)
+	}
+
 	// At phone width the tiers page fits without sideways scrolling.
 	step("phone width",
 		chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile, chromedp.EmulateScale(2)),
@@ -307,7 +324,8 @@ func browserMinuteLimit(t *testing.T, base, user string) int64 {
 }
 
 type browserDecision struct {
-	Allowed bool `json:"allowed"`
+	Allowed bool   `json:"allowed"`
+	Tier    string `json:"tier"`
 	Windows struct {
 		Minute struct {
 			Limit int64 `json:"limit"`

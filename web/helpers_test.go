@@ -64,7 +64,7 @@ func newPageEnvAt(t testing.TB, path, token string, clock *testClock) *pageEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	svc := policy.NewService(store, store, policy.WithClock(clock.Now), policy.WithStats(store, store))
+	svc := policy.NewService(store, store, policy.WithClock(clock.Now), policy.WithStats(store, store), policy.WithUsers(store))
 	srv := api.NewServer(api.Config{
 		Service:    svc,
 		AdminToken: token,

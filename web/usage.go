@@ -16,6 +16,11 @@ import (
 type adminUsageView struct {
 	Fields []adminField
 	Result *adminUsageResult
+	// Record is the looked-up user's record and its form; Records lists
+	// the users with records, a page at a time (NextRecords links the next).
+	Record      *adminRecordForm
+	Records     []adminRecordRow
+	NextRecords string
 }
 
 type adminUsageResult struct {
@@ -40,9 +45,15 @@ var adminWindowTitles = [len(policy.Windows)]string{
 }
 
 func (a *Admin) handleUsagePage(c echo.Context) error {
-	ctx := c.Request().Context()
 	_, asked := c.QueryParams()["user_id"]
-	user, tierName := c.QueryParam("user_id"), c.QueryParam("tier")
+	return a.renderUsage(c, c.QueryParam("user_id"), c.QueryParam("tier"), asked, nil, nil)
+}
+
+// renderUsage renders the look-up page for user (when asked) with the
+// windows under tierName, and the user's record form: as stored, or as
+// posted (recordForm) with the problems recordErrs found.
+func (a *Admin) renderUsage(c echo.Context, user, tierName string, asked bool, recordForm url.Values, recordErrs map[string]string) error {
+	ctx := c.Request().Context()
 	tiers, err := a.svc.Tiers(ctx)
 	if err != nil {
 		return a.fail(c, err)
@@ -82,8 +93,21 @@ func (a *Admin) handleUsagePage(c echo.Context) error {
 	for _, t := range tiers {
 		options = append(options, adminOption{Value: t.Name, Label: t.Name, Selected: t.Name == tierName})
 	}
+	var record *adminRecordForm
+	if result != nil {
+		if record, err = a.recordForm(ctx, user, tiers, recordForm, recordErrs); err != nil {
+			return a.fail(c, err)
+		}
+	}
+	records, next, err := a.recordList(ctx, c.QueryParam("records_after"))
+	if err != nil {
+		return a.fail(c, err)
+	}
 	v := a.view(c, "Look up a user", "usage")
 	v.Usage = &adminUsageView{
+		Record:      record,
+		Records:     records,
+		NextRecords: next,
 		Fields: []adminField{
 			{ID: "user-id", Name: "user_id", Label: "User id", Value: user, Error: errs["user_id"],
 				Hint: `Checks that name no user are counted as user "anonymous".`},
@@ -93,7 +117,7 @@ func (a *Admin) handleUsagePage(c echo.Context) error {
 		Result: result,
 	}
 	status := http.StatusOK
-	if len(errs) > 0 {
+	if len(errs) > 0 || len(recordErrs) > 0 {
 		status = http.StatusBadRequest
 	}
 	return a.render(c, status, "usage", v)

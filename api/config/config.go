@@ -30,6 +30,9 @@ type Config struct {
 	LogFormat       string // text or json
 	MetricsAddr     string // empty: metrics are served on Addr
 	FailOpen        bool
+	// TrustClientTier believes a check's context.user_tier for a user
+	// without an assigned tier; false decides it under the default tier.
+	TrustClientTier bool
 	APIToken        string // empty: checks need no token
 	TLSCert         string // empty: plain HTTP
 	TLSKey          string
@@ -84,6 +87,7 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	fs.StringVar(&cfg.LogFormat, "log-format", env("GUARDRAIL_LOG_FORMAT", "text"), "log format: text or json (GUARDRAIL_LOG_FORMAT)")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", env("GUARDRAIL_METRICS_ADDR", ""), "serve GET /metrics on this address instead of the API's (GUARDRAIL_METRICS_ADDR)")
 	fs.BoolVar(&cfg.FailOpen, "fail-open", false, "admit checks when storage fails instead of refusing them with 503; each is counted and logged (GUARDRAIL_FAIL_OPEN)")
+	fs.BoolVar(&cfg.TrustClientTier, "trust-client-tier", true, "decide a check under the context.user_tier it names when its user has no assigned tier; false uses the default tier (GUARDRAIL_TRUST_CLIENT_TIER)")
 	fs.StringVar(&cfg.APIToken, "api-token", "", "bearer token every POST /v1/check and call route (/v1/calls/...) must carry; empty leaves them open (GUARDRAIL_API_TOKEN)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", env("GUARDRAIL_TLS_CERT", ""), "serve HTTPS with this PEM certificate (chain); needs -tls-key (GUARDRAIL_TLS_CERT)")
 	fs.StringVar(&cfg.TLSKey, "tls-key", env("GUARDRAIL_TLS_KEY", ""), "PEM private key of -tls-cert (GUARDRAIL_TLS_KEY)")
@@ -123,6 +127,13 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 			return cfg, fmt.Errorf("GUARDRAIL_FAIL_OPEN %q: must be true or false", v)
 		}
 		cfg.FailOpen = b
+	}
+	if v := getenv("GUARDRAIL_TRUST_CLIENT_TIER"); v != "" && !set["trust-client-tier"] {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return cfg, fmt.Errorf("GUARDRAIL_TRUST_CLIENT_TIER %q: must be true or false", v)
+		}
+		cfg.TrustClientTier = b
 	}
 	if v := getenv("GUARDRAIL_TEST_CLOCK"); v != "" && !set["test-clock"] {
 		b, err := strconv.ParseBool(v)

@@ -129,3 +129,27 @@ func TestCallTimeoutSetting(t *testing.T) {
 		}
 	}
 }
+
+// TestTrustClientTierSetting: -trust-client-tier and
+// GUARDRAIL_TRUST_CLIENT_TIER, true unless told otherwise, the flag first.
+func TestTrustClientTierSetting(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want bool
+	}{
+		{nil, nil, true},
+		{nil, map[string]string{"GUARDRAIL_TRUST_CLIENT_TIER": "false"}, false},
+		{[]string{"-trust-client-tier=false"}, nil, false},
+		{[]string{"-trust-client-tier=true"}, map[string]string{"GUARDRAIL_TRUST_CLIENT_TIER": "0"}, true},
+	} {
+		cfg, err := Parse(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+		if err != nil || cfg.TrustClientTier != tc.want {
+			t.Errorf("%v %v: trust %v (%v), want %v", tc.args, tc.env, cfg.TrustClientTier, err, tc.want)
+		}
+	}
+	_, err := Parse(nil, func(k string) string { return map[string]string{"GUARDRAIL_TRUST_CLIENT_TIER": "maybe"}[k] }, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `GUARDRAIL_TRUST_CLIENT_TIER "maybe": must be true or false`) {
+		t.Errorf("bad value: %v", err)
+	}
+}

@@ -54,6 +54,8 @@ type options struct {
 	apiToken    string
 	start       time.Time
 	callTimeout time.Duration
+
+	distrustClientTier bool
 }
 
 // WithTiers creates or replaces tiers before the service starts, as
@@ -86,6 +88,13 @@ func WithAPIToken(token string) Option { return func(o *options) { o.apiToken = 
 // -call-timeout does (default 10m). Expiry follows the guard's clock.
 func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
 
+// WithTrustClientTier sets whether a check's context.user_tier is
+// believed for a user without an assigned tier, as -trust-client-tier
+// does (default true).
+func WithTrustClientTier(trust bool) Option {
+	return func(o *options) { o.distrustClientTier = !trust }
+}
+
 // WithStart sets the clock's first reading (default the current time).
 func WithStart(t time.Time) Option { return func(o *options) { o.start = t } }
 
@@ -112,13 +121,13 @@ func New(t testing.TB, opts ...Option) *Guard {
 		t.Fatalf("guardtest: call timeout %v: must be positive", o.callTimeout)
 	}
 	svc := policy.NewService(store, store, policy.WithDefaultTier(o.defaultTier), policy.WithClock(clock.Now),
-		policy.WithCallTimeout(o.callTimeout))
-	tiers, err := o.readTiers()
+		policy.WithCallTimeout(o.callTimeout), policy.WithUsers(store), policy.WithTrustClientTier(!o.distrustClientTier))
+	tiers, users, err := o.readTiers()
 	if err != nil {
 		t.Fatalf("guardtest: %v", err)
 	}
-	if len(tiers) > 0 {
-		if _, err := svc.ImportTiers(ctx, tiers, false); err != nil {
+	if len(tiers) > 0 || len(users) > 0 {
+		if _, _, err := svc.Import(ctx, tiers, users, false); err != nil {
 			t.Fatalf("guardtest: tiers: %s", policy.ErrorMessage(err))
 		}
 	}
@@ -154,8 +163,11 @@ func New(t testing.TB, opts ...Option) *Guard {
 // readTiers returns the tiers of every WithTiers and WithTiersFile, each
 // read by api.ReadTiersFile, the reader of "policyguard tiers import", so
 // they are checked by the same rules as a tiers file.
-func (o *options) readTiers() ([]policy.Tier, error) {
+//
+// The user records a tiers file lists are imported too.
+func (o *options) readTiers() ([]policy.Tier, []policy.UserRecord, error) {
 	var all []policy.Tier
+	var users []policy.UserRecord
 	if len(o.tiers) > 0 {
 		file := struct {
 			Tiers []client.Tier `json:"tiers"`
@@ -168,27 +180,28 @@ func (o *options) readTiers() ([]policy.Tier, error) {
 		}
 		data, err := json.Marshal(file)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		tiers, err := api.ReadTiersFile(bytes.NewReader(data))
 		if err != nil {
-			return nil, tierError("WithTiers", err)
+			return nil, nil, tierError("WithTiers", err)
 		}
 		all = append(all, tiers...)
 	}
 	for _, path := range o.tierFiles {
 		f, err := os.Open(path)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		tiers, err := api.ReadTiersFile(f)
+		tiers, records, err := api.ReadTiersFileWithUsers(f)
 		f.Close()
+		users = append(users, records...)
 		if err != nil {
-			return nil, tierError(path, err)
+			return nil, nil, tierError(path, err)
 		}
 		all = append(all, tiers...)
 	}
-	return all, nil
+	return all, users, nil
 }
 
 // tierError reports every problem the tiers file reader found, one a line.

@@ -21,11 +21,12 @@ import (
 
 const tiersUsage = `usage:
   policyguard tiers export [-db FILE]
-      writes every tier as a tiers file (JSON) to stdout
+      writes every tier and user record as a tiers file (JSON) to stdout
   policyguard tiers import [-db FILE] [-default-tier NAME] [-prune] TIERS.json
-      checks the whole file, then creates and updates its tiers in one
-      transaction and reports each change; with -prune it also deletes the
-      tiers the file does not list (never the default tier)
+      checks the whole file, then creates and updates its tiers and user
+      records in one transaction and reports each change; with -prune it
+      also deletes the tiers the file does not list (never the default
+      tier, nor one a user record assigns); no record is ever deleted
 
 A running service on the same database applies an import on its next check.
 -db defaults to GUARDRAIL_DB or guardrail.db, -default-tier to
@@ -84,7 +85,19 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			return err
 		}
-		if err := api.WriteTiersFile(stdout, tiers); err != nil {
+		var users []policy.UserRecord
+		for after := ""; ; {
+			page, err := store.Users(ctx, after, 1000)
+			if err != nil {
+				return err
+			}
+			users = append(users, page...)
+			if len(page) < 1000 {
+				break
+			}
+			after = page[len(page)-1].UserID
+		}
+		if err := api.WriteTiersFile(stdout, tiers, users...); err != nil {
 			return err
 		}
 		return store.Close()
@@ -94,7 +107,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stderr, tiersUsage)
 		return errors.New("tiers import: name exactly one tiers file (- reads stdin)")
 	}
-	tiers, err := readTiersFile(files[0])
+	tiers, users, err := readTiersFile(files[0])
 	if err != nil {
 		return err
 	}
@@ -103,15 +116,18 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer store.Close()
-	svc := policy.NewService(store, store, policy.WithDefaultTier(*defaultTier))
-	changes, err := svc.ImportTiers(ctx, tiers, *prune)
+	svc := policy.NewService(store, store, policy.WithDefaultTier(*defaultTier), policy.WithUsers(store))
+	changes, userChanges, err := svc.Import(ctx, tiers, users, *prune)
 	if err != nil {
 		return fmt.Errorf("%s: nothing imported: %s", files[0], policy.ErrorMessage(err))
 	}
 	for _, c := range changes {
 		fmt.Fprintln(stdout, api.DescribeTierChange(c))
 	}
-	switch n := len(changes); n {
+	for _, c := range userChanges {
+		fmt.Fprintln(stdout, api.DescribeUserChange(c))
+	}
+	switch n := len(changes) + len(userChanges); n {
 	case 0:
 		fmt.Fprintf(stdout, "no changes: %s already has the tiers of %s\n", *dbPath, files[0])
 	case 1:
@@ -123,25 +139,25 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 // readTiersFile reads and checks the tiers file at path, or stdin for "-".
-func readTiersFile(path string) ([]policy.Tier, error) {
+func readTiersFile(path string) ([]policy.Tier, []policy.UserRecord, error) {
 	var r io.Reader = os.Stdin
 	if path != "-" {
 		f, err := os.Open(path)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		defer f.Close()
 		r = f
 	}
-	tiers, err := api.ReadTiersFile(r)
+	tiers, users, err := api.ReadTiersFileWithUsers(r)
 	if err != nil {
 		msg := " " + policy.ErrorMessage(err)
 		if strings.Contains(msg, "\n") { // one problem a line, indented
 			msg = strings.ReplaceAll("\n"+msg[1:], "\n", "\n  ")
 		}
-		return nil, fmt.Errorf("%s: nothing imported:%s", path, msg)
+		return nil, nil, fmt.Errorf("%s: nothing imported:%s", path, msg)
 	}
-	return tiers, nil
+	return tiers, users, nil
 }
 
 // parseInterspersed parses flags wherever they stand among the arguments,

@@ -139,3 +139,58 @@ func TestParseInterspersed(t *testing.T) {
 		}
 	}
 }
+
+// A tiers file may list user records: they are imported with the tiers in
+// one transaction, exported back, and refused whole when one is wrong; a
+// tier a record assigns cannot be pruned.
+func TestTiersFileWithUsers(t *testing.T) {
+	dbPath := filepath.Join(t.TempDir(), "guardrail.db")
+	env := map[string]string{"GUARDRAIL_DB": dbPath}
+	team := `{"name": "team", "requests_per_minute": 1, "requests_per_hour": 1, "requests_per_day": 1, "burst_allowance": 0}`
+	file := `{"tiers": [` + team + `], "users": [{"user_id": "ann", "tier": "team", "limits": {"requests_per_minute": 5, "tokens_per_day": null}, "note": "pilot"}, {"user_id": "bob"}]}`
+	out, _, err := tiersCmd(env, "import", writeFile(t, "users.json", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"created team:", "created user ann: tier team; requests_per_minute 5; tokens_per_day none", "created user bob: no tier assigned", "3 changes imported"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("import said:\n%s\nwant %q", out, want)
+		}
+	}
+	exported, _, err := tiersCmd(env, "export")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(exported, `"user_id": "ann"`) || !strings.Contains(exported, `"tokens_per_day": null`) || strings.Contains(exported, "updated_at") {
+		t.Fatalf("export:\n%s", exported)
+	}
+	if out, _, err := tiersCmd(env, "import", writeFile(t, "again.json", exported)); err != nil || !strings.Contains(out, "no changes") {
+		t.Fatalf("importing the export again: %v\n%s", err, out)
+	}
+	free := `{"name": "free", "requests_per_minute": 1, "requests_per_hour": 1, "requests_per_day": 1, "burst_allowance": 0}`
+	for _, tc := range []struct{ name, file, want string }{
+		{"unknown tier", `{"tiers": [], "users": [{"user_id": "cat", "tier": "gold"}]}`, `unknown tier "gold"`},
+		{"unknown field", `{"tiers": [], "users": [{"user_id": "cat", "plan": "x"}]}`, `user 1: unknown field "plan"`},
+		{"bad limit", `{"tiers": [], "users": [{"user_id": "dan", "limits": {"max_concurrent": -1}}]}`, `user 1 ("dan"): limits.max_concurrent must be an integer`},
+		{"no user_id", `{"tiers": [], "users": [{"tier": "team"}]}`, `user 1: user_id is required`},
+		{"listed twice", `{"tiers": [], "users": [{"user_id": "cat"}, {"user_id": "cat"}]}`, `listed twice`},
+		{"prune an assigned tier", `{"tiers": [` + free + `], "users": []}`, `tier "team" is assigned to 1 user`},
+	} {
+		args := []string{"import", writeFile(t, "bad.json", tc.file)}
+		if strings.Contains(tc.name, "prune") {
+			args = append(args, "-prune")
+		}
+		_, _, err := tiersCmd(env, args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+		if after, _, _ := tiersCmd(env, "export"); after != exported {
+			t.Errorf("%s: a refused import changed something:\n%s", tc.name, after)
+		}
+	}
+	// Moving ann off team and pruning it is one import.
+	moved := `{"tiers": [` + free + `], "users": [{"user_id": "ann", "tier": "free"}]}`
+	if out, _, err := tiersCmd(env, "import", "-prune", writeFile(t, "moved.json", moved)); err != nil || !strings.Contains(out, "deleted team") {
+		t.Fatalf("move and prune: %v\n%s", err, out)
+	}
+}

@@ -1,0 +1,201 @@
+package api
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/labstack/echo/v4"
+
+	"github.com/policyguard/policyguard/policy"
+	"github.com/policyguard/policyguard/web"
+)
+
+// Pages of GET /v1/users.
+const (
+	DefaultUsersPage = 100
+	MaxUsersPage     = 1000
+)
+
+// userJSON is a user record on the wire: the answers of /v1/users and each
+// entry of a tiers file's users list. Limits holds only the overridden
+// limits, null when there are none; a token limit or max_concurrent given
+// as null removes the tier's limit for the user.
+type userJSON struct {
+	UserID    string            `json:"user_id"`
+	Tier      *string           `json:"tier"`
+	Limits    map[string]*int64 `json:"limits,format:emitnull"`
+	Note      string            `json:"note"`
+	UpdatedAt time.Time         `json:"updated_at,omitzero"`
+}
+
+func userToJSON(r policy.UserRecord) userJSON {
+	j := userJSON{UserID: r.UserID, Limits: r.Limits.Values(), Note: r.Note, UpdatedAt: r.UpdatedAt.UTC()}
+	if r.Tier != "" {
+		j.Tier = &r.Tier
+	}
+	return j
+}
+
+// userBody is what a PUT body or a tiers file entry may hold. user_id and
+// updated_at are accepted so that an answer can be sent back as it is.
+type userBody struct {
+	UserID    *string                   `json:"user_id"`
+	Tier      *string                   `json:"tier"`
+	Limits    map[string]jsontext.Value `json:"limits"`
+	Note      string                    `json:"note"`
+	UpdatedAt jsontext.Value            `json:"updated_at"`
+}
+
+// readUser reads data, the body of PUT /v1/users/{user_id} (pathID is then
+// the id from the path) or one entry of a tiers file's users (pathID "",
+// and the entry must hold a user_id), and returns the record or the first
+// problem with it, as an EINVALID error that names the field; the record
+// then carries the user id, when there is one, to say which entry is wrong.
+func readUser(data []byte, pathID string) (policy.UserRecord, error) {
+	var in userBody
+	if err := unmarshalObject(data, &in, strictOptions); err != nil {
+		return policy.UserRecord{}, err
+	}
+	id := pathID
+	switch {
+	case pathID == "" && in.UserID == nil:
+		return policy.UserRecord{}, policy.Errorf(policy.EINVALID, "user_id is required")
+	case pathID == "":
+		id = *in.UserID
+	case in.UserID != nil && *in.UserID != pathID:
+		return policy.UserRecord{}, policy.Errorf(policy.EINVALID, "user_id %s in the body does not match %s in the path", policy.Quote(*in.UserID), policy.Quote(pathID))
+	}
+	r := policy.UserRecord{UserID: id, Note: in.Note}
+	if in.Tier != nil {
+		if *in.Tier == "" {
+			return policy.UserRecord{UserID: id}, policy.Errorf(policy.EINVALID, "tier must be null or a tier name, not \"\"")
+		}
+		r.Tier = *in.Tier
+	}
+	values := make(map[string]*int64, len(in.Limits))
+	for _, name := range policy.LimitNames {
+		raw, ok := in.Limits[name]
+		if !ok {
+			continue
+		}
+		var v *int64
+		if json.Unmarshal(raw, &v) != nil {
+			return policy.UserRecord{UserID: id}, policy.Errorf(policy.EINVALID, "limits.%s must be an integer from 0 to %d", name, policy.MaxLimit)
+		}
+		values[name] = v
+	}
+	for name := range in.Limits {
+		if _, ok := values[name]; !ok {
+			return policy.UserRecord{UserID: id}, policy.Errorf(policy.EINVALID, "unknown field %s in limits", policy.Quote(name))
+		}
+	}
+	l, err := policy.LimitsOf(values)
+	if err != nil {
+		return policy.UserRecord{UserID: id}, policy.Errorf(policy.EINVALID, "limits.%s", policy.ErrorMessage(err))
+	}
+	r.Limits = l
+	if errs := r.ValidateFields(); len(errs) > 0 {
+		msg := errs[0].Message
+		if _, limit := in.Limits[errs[0].Field]; limit {
+			msg = "limits." + msg
+		}
+		return policy.UserRecord{UserID: id}, policy.Errorf(policy.EINVALID, "%s", msg)
+	}
+	return r, nil
+}
+
+func (s *Server) handleListUsers(c echo.Context) error {
+	limit := DefaultUsersPage
+	if v := c.QueryParam("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxUsersPage {
+			return policy.Errorf(policy.EINVALID, "limit must be an integer from 1 to %d", MaxUsersPage)
+		}
+		limit = n
+	}
+	after := c.QueryParam("after")
+	if err := policy.ValidateUserID(after); err != nil {
+		return policy.Errorf(policy.EINVALID, "after: %s", policy.ErrorMessage(err))
+	}
+	// One more than asked, to know whether there is a next page.
+	records, err := s.svc.Users(c.Request().Context(), after, limit+1)
+	if err != nil {
+		return err
+	}
+	var next *string
+	if len(records) > limit {
+		records = records[:limit]
+		next = &records[limit-1].UserID
+	}
+	out := make([]userJSON, len(records))
+	for i, r := range records {
+		out[i] = userToJSON(r)
+	}
+	return c.JSON(http.StatusOK, struct {
+		Users []userJSON `json:"users"`
+		Next  *string    `json:"next"`
+	}{out, next})
+}
+
+func (s *Server) handleGetUser(c echo.Context) error {
+	id, err := pathParam(c, "user_id")
+	if err != nil {
+		return err
+	}
+	r, err := s.svc.User(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, userToJSON(r))
+}
+
+func (s *Server) handlePutUser(c echo.Context) error {
+	id, err := pathParam(c, "user_id")
+	if err != nil {
+		return err
+	}
+	data, err := io.ReadAll(c.Request().Body)
+	if err != nil {
+		return err // the body limit's 413, or a broken connection
+	}
+	r, err := readUser(data, id)
+	if err != nil {
+		return err
+	}
+	r, created, err := s.svc.PutUser(policy.WithChangeSource(c.Request().Context(), policy.SourceAPI), r)
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	return c.JSON(status, userToJSON(r))
+}
+
+func (s *Server) handleDeleteUser(c echo.Context) error {
+	id, err := pathParam(c, "user_id")
+	if err != nil {
+		return err
+	}
+	if err := s.svc.DeleteUser(policy.WithChangeSource(c.Request().Context(), policy.SourceAPI), id); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+// DescribeUserChange says what c did in one line, as the import report
+// words it: "created user alice: tier pro; requests_per_minute 5".
+func DescribeUserChange(c policy.UserChange) string {
+	switch {
+	case c.New == nil:
+		return "deleted user " + c.UserID
+	case c.Old == nil:
+		return "created user " + c.UserID + ": " + web.UserSummary(c.New)
+	}
+	return "updated user " + c.UserID + ": " + web.UserSummary(c.New)
+}

@@ -1,0 +1,422 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-json-experiment/json"
+
+	"github.com/policyguard/policyguard/policy"
+)
+
+var (
+	_ policy.CurrentUsers = (*history)(nil)
+	_ policy.Importer     = (*Store)(nil)
+)
+
+// userCache holds every user record in memory, so that a check reads no
+// table to learn that its user has none. Unlike the tier cache it is kept
+// up to date entry by entry: by this process's writes once they commit, and
+// by every read of a record as stored (User), which is what a check does
+// when the writer found the cached record differs from the table. It may
+// lag behind another process, never by more than one check of the user:
+// the writer confirms the record of every check it records (see
+// history.CurrentUser). It is safe for concurrent use.
+type userCache struct {
+	m sync.Map // user id → policy.UserRecord
+}
+
+const userColumns = `user_id, tier, requests_per_minute, requests_per_hour, requests_per_day, burst_allowance, ` +
+	`tokens_per_minute, tokens_per_hour, tokens_per_day, max_concurrent, overrides, note, updated_at`
+
+// userRow is a row of the users table.
+type userRow struct {
+	UserID    string
+	Tier      sql.NullString
+	Limits    [8]*int64 // in the order of policy.LimitNames
+	Overrides int64     // bit i set: optional limit i (Limits[4+i]) is overridden
+	Note      string
+	UpdatedAt int64 // Unix microseconds
+}
+
+func (r *userRow) scanArgs() []any {
+	args := []any{&r.UserID, &r.Tier}
+	for i := range r.Limits {
+		args = append(args, &r.Limits[i])
+	}
+	return append(args, &r.Overrides, &r.Note, &r.UpdatedAt)
+}
+
+func (r *userRow) record() policy.UserRecord {
+	u := policy.UserRecord{UserID: r.UserID, Tier: r.Tier.String, Note: r.Note, UpdatedAt: time.UnixMicro(r.UpdatedAt).UTC()}
+	l := &u.Limits
+	l.RequestsPerMinute, l.RequestsPerHour, l.RequestsPerDay, l.BurstAllowance = r.Limits[0], r.Limits[1], r.Limits[2], r.Limits[3]
+	for i, o := range []*policy.Override{&l.TokensPerMinute, &l.TokensPerHour, &l.TokensPerDay, &l.MaxConcurrent} {
+		if r.Overrides&(1<<i) != 0 {
+			*o = policy.Override{Set: true, Limit: r.Limits[4+i]}
+		}
+	}
+	return u
+}
+
+func userRowOf(u *policy.UserRecord) userRow {
+	r := userRow{UserID: u.UserID, Tier: sql.NullString{String: u.Tier, Valid: u.Tier != ""}, Note: u.Note, UpdatedAt: u.UpdatedAt.UnixMicro()}
+	l := &u.Limits
+	r.Limits[0], r.Limits[1], r.Limits[2], r.Limits[3] = l.RequestsPerMinute, l.RequestsPerHour, l.RequestsPerDay, l.BurstAllowance
+	for i, o := range []policy.Override{l.TokensPerMinute, l.TokensPerHour, l.TokensPerDay, l.MaxConcurrent} {
+		if o.Set {
+			r.Overrides |= 1 << i
+			r.Limits[4+i] = o.Limit
+		}
+	}
+	return r
+}
+
+func (r *userRow) args() []any {
+	args := []any{r.UserID, r.Tier}
+	for _, v := range r.Limits {
+		args = append(args, v)
+	}
+	return append(args, r.Overrides, r.Note, r.UpdatedAt)
+}
+
+// initUsers loads every user record into the cache.
+func (s *Store) initUsers(ctx context.Context) error {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+userColumns+` FROM users`)
+	if err != nil {
+		return unavailable(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r userRow
+		if err := rows.Scan(r.scanArgs()...); err != nil {
+			return unavailable(err)
+		}
+		s.users.m.Store(r.UserID, r.record())
+	}
+	return unavailable(rows.Err())
+}
+
+// CachedUser implements policy.UserStore from memory.
+func (s *Store) CachedUser(userID string) (policy.UserRecord, bool) {
+	v, ok := s.users.m.Load(userID)
+	if !ok {
+		return policy.UserRecord{}, false
+	}
+	return v.(policy.UserRecord), true
+}
+
+// User implements policy.UserStore: one read of the table, which also
+// brings the cache's entry up to date.
+func (s *Store) User(ctx context.Context, userID string) (policy.UserRecord, error) {
+	var r userRow
+	err := s.db.QueryRowContext(ctx, `SELECT `+userColumns+` FROM users WHERE user_id = ?`, userID).Scan(r.scanArgs()...)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		s.users.m.Delete(userID)
+		return policy.UserRecord{}, policy.Errorf(policy.ENOTFOUND, "user %s has no record", policy.Quote(userID))
+	case err != nil:
+		return policy.UserRecord{}, unavailable(err)
+	}
+	u := r.record()
+	s.users.m.Store(userID, u)
+	return u, nil
+}
+
+// Users implements policy.UserStore.
+func (s *Store) Users(ctx context.Context, after string, limit int) ([]policy.UserRecord, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+userColumns+` FROM users WHERE user_id > ? ORDER BY user_id LIMIT ?`, after, limit)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	defer rows.Close()
+	out := []policy.UserRecord{}
+	for rows.Next() {
+		var r userRow
+		if err := rows.Scan(r.scanArgs()...); err != nil {
+			return nil, unavailable(err)
+		}
+		out = append(out, r.record())
+	}
+	return out, unavailable(rows.Err())
+}
+
+// userInTx reads userID's record in the writer's transaction; nil when
+// there is none.
+func userInTx(tx *writeTx, userID string) (*policy.UserRecord, error) {
+	var r userRow
+	err := tx.conn.QueryRowContext(tx.ctx, `SELECT `+userColumns+` FROM users WHERE user_id = ?`, userID).Scan(r.scanArgs()...)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, unavailable(err)
+	}
+	u := r.record()
+	return &u, nil
+}
+
+// UpdateUsers implements policy.UserStore in one writer transaction, so
+// that a record's tier exists when it commits (deleting a tier counts its
+// users in the same way) and its audit row commits with it.
+func (s *Store) UpdateUsers(ctx context.Context, u policy.UserUpdate) ([]policy.UserChange, error) {
+	listed := make(map[string]bool, len(u.Put))
+	for i := range u.Put {
+		if err := u.Put[i].Validate(); err != nil {
+			return nil, err
+		}
+		if listed[u.Put[i].UserID] {
+			return nil, policy.Errorf(policy.EINVALID, "user %s is listed twice", policy.Quote(u.Put[i].UserID))
+		}
+		listed[u.Put[i].UserID] = true
+	}
+	at := u.At.UTC().Truncate(time.Microsecond)
+	var changes []policy.UserChange
+	err := s.writer.do(ctx, func(tx *writeTx) error {
+		changes = changes[:0] // a job may run again after a neighbour failed
+		var err error
+		changes, err = updateUsersTx(tx, u, at, changes)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range changes {
+		if c.New == nil {
+			s.users.m.Delete(c.UserID)
+		} else {
+			s.users.m.Store(c.UserID, *c.New)
+		}
+	}
+	return changes, nil
+}
+
+// updateUsersTx applies u in tx and appends its changes to changes.
+func updateUsersTx(tx *writeTx, u policy.UserUpdate, at time.Time, changes []policy.UserChange) ([]policy.UserChange, error) {
+	record := func(userID string, before, after *policy.UserRecord) error {
+		var id int64
+		err := tx.conn.QueryRowContext(tx.ctx, `INSERT INTO user_changes (at, user_id, source, old, new) VALUES (?, ?, ?, ?, ?) RETURNING id`,
+			at.UnixMicro(), userID, u.Source, userAuditJSON(before), userAuditJSON(after)).Scan(&id)
+		if err != nil {
+			return unavailable(err)
+		}
+		changes = append(changes, policy.UserChange{ID: id, At: at, UserID: userID, Source: u.Source, Old: before, New: after})
+		// The writer reads the record again at the user's next admission.
+		tx.forgetUser(userID)
+		return nil
+	}
+	for _, r := range u.Put {
+		if r.Tier != "" {
+			var one int
+			err := tx.conn.QueryRowContext(tx.ctx, `SELECT 1 FROM tiers WHERE name = ?`, r.Tier).Scan(&one)
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil, policy.Errorf(policy.EINVALID, "unknown tier %s", policy.Quote(r.Tier))
+			} else if err != nil {
+				return nil, unavailable(err)
+			}
+		}
+		old, err := userInTx(tx, r.UserID)
+		if err != nil {
+			return nil, err
+		}
+		if old != nil && u.SkipUnchanged && policy.SameRecord(old, &r) {
+			continue
+		}
+		r.UpdatedAt = at
+		row := userRowOf(&r)
+		if _, err := tx.conn.ExecContext(tx.ctx, `INSERT OR REPLACE INTO users (`+userColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, row.args()...); err != nil {
+			return nil, unavailable(err)
+		}
+		if err := record(r.UserID, old, &r); err != nil {
+			return nil, err
+		}
+	}
+	for _, id := range u.Delete {
+		old, err := userInTx(tx, id)
+		if err != nil {
+			return nil, err
+		}
+		if old == nil {
+			return nil, policy.Errorf(policy.ENOTFOUND, "user %s has no record", policy.Quote(id))
+		}
+		if _, err := tx.conn.ExecContext(tx.ctx, `DELETE FROM users WHERE user_id = ?`, id); err != nil {
+			return nil, unavailable(err)
+		}
+		if err := record(id, old, nil); err != nil {
+			return nil, err
+		}
+	}
+	return changes, nil
+}
+
+// assignedUsers returns how many users are assigned tier name, in tx.
+func assignedUsers(tx *writeTx, name string) (int64, error) {
+	var n int64
+	err := tx.conn.QueryRowContext(tx.ctx, `SELECT count(*) FROM users WHERE tier = ?`, name).Scan(&n)
+	return n, unavailable(err)
+}
+
+// tierInUse is the error of deleting a tier n users are assigned.
+func tierInUse(name string, n int64) error {
+	users := "users"
+	if n == 1 {
+		users = "user"
+	}
+	return policy.Errorf(policy.ECONFLICT, "tier %s is assigned to %d %s; assign them another tier or remove their records first", policy.Quote(name), n, users)
+}
+
+// CurrentUser implements policy.CurrentUsers in the writer's transaction:
+// the record as the transaction sees it, kept with the writer's state of
+// the user, which is dropped after this process changes the record and
+// after any write by another process. A History on a read connection, which
+// the RateLimiter does not ask, has no records.
+func (h *history) CurrentUser(userID string) (*policy.UserRecord, bool, error) {
+	if h.tx == nil {
+		return nil, false, nil
+	}
+	if err := h.load(); err != nil {
+		return nil, false, err
+	}
+	st := h.st
+	if !st.recordLoaded {
+		r, err := userInTx(h.tx, userID)
+		if err != nil {
+			return nil, false, err
+		}
+		st.record, st.recordLoaded = r, true
+	}
+	return st.record, st.record != nil, nil
+}
+
+// userAuditJSON returns r as the audit log stores it, or nil (NULL) for no
+// record: the API's field names, without updated_at (an entry has its own
+// time).
+func userAuditJSON(r *policy.UserRecord) any {
+	if r == nil {
+		return nil
+	}
+	b, _ := json.Marshal(auditUser{UserID: r.UserID, Tier: r.Tier, Limits: r.Limits.Values(), Note: r.Note}, json.Deterministic(true))
+	return string(b)
+}
+
+type auditUser struct {
+	UserID string            `json:"user_id"`
+	Tier   string            `json:"tier,omitempty"`
+	Limits map[string]*int64 `json:"limits"`
+	Note   string            `json:"note"`
+}
+
+func userFromAudit(s sql.NullString) (*policy.UserRecord, error) {
+	if !s.Valid {
+		return nil, nil
+	}
+	var a auditUser
+	if err := json.Unmarshal([]byte(s.String), &a); err != nil {
+		return nil, fmt.Errorf("user_changes: %w", err)
+	}
+	l, err := policy.LimitsOf(a.Limits)
+	if err != nil {
+		return nil, fmt.Errorf("user_changes: %w", err)
+	}
+	return &policy.UserRecord{UserID: a.UserID, Tier: a.Tier, Limits: l, Note: a.Note}, nil
+}
+
+// UserChanges implements policy.UserStore.
+func (s *Store) UserChanges(ctx context.Context, userID string, limit int) ([]policy.UserChange, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	var rows []struct {
+		ID     int64          `db:"id"`
+		At     int64          `db:"at"`
+		UserID string         `db:"user_id"`
+		Source string         `db:"source"`
+		Old    sql.NullString `db:"old"`
+		New    sql.NullString `db:"new"`
+	}
+	q := `SELECT id, at, user_id, source, old, new FROM user_changes ORDER BY id DESC LIMIT ?`
+	args := []any{limit}
+	if userID != "" {
+		q = `SELECT id, at, user_id, source, old, new FROM user_changes WHERE user_id = ? ORDER BY id DESC LIMIT ?`
+		args = []any{userID, limit}
+	}
+	if err := s.db.SelectContext(ctx, &rows, q, args...); err != nil {
+		return nil, unavailable(err)
+	}
+	out := make([]policy.UserChange, len(rows))
+	for i, r := range rows {
+		at := time.UnixMicro(r.At).UTC()
+		before, err := userFromAudit(r.Old)
+		if err != nil {
+			return nil, err
+		}
+		after, err := userFromAudit(r.New)
+		if err != nil {
+			return nil, err
+		}
+		if after != nil {
+			after.UpdatedAt = at
+		}
+		out[i] = policy.UserChange{ID: r.ID, At: at, UserID: r.UserID, Source: r.Source, Old: before, New: after}
+	}
+	return out, nil
+}
+
+// Import implements policy.Importer: tiers and user records in one writer
+// transaction, the tiers put first, then the records, then the tiers
+// deleted or pruned, so that records can move to a tier the same import
+// creates and off one it deletes.
+func (s *Store) Import(ctx context.Context, tu policy.TierUpdate, uu policy.UserUpdate) ([]policy.TierChange, []policy.UserChange, error) {
+	listed := make(map[string]bool, len(tu.Put))
+	for i := range tu.Put {
+		if err := tu.Put[i].Validate(); err != nil {
+			return nil, nil, err
+		}
+		if listed[tu.Put[i].Name] {
+			return nil, nil, policy.Errorf(policy.EINVALID, "tier %q is listed twice", tu.Put[i].Name)
+		}
+		listed[tu.Put[i].Name] = true
+	}
+	seen := make(map[string]bool, len(uu.Put))
+	for i := range uu.Put {
+		if err := uu.Put[i].Validate(); err != nil {
+			return nil, nil, err
+		}
+		if seen[uu.Put[i].UserID] {
+			return nil, nil, policy.Errorf(policy.EINVALID, "user %s is listed twice", policy.Quote(uu.Put[i].UserID))
+		}
+		seen[uu.Put[i].UserID] = true
+	}
+	at := tu.At.UTC().Truncate(time.Microsecond)
+	var (
+		tierChanges []policy.TierChange
+		userChanges []policy.UserChange
+	)
+	err := s.writer.do(ctx, func(tx *writeTx) error {
+		userChanges = userChanges[:0] // a job may run again after a neighbour failed
+		var err error
+		tierChanges, err = updateTiersTx(tx, tu, at, listed, func() error {
+			userChanges, err = updateUsersTx(tx, uu, at, userChanges)
+			return err
+		})
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(tierChanges) > 0 {
+		_ = s.reloadTiers(context.WithoutCancel(ctx), 0) // as UpdateTiers does
+	}
+	for _, c := range userChanges {
+		if c.New == nil {
+			s.users.m.Delete(c.UserID)
+		} else {
+			s.users.m.Store(c.UserID, *c.New)
+		}
+	}
+	return tierChanges, userChanges, nil
+}

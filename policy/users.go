@@ -1,0 +1,509 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+	"unicode/utf8"
+)
+
+// MaxNote is the longest note of a user record accepted, in bytes.
+const MaxNote = 1024
+
+// Override replaces one optional limit of a tier (a token window or
+// max_concurrent) for one user. The zero value replaces nothing.
+type Override struct {
+	// Set reports whether the user's limit replaces the tier's.
+	Set bool
+	// Limit is the user's limit when Set; nil removes the tier's limit.
+	Limit *int64
+}
+
+// To returns an override setting the limit to v.
+func To(v int64) Override { return Override{Set: true, Limit: &v} }
+
+// Unlimited is the override that removes a tier's optional limit.
+var Unlimited = Override{Set: true}
+
+// Limits are a user's overrides of their tier's limits, field by field: a
+// nil request limit, or an Override not Set, keeps the tier's value. The
+// zero value overrides nothing.
+type Limits struct {
+	RequestsPerMinute, RequestsPerHour, RequestsPerDay, BurstAllowance *int64
+	TokensPerMinute, TokensPerHour, TokensPerDay, MaxConcurrent        Override
+}
+
+// IsZero reports whether l overrides nothing.
+func (l Limits) IsZero() bool { return l.Equal(Limits{}) }
+
+// Equal reports whether l and m override the same limits with the same
+// values.
+func (l Limits) Equal(m Limits) bool {
+	eq := func(a, b *int64) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
+	for i, a := range l.requestFields() {
+		if !eq(a.v, m.requestFields()[i].v) {
+			return false
+		}
+	}
+	for i, a := range l.optionalFields() {
+		b := m.optionalFields()[i].o
+		if a.o.Set != b.Set || a.o.Set && !eq(a.o.Limit, b.Limit) {
+			return false
+		}
+	}
+	return true
+}
+
+type namedLimit struct {
+	field string
+	v     *int64
+}
+
+type namedOverride struct {
+	field string
+	o     Override
+}
+
+// requestFields lists the request limits of l with their API names.
+func (l *Limits) requestFields() [4]namedLimit {
+	return [4]namedLimit{
+		{"requests_per_minute", l.RequestsPerMinute},
+		{"requests_per_hour", l.RequestsPerHour},
+		{"requests_per_day", l.RequestsPerDay},
+		{"burst_allowance", l.BurstAllowance},
+	}
+}
+
+// optionalFields lists the optional limits of l with their API names.
+func (l *Limits) optionalFields() [4]namedOverride {
+	return [4]namedOverride{
+		{"tokens_per_minute", l.TokensPerMinute},
+		{"tokens_per_hour", l.TokensPerHour},
+		{"tokens_per_day", l.TokensPerDay},
+		{"max_concurrent", l.MaxConcurrent},
+	}
+}
+
+// ValidateFields returns every problem with l, in field order, worded as
+// a tier's.
+func (l *Limits) ValidateFields() []FieldError {
+	var errs []FieldError
+	bad := func(field string) {
+		errs = append(errs, FieldError{field, field + " must be an integer from 0 to 2147483647"})
+	}
+	for _, f := range l.requestFields() {
+		if f.v != nil && (*f.v < 0 || *f.v > MaxLimit) {
+			bad(f.field)
+		}
+	}
+	for _, f := range l.optionalFields() {
+		if f.o.Set && f.o.Limit != nil && (*f.o.Limit < 0 || *f.o.Limit > MaxLimit) {
+			bad(f.field)
+		}
+	}
+	return errs
+}
+
+// WithOverrides returns t with the limits l sets replaced; its name,
+// features and description stay the tier's.
+func (t Tier) WithOverrides(l Limits) Tier {
+	set := func(dst *int64, v *int64) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	set(&t.RequestsPerMinute, l.RequestsPerMinute)
+	set(&t.RequestsPerHour, l.RequestsPerHour)
+	set(&t.RequestsPerDay, l.RequestsPerDay)
+	set(&t.BurstAllowance, l.BurstAllowance)
+	over := func(dst **int64, o Override) {
+		if o.Set {
+			*dst = o.Limit
+		}
+	}
+	over(&t.TokensPerMinute, l.TokensPerMinute)
+	over(&t.TokensPerHour, l.TokensPerHour)
+	over(&t.TokensPerDay, l.TokensPerDay)
+	over(&t.MaxConcurrent, l.MaxConcurrent)
+	return t
+}
+
+// UserRecord is what an admin set for one user: the tier their checks are
+// decided under, whatever the check names, and overrides of that tier's
+// limits. It never holds the user's requests, which Forget deletes and
+// this survives.
+type UserRecord struct {
+	UserID string
+	// Tier is the assigned tier; empty assigns none, and the check's tier
+	// (or the default) is used, with Limits applied to it.
+	Tier      string
+	Limits    Limits
+	Note      string
+	UpdatedAt time.Time
+}
+
+// Validate reports the first problem with r, or nil: an EINVALID *Error
+// whose message names the field. Whether its tier exists is the store's to
+// check, in the transaction that writes it.
+func (r *UserRecord) Validate() error {
+	if errs := r.ValidateFields(); len(errs) > 0 {
+		return &Error{Code: EINVALID, Message: errs[0].Message}
+	}
+	return nil
+}
+
+// ValidateFields returns every problem with r, in field order.
+func (r *UserRecord) ValidateFields() []FieldError {
+	var errs []FieldError
+	if r.UserID == "" {
+		errs = append(errs, FieldError{"user_id", "user_id must not be empty"})
+	} else if err := ValidateUserID(r.UserID); err != nil {
+		errs = append(errs, FieldError{"user_id", ErrorMessage(err)})
+	}
+	if r.Tier != "" && !ValidTierName(r.Tier) {
+		errs = append(errs, FieldError{"tier", "tier must be null or match [a-z0-9][a-z0-9_-]{0,62}"})
+	}
+	errs = append(errs, r.Limits.ValidateFields()...)
+	if len(r.Note) > MaxNote {
+		errs = append(errs, FieldError{"note", "note must be at most 1024 bytes"})
+	} else if !utf8.ValidString(r.Note) {
+		errs = append(errs, FieldError{"note", "note must be valid UTF-8"})
+	}
+	return errs
+}
+
+// SameRecord reports whether a and b assign the same tier with the same
+// overrides and note; UpdatedAt is not compared.
+func SameRecord(a, b *UserRecord) bool {
+	return a.UserID == b.UserID && a.Tier == b.Tier && a.Note == b.Note && a.Limits.Equal(b.Limits)
+}
+
+// sameDecisions reports whether deciding a check under a instead of b
+// could change any answer: a nil record assigns and overrides nothing.
+func sameDecisions(a, b *UserRecord) bool {
+	if a == nil || b == nil {
+		return (a == nil || a.Tier == "" && a.Limits.IsZero()) && (b == nil || b.Tier == "" && b.Limits.IsZero())
+	}
+	return a.Tier == b.Tier && a.Limits.Equal(b.Limits)
+}
+
+// UserChange is one change to one user record, as the audit log keeps it.
+type UserChange struct {
+	// ID orders the audit log; 0 until the change is stored.
+	ID     int64
+	At     time.Time
+	UserID string
+	Source string
+	// Old is the record before the change, nil when the change created it.
+	Old *UserRecord
+	// New is the record after the change, nil when the change deleted it.
+	New *UserRecord
+}
+
+// UserUpdate is a set of changes to user records a UserStore applies
+// together.
+type UserUpdate struct {
+	// At is the time of the change: the UpdatedAt of every record put and
+	// the time the audit log records.
+	At time.Time
+	// Source is recorded with every change (one of the Source constants).
+	Source string
+	// Put lists records to create or replace, each valid and named once;
+	// a tier one assigns must exist when the update is applied.
+	Put []UserRecord
+	// Delete lists the user ids whose records to remove; each must exist.
+	Delete []string
+	// SkipUnchanged leaves alone a record of Put that is stored as it is
+	// (SameRecord), so the audit log shows no change that changed nothing.
+	SkipUnchanged bool
+}
+
+// UserStore keeps user records and the audit log of their changes.
+// Implementations are safe for concurrent use; a change applies to the very
+// next check, including a change made by another process sharing the
+// storage.
+type UserStore interface {
+	// User returns userID's record as stored, reflecting every change
+	// committed before the call, or an ENOTFOUND error.
+	User(ctx context.Context, userID string) (UserRecord, error)
+	// CachedUser returns userID's record from memory, reading no storage,
+	// and so perhaps older than a change another process committed a
+	// moment ago; found is false when memory holds none. Service.Check
+	// takes a recording check's record from here and has the RateLimiter
+	// confirm it (see CurrentUsers).
+	CachedUser(userID string) (r UserRecord, found bool)
+	// Users returns at most limit records whose user ids sort after
+	// after, ordered by user id.
+	Users(ctx context.Context, after string, limit int) ([]UserRecord, error)
+	// UpdateUsers applies u in one transaction, all of it or none, records
+	// each change in the audit log and returns the changes in the order
+	// made: puts, then deletions. A record assigning a tier that does not
+	// exist fails it with EINVALID.
+	UpdateUsers(ctx context.Context, u UserUpdate) ([]UserChange, error)
+	// UserChanges returns the latest entries of the audit log of userID's
+	// record (of every user's when userID is empty), newest first.
+	UserChanges(ctx context.Context, userID string, limit int) ([]UserChange, error)
+}
+
+// CurrentUsers is implemented by a History whose store keeps user records
+// in the same transaction as the requests. CurrentUser returns the user's
+// record as it stands in that transaction; ok is false when there is none.
+type CurrentUsers interface {
+	CurrentUser(userID string) (r *UserRecord, ok bool, err error)
+}
+
+// errUserUnconfirmed tells Service.Check that its request store cannot
+// confirm a cached user record, so records must be read through User.
+var errUserUnconfirmed = errors.New("the request store cannot confirm a cached user record")
+
+// WithUsers makes the service keep user records in users: a record's tier
+// and overrides then decide its user's checks. Without it the service has
+// no records, and their methods fail with EINTERNAL.
+func WithUsers(users UserStore) Option { return func(s *Service) { s.users = users } }
+
+// WithTrustClientTier sets whether a check's own tier (Request.Tier, the
+// API's context.user_tier) is believed for a user without an assigned
+// tier (default true). False decides such a check under the default tier,
+// so that a client cannot name itself a better plan.
+func WithTrustClientTier(trust bool) Option {
+	return func(s *Service) { s.distrustClientTier = !trust }
+}
+
+// TrustsClientTier reports whether a check's own tier is believed.
+func (s *Service) TrustsClientTier() bool { return !s.distrustClientTier }
+
+// tierName returns the tier a check of req is decided under, given its
+// user's record r (nil for none).
+func (s *Service) tierName(req *Request, r *UserRecord) string {
+	switch {
+	case r != nil && r.Tier != "":
+		return r.Tier
+	case req.Tier != "" && !s.distrustClientTier:
+		return req.Tier
+	}
+	return s.defaultTier
+}
+
+// userRecord returns userID's record for a check: from memory when cached
+// is set and the service may take it from there, otherwise as stored. It
+// returns nil when the user has none or the service keeps no records, and
+// reports whether the record came from memory.
+func (s *Service) userRecord(ctx context.Context, userID string, cached bool) (*UserRecord, bool, error) {
+	if s.users == nil {
+		return nil, false, nil
+	}
+	if cached && !s.usersUnconfirmable.Load() {
+		r, found := s.users.CachedUser(userID)
+		if !found {
+			return nil, true, nil
+		}
+		return &r, true, nil
+	}
+	r, err := s.readUser(ctx, userID)
+	return r, false, err
+}
+
+// readUser reads userID's record as stored; nil when there is none.
+func (s *Service) readUser(ctx context.Context, userID string) (*UserRecord, error) {
+	r, err := s.users.User(ctx, userID)
+	switch {
+	case ErrorCode(err) == ENOTFOUND:
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return &r, nil
+}
+
+// errNoUsers is the error of the user methods of a service without records.
+func errNoUsers() error {
+	return Errorf(EINTERNAL, "this service keeps no user records (see policy.WithUsers)")
+}
+
+// User returns userID's record, or an ENOTFOUND error.
+func (s *Service) User(ctx context.Context, userID string) (UserRecord, error) {
+	if s.users == nil {
+		return UserRecord{}, errNoUsers()
+	}
+	if err := validRecordID(userID); err != nil {
+		return UserRecord{}, err
+	}
+	r, err := s.users.User(ctx, userID)
+	if ErrorCode(err) == ENOTFOUND {
+		return UserRecord{}, Errorf(ENOTFOUND, "user %s has no record", Quote(userID))
+	}
+	return r, err
+}
+
+// Users returns at most limit records whose user ids sort after after,
+// ordered by user id.
+func (s *Service) Users(ctx context.Context, after string, limit int) ([]UserRecord, error) {
+	if s.users == nil {
+		return nil, errNoUsers()
+	}
+	if limit <= 0 {
+		return nil, nil
+	}
+	return s.users.Users(ctx, after, limit)
+}
+
+// PutUser validates r, stamps it with the current time and creates or
+// replaces userID's record. The change applies to the very next check and
+// is recorded in the audit log with the source ctx carries (see
+// WithChangeSource). It reports whether the record was created.
+func (s *Service) PutUser(ctx context.Context, r UserRecord) (UserRecord, bool, error) {
+	if s.users == nil {
+		return UserRecord{}, false, errNoUsers()
+	}
+	if err := r.Validate(); err != nil {
+		return UserRecord{}, false, err
+	}
+	r.UpdatedAt = s.now().UTC().Truncate(Resolution)
+	changes, err := s.users.UpdateUsers(ctx, UserUpdate{At: r.UpdatedAt, Source: ChangeSource(ctx), Put: []UserRecord{r}})
+	if err != nil {
+		return UserRecord{}, false, err
+	}
+	return r, len(changes) == 1 && changes[0].Old == nil, nil
+}
+
+// DeleteUser removes userID's record, so that their checks are decided as
+// if an admin had never set one; their requests stay. A user with no record
+// is ENOTFOUND.
+func (s *Service) DeleteUser(ctx context.Context, userID string) error {
+	if s.users == nil {
+		return errNoUsers()
+	}
+	if err := validRecordID(userID); err != nil {
+		return err
+	}
+	_, err := s.users.UpdateUsers(ctx, UserUpdate{At: s.now().UTC().Truncate(Resolution), Source: ChangeSource(ctx), Delete: []string{userID}})
+	return err
+}
+
+// Importer is implemented by a store that applies a tier update and a
+// user update in one transaction: the tiers put, then the records, then
+// the tiers deleted or pruned.
+type Importer interface {
+	Import(ctx context.Context, tiers TierUpdate, users UserUpdate) ([]TierChange, []UserChange, error)
+}
+
+// Import is ImportTiers for a tiers file that also lists user records: in
+// one transaction it creates or replaces the tiers and the records listed
+// (leaving alone those already as listed) and, with prune, deletes the
+// tiers not listed, all recorded with SourceImport. It never deletes a
+// record; a tier that records still assign cannot be pruned (ECONFLICT).
+func (s *Service) Import(ctx context.Context, tiers []Tier, records []UserRecord, prune bool) ([]TierChange, []UserChange, error) {
+	if len(records) == 0 {
+		changes, err := s.ImportTiers(ctx, tiers, prune)
+		return changes, nil, err
+	}
+	imp, ok := s.users.(Importer)
+	if !ok {
+		return nil, nil, Errorf(EINTERNAL, "this service's store cannot import user records with tiers")
+	}
+	tu, err := s.tierImport(tiers, prune)
+	if err != nil {
+		return nil, nil, err
+	}
+	seen := make(map[string]bool, len(records))
+	put := make([]UserRecord, len(records))
+	for i, r := range records {
+		if err := r.Validate(); err != nil {
+			return nil, nil, Errorf(EINVALID, "user %d (%s): %s", i+1, Quote(r.UserID), ErrorMessage(err))
+		}
+		if seen[r.UserID] {
+			return nil, nil, Errorf(EINVALID, "user %s is listed twice", Quote(r.UserID))
+		}
+		seen[r.UserID] = true
+		r.UpdatedAt = tu.At
+		put[i] = r
+	}
+	return imp.Import(ctx, tu, UserUpdate{At: tu.At, Source: SourceImport, Put: put, SkipUnchanged: true})
+}
+
+// UserChanges returns the latest changes to userID's record (every user's
+// when userID is empty), newest first.
+func (s *Service) UserChanges(ctx context.Context, userID string, limit int) ([]UserChange, error) {
+	if s.users == nil {
+		return nil, errNoUsers()
+	}
+	return s.users.UserChanges(ctx, userID, limit)
+}
+
+// validRecordID checks a user id naming a record: a user id, not empty.
+func validRecordID(userID string) error {
+	if userID == "" {
+		return Errorf(EINVALID, "user_id must not be empty")
+	}
+	return ValidateUserID(userID)
+}
+
+// LimitNames are the names of the limits a user's record can override, in
+// field order: the API's and the tiers file's.
+var LimitNames = [...]string{
+	"requests_per_minute", "requests_per_hour", "requests_per_day", "burst_allowance",
+	"tokens_per_minute", "tokens_per_hour", "tokens_per_day", "max_concurrent",
+}
+
+// Values returns the limits l overrides, by name: a nil value removes an
+// optional limit. It returns nil when l overrides nothing.
+func (l Limits) Values() map[string]*int64 {
+	var m map[string]*int64
+	put := func(name string, v *int64) {
+		if m == nil {
+			m = make(map[string]*int64)
+		}
+		m[name] = v
+	}
+	for _, f := range l.requestFields() {
+		if f.v != nil {
+			put(f.field, f.v)
+		}
+	}
+	for _, f := range l.optionalFields() {
+		if f.o.Set {
+			put(f.field, f.o.Limit)
+		}
+	}
+	return m
+}
+
+// LimitsOf returns the Limits whose Values are values. A name that is not
+// one of LimitNames, or a nil request limit (only the optional limits can
+// be removed), is an EINVALID error naming it; values are not checked
+// against their range (see Limits.ValidateFields).
+func LimitsOf(values map[string]*int64) (Limits, error) {
+	var l Limits
+	for _, name := range sortedKeys(values) {
+		v := values[name]
+		req := map[string]**int64{
+			"requests_per_minute": &l.RequestsPerMinute, "requests_per_hour": &l.RequestsPerHour,
+			"requests_per_day": &l.RequestsPerDay, "burst_allowance": &l.BurstAllowance,
+		}
+		opt := map[string]*Override{
+			"tokens_per_minute": &l.TokensPerMinute, "tokens_per_hour": &l.TokensPerHour,
+			"tokens_per_day": &l.TokensPerDay, "max_concurrent": &l.MaxConcurrent,
+		}
+		switch {
+		case req[name] != nil && v == nil:
+			return Limits{}, Errorf(EINVALID, "%s must be an integer from 0 to 2147483647 (only token limits and max_concurrent can be null)", name)
+		case req[name] != nil:
+			*req[name] = v
+		case opt[name] != nil:
+			*opt[name] = Override{Set: true, Limit: v}
+		default:
+			return Limits{}, Errorf(EINVALID, "unknown field %s in limits", Quote(name))
+		}
+	}
+	return l, nil
+}
+
+func sortedKeys(m map[string]*int64) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,212 @@
+package web
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/policyguard/policyguard/policy"
+)
+
+// recordsPage is how many user records the look-up page lists at once.
+const recordsPage = 50
+
+// noLimit is what the record form takes, in a token limit or
+// max_concurrent, for "no limit for this user".
+const noLimit = "none"
+
+// adminRecordForm is the record of a looked-up user, with the form that
+// changes it.
+type adminRecordForm struct {
+	UserID    string
+	Exists    bool
+	Summary   string // the record in words; empty when there is none
+	Note      string
+	UpdatedAt string
+	Fields    []adminField
+	Changes   []string // the latest changes of the record, newest first
+}
+
+// adminRecordRow is one user of the list of records.
+type adminRecordRow struct {
+	UserID, Href, Summary, Note string
+}
+
+// UserSummary says in words what a record sets: "tier pro;
+// requests_per_minute 5; tokens_per_day none". The import report of
+// "policyguard tiers import" words records the same way.
+func UserSummary(r *policy.UserRecord) string {
+	parts := []string{"no tier assigned"}
+	if r.Tier != "" {
+		parts[0] = "tier " + r.Tier
+	}
+	values := r.Limits.Values()
+	for _, name := range policy.LimitNames {
+		switch v, ok := values[name]; {
+		case !ok:
+		case v == nil:
+			parts = append(parts, name+" "+noLimit)
+		default:
+			parts = append(parts, name+" "+groupDigits(*v))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// recordForm returns the record section of the look-up page for user: the
+// stored record, or what the admin posted (form, with errs) when saving it
+// failed.
+func (a *Admin) recordForm(ctx context.Context, user string, tiers []policy.Tier, form url.Values, errs map[string]string) (*adminRecordForm, error) {
+	f := &adminRecordForm{UserID: user}
+	r, err := a.svc.User(ctx, user)
+	switch {
+	case err == nil:
+		f.Exists, f.Summary, f.Note = true, UserSummary(&r), r.Note
+		f.UpdatedAt = r.UpdatedAt.UTC().Format("2006-01-02 15:04:05 UTC")
+	case policy.ErrorCode(err) != policy.ENOTFOUND:
+		return nil, err
+	}
+	if form == nil { // the form shows the record as stored
+		form = url.Values{"tier": {r.Tier}, "note": {r.Note}}
+		values := r.Limits.Values()
+		for name, v := range values {
+			if v == nil {
+				form.Set(name, noLimit)
+			} else {
+				form.Set(name, fmt.Sprint(*v))
+			}
+		}
+	}
+	options := []adminOption{{Value: "", Label: "None: the tier the check names", Selected: form.Get("tier") == ""}}
+	for _, t := range tiers {
+		options = append(options, adminOption{Value: t.Name, Label: t.Name, Selected: t.Name == form.Get("tier")})
+	}
+	f.Fields = append(f.Fields, adminField{ID: "record-tier", Name: "tier", Label: "Assigned tier", Options: options, Error: errs["tier"],
+		Hint: "Every check of this user is decided under this tier, whatever it names."})
+	for i, name := range policy.LimitNames {
+		hint := "Empty keeps the tier's limit."
+		if i >= 4 {
+			hint = `Empty keeps the tier's limit; "none" removes it for this user.`
+		}
+		f.Fields = append(f.Fields, adminField{ID: "record-" + name, Name: name, Label: name, Value: form.Get(name),
+			InputMode: "numeric", Hint: hint, Error: errs[name]})
+	}
+	f.Fields = append(f.Fields, adminField{ID: "record-note", Name: "note", Label: "Note", Value: form.Get("note"),
+		Textarea: true, Wide: true, Error: errs["note"]})
+	changes, err := a.svc.UserChanges(ctx, user, 5)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range changes {
+		what := "deleted"
+		switch {
+		case c.Old == nil && c.New != nil:
+			what = "created: " + UserSummary(c.New)
+		case c.New != nil:
+			what = "changed: " + UserSummary(c.New)
+		}
+		f.Changes = append(f.Changes, fmt.Sprintf("%s, %s (%s)", c.At.UTC().Format("2006-01-02 15:04:05 UTC"), what, c.Source))
+	}
+	return f, nil
+}
+
+// recordList returns a page of the users with records, after the user id
+// after, and the link to the next page ("" on the last).
+func (a *Admin) recordList(ctx context.Context, after string) ([]adminRecordRow, string, error) {
+	records, err := a.svc.Users(ctx, after, recordsPage+1)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(records) > recordsPage {
+		records = records[:recordsPage]
+		next = "/admin/usage?" + url.Values{"records_after": {records[recordsPage-1].UserID}}.Encode()
+	}
+	rows := make([]adminRecordRow, len(records))
+	for i := range records {
+		r := &records[i]
+		rows[i] = adminRecordRow{UserID: r.UserID, Href: "/admin/usage?" + url.Values{"user_id": {r.UserID}}.Encode(),
+			Summary: UserSummary(r), Note: r.Note}
+	}
+	return rows, next, nil
+}
+
+// recordFromForm reads the record form; errs holds a message per field.
+func (a *Admin) recordFromForm(user string, form url.Values) (policy.UserRecord, map[string]string) {
+	errs := map[string]string{}
+	r := policy.UserRecord{UserID: user, Tier: form.Get("tier"), Note: strings.ReplaceAll(form.Get("note"), "\r\n", "\n")}
+	values := map[string]*int64{}
+	for i, name := range policy.LimitNames {
+		raw := strings.TrimSpace(form.Get(name))
+		switch {
+		case raw == "":
+			continue
+		case i >= 4 && strings.EqualFold(raw, noLimit):
+			values[name] = nil
+			continue
+		}
+		v, err := a.api.ParseLimit(name, raw)
+		if err != nil {
+			errs[name] = policy.ErrorMessage(err)
+			continue
+		}
+		values[name] = &v
+	}
+	l, err := policy.LimitsOf(values)
+	if err != nil {
+		errs["note"] = policy.ErrorMessage(err) // cannot happen: the names are LimitNames
+	}
+	r.Limits = l
+	for _, fe := range r.ValidateFields() {
+		if errs[fe.Field] == "" {
+			errs[fe.Field] = fe.Message
+		}
+	}
+	return r, errs
+}
+
+func (a *Admin) handleSaveRecord(c echo.Context) error {
+	ctx := c.Request().Context()
+	form, err := c.FormParams()
+	if err != nil {
+		return a.renderError(c, http.StatusBadRequest, "Bad form", "The form could not be read.")
+	}
+	user := form.Get("user_id")
+	if err := policy.ValidateUserID(user); err != nil || user == "" {
+		return a.renderError(c, http.StatusBadRequest, "No user", "Look up a user before changing their record.")
+	}
+	r, errs := a.recordFromForm(user, form)
+	if len(errs) == 0 {
+		_, created, err := a.svc.PutUser(ctx, r)
+		switch {
+		case err == nil:
+			verb := "Changed"
+			if created {
+				verb = "Created"
+			}
+			a.flash(c, fmt.Sprintf("%s the record of user %s — %s; it applies to their next check", verb, user, UserSummary(&r)))
+			return c.Redirect(http.StatusSeeOther, "/admin/usage?"+url.Values{"user_id": {user}}.Encode())
+		case policy.ErrorCode(err) == policy.EINVALID:
+			errs["tier"] = policy.ErrorMessage(err) // the form was checked: only the tier can be refused
+		default:
+			return a.fail(c, err)
+		}
+	}
+	return a.renderUsage(c, user, "", true, form, errs)
+}
+
+func (a *Admin) handleDeleteRecord(c echo.Context) error {
+	user := c.Request().PostFormValue("user_id")
+	if user == "" {
+		return a.renderError(c, http.StatusBadRequest, "No user", "Look up a user before removing their record.")
+	}
+	if err := a.svc.DeleteUser(c.Request().Context(), user); err != nil {
+		return a.fail(c, err)
+	}
+	a.flash(c, fmt.Sprintf("Removed the record of user %s — their checks are decided on the tier they name from the next one", user))
+	return c.Redirect(http.StatusSeeOther, "/admin/usage?"+url.Values{"user_id": {user}}.Encode())
+}

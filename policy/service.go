@@ -28,6 +28,8 @@ type Service struct {
 	chain       *Chain
 	defaultTier string
 	now         func() time.Time
+	replays     ReplayStore
+	userLimits  func(ctx context.Context) LimitsLookup
 }
 
 // Option configures a Service.
@@ -56,6 +58,7 @@ func NewService(tiers TierStore, requests RequestStore, opts ...Option) *Service
 		defaultTier: DefaultTierName,
 		now:         time.Now,
 	}
+	s.replays, _ = requests.(ReplayStore)
 	for _, opt := range opts {
 		opt(s)
 	}
@@ -150,6 +153,9 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 			return Decision{}, err
 		}
 		d.Windows, d.Concurrency = &u.Windows, unconsumed(&u, &tier)
+		if d.Shadow, err = s.limiter.shadowView(ctx, c.UserID, &tier, c.Now); err != nil {
+			return Decision{}, err
+		}
 	}
 	return d, nil
 }

@@ -98,7 +98,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	metrics := api.NewMetrics(nil)
 	tiers, requests := metrics.MeterStorage(store, store)
-	svc := policy.NewService(tiers, requests, policy.WithDefaultTier(cfg.DefaultTier), policy.WithClock(now))
+	svc := policy.NewService(tiers, requests, policy.WithDefaultTier(cfg.DefaultTier), policy.WithClock(now), policy.WithReplays(store))
 	if _, err := store.Tier(ctx, cfg.DefaultTier); err != nil {
 		return fmt.Errorf("default tier %q does not exist in %s", cfg.DefaultTier, cfg.DBPath)
 	}

@@ -28,6 +28,14 @@ type decisionResponse struct {
 	Tier       string          `json:"tier"`
 	Guardrail  string          `json:"guardrail"`
 	Windows    windowsResponse `json:"windows"`
+	// Shadow is left out when the tier has no shadow limits.
+	Shadow *shadowResponse `json:"shadow,omitzero"`
+}
+
+// shadowResponse is how a tier's shadow limits decided a check.
+type shadowResponse struct {
+	Allowed bool    `json:"allowed"`
+	Reason  *string `json:"reason"`
 }
 
 type windowsResponse struct {

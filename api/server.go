@@ -148,6 +148,8 @@ func (s *Server) routes() {
 	e.GET("/v1/tiers/:name", s.handleGetTier, admin)
 	e.PUT("/v1/tiers/:name", s.handlePutTier, admin, requireJSON)
 	e.DELETE("/v1/tiers/:name", s.handleDeleteTier, admin)
+	e.POST("/v1/tiers/:name/preview", s.handlePreviewTier, admin, requireJSON)
+	e.POST("/v1/tiers/:name/promote", s.handlePromoteTier, admin)
 	e.GET("/v1/usage/:user_id", s.handleGetUsage, admin)
 	e.DELETE("/v1/usage/:user_id", s.handleDeleteUsage, admin)
 	web.NewAdmin(web.Config{Service: s.svc, Gate: s.admin, API: pageAPI{}, Logger: s.log}).Register(e)

@@ -127,3 +127,25 @@ func (r *RateLimiter) shadowView(ctx context.Context, userID string, t *Tier, no
 	})
 	return sd, err
 }
+
+// PromoteShadow makes the shadow limits of the named tier its real limits
+// and clears them, in one change recorded in the audit log with the source
+// ctx carries. readAt, when set, is the UpdatedAt the tier was read with,
+// as for ReplaceTier: a tier changed since fails with ECONFLICT. Without
+// it, the tier is read here and the same precondition keeps a change made
+// meanwhile from being undone. A tier without shadow limits is EINVALID,
+// an unknown one ENOTFOUND.
+func (s *Service) PromoteShadow(ctx context.Context, name string, readAt *time.Time) (Tier, error) {
+	t, err := s.tiers.Tier(ctx, name)
+	if err != nil {
+		return Tier{}, err
+	}
+	if readAt != nil && !t.UpdatedAt.Equal(readAt.Truncate(Resolution)) {
+		return Tier{}, Errorf(ECONFLICT, "tier %s was changed at %s, after it was read", Quote(name), t.UpdatedAt.Format(time.RFC3339Nano))
+	}
+	p, err := t.Promoted()
+	if err != nil {
+		return Tier{}, err
+	}
+	return s.ReplaceTier(ctx, p, t.UpdatedAt)
+}

@@ -84,6 +84,8 @@ type adminView struct {
 	Tier       string           // delete: the tier in question
 	CanDelete  bool             // delete
 	Usage      *adminUsageView  // usage
+	Shadow     *adminShadowView  // tier: its shadow limits, when it has some
+	Preview    *adminPreviewView // tier: the figures of a preview
 	Message    string           // error
 }
 
@@ -110,6 +112,8 @@ func (a *Admin) Register(e *echo.Echo) {
 	g.POST("/tiers", a.handleCreateTier, forms...)
 	g.POST("/tiers/:name", a.handleSaveTier, forms...)
 	g.POST("/tiers/:name/delete", a.handleDeleteTier, forms...)
+	g.POST("/tiers/:name/preview", a.handlePreviewTier, forms...)
+	g.POST("/tiers/:name/promote", a.handlePromoteTier, forms...)
 	g.POST("/usage/clear", a.handleClearUsage, forms...)
 }
 

@@ -77,16 +77,16 @@ type adminView struct {
 	Flash string // what the last change did
 	Alert string // an error about the page as a whole
 
-	LoginError string           // login
-	Tiers      []adminTierRow   // tiers
-	Changes    []adminChangeRow // tiers: the latest entries of the audit log
-	Form       *adminTierForm   // tiers (create), tier (edit)
-	Tier       string           // delete: the tier in question
-	CanDelete  bool             // delete
-	Usage      *adminUsageView  // usage
+	LoginError string            // login
+	Tiers      []adminTierRow    // tiers
+	Changes    []adminChangeRow  // tiers: the latest entries of the audit log
+	Form       *adminTierForm    // tiers (create), tier (edit)
+	Tier       string            // delete: the tier in question
+	CanDelete  bool              // delete
+	Usage      *adminUsageView   // usage
 	Shadow     *adminShadowView  // tier: its shadow limits, when it has some
 	Preview    *adminPreviewView // tier: the figures of a preview
-	Message    string           // error
+	Message    string            // error
 }
 
 // Register adds the admin page's routes to e, under the middleware e

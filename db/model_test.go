@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"flag"
+	"maps"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -41,6 +42,9 @@ type refLimits struct {
 	perMinute, burst, perHour, perDay int64
 	tokens                            [3]int64
 	maxConcurrent                     int64
+	// shadow, when set, is shadow limits: per minute, burst, per hour, per
+	// day.
+	shadow *[4]int64
 }
 
 // metered reports whether a check the tier admits opens a call.
@@ -58,6 +62,7 @@ func (l refLimits) ceilings() [3]int64 {
 type refRecord struct {
 	at       time.Time
 	ceilings [3]int64
+	tier     string
 }
 
 // refModel is the reference implementation.
@@ -111,6 +116,25 @@ type refDecision struct {
 	// blocking call limit no wait on finished tokens lifts: no amount of
 	// waiting admits the request.
 	zeroBlocked bool
+	// shadow is set when the tier has shadow limits: whether they admit
+	// the request, and the reason they would refuse it with.
+	shadow *refShadow
+}
+
+type refShadow struct {
+	allowed bool
+	reason  string
+}
+
+// blocked returns the first window, in check order, in which recs hold at
+// least ceilings allows at now, as its refusal reason; "" when none.
+func blocked(recs []refRecord, ceilings [3]int64, now time.Time) string {
+	for i, w := range refWindows {
+		if int64(len(inWindow(recs, w, now))) >= ceilings[i] {
+			return "per-" + w.name + " limit exceeded"
+		}
+	}
+	return ""
 }
 
 // countAt is when tokens finished at t are counted for user: at t, or just
@@ -225,6 +249,10 @@ func (m *refModel) check(user, tier string, tokens int64, now time.Time, dryRun 
 	c := l.ceilings()
 	recs := m.hist[user]
 	d := refDecision{allowed: true}
+	if sl := l.shadow; sl != nil {
+		reason := blocked(recs, [3]int64{sl[0] + sl[1], sl[2], sl[3]}, now)
+		d.shadow = &refShadow{allowed: reason == "", reason: reason}
+	}
 	for i, w := range refWindows {
 		in := inWindow(recs, w, now)
 		n := int64(len(in))
@@ -313,7 +341,7 @@ func (m *refModel) check(user, tier string, tokens int64, now time.Time, dryRun 
 				at = next
 			}
 		}
-		after = append(slices.Clone(recs), refRecord{at: at, ceilings: c})
+		after = append(slices.Clone(recs), refRecord{at: at, ceilings: c, tier: tier})
 		if !dryRun {
 			m.hist[user] = after
 			if l.metered() {
@@ -459,7 +487,11 @@ func (o modelOp) String() string {
 		return fmt.Sprintf("advance(%v)", o.step)
 	case opSetTier:
 		l := o.limits
-		return fmt.Sprintf("set-tier(%s, minute %d + burst %d, hour %d, day %d, tokens %v, max_concurrent %d)", modelTiers[o.tier], l.perMinute, l.burst, l.perHour, l.perDay, l.tokens, l.maxConcurrent)
+		shadow := "none"
+		if l.shadow != nil {
+			shadow = fmt.Sprintf("minute %d + burst %d, hour %d, day %d", l.shadow[0], l.shadow[1], l.shadow[2], l.shadow[3])
+		}
+		return fmt.Sprintf("set-tier(%s, minute %d + burst %d, hour %d, day %d, tokens %v, max_concurrent %d, shadow %s)", modelTiers[o.tier], l.perMinute, l.burst, l.perHour, l.perDay, l.tokens, l.maxConcurrent, shadow)
 	case opForget:
 		return fmt.Sprintf("forget(%s)", modelUsers[o.user])
 	default:
@@ -508,6 +540,10 @@ func (r *opReader) limits() refLimits {
 	l.maxConcurrent = -1
 	if b := r.next(); b%2 == 1 {
 		l.maxConcurrent = int64(b / 2 % 4)
+	}
+	// Shadow limits a third of the time, as small as the real ones.
+	if b := r.next(); b%3 == 0 {
+		l.shadow = &[4]int64{int64(r.next() % 6), int64(r.next() % 4), int64(r.next() % 14), int64(r.next() % 24)}
 	}
 	return l
 }
@@ -690,6 +726,73 @@ func (h *modelHarness) run(tb testing.TB, name string, data []byte) {
 		}
 	}
 	h.compareHistories(run)
+	h.comparePreviews(run)
+}
+
+// refPreview replays the reference's requests recorded under tier in the
+// day before now through ceilings, by the README's rules alone: user by
+// user in time order, a request refused when a window already holds its
+// ceiling of the replayed requests admitted before it.
+func (m *refModel) refPreview(tier string, ceilings [3]int64, now time.Time) (users, requests, refused int64, by [3]int64, top []policy.UserPreview) {
+	now = now.Truncate(time.Microsecond)
+	from := now.Add(-24 * time.Hour)
+	for _, user := range slices.Sorted(maps.Keys(m.hist)) {
+		var kept []refRecord
+		u := policy.UserPreview{UserID: user}
+		for _, r := range m.hist[user] {
+			if r.tier != tier || !r.at.After(from) || r.at.After(now) {
+				continue
+			}
+			u.Requests++
+			reason := blocked(kept, ceilings, r.at)
+			if reason == "" {
+				kept = append(kept, r)
+				continue
+			}
+			u.Refused++
+			for i, w := range refWindows {
+				if reason == "per-"+w.name+" limit exceeded" {
+					by[i]++
+				}
+			}
+		}
+		if u.Requests == 0 {
+			continue
+		}
+		users, requests, refused = users+1, requests+u.Requests, refused+u.Refused
+		if u.Refused > 0 {
+			top = append(top, u)
+		}
+	}
+	slices.SortStableFunc(top, func(a, b policy.UserPreview) int { return int(b.Refused - a.Refused) })
+	return users, requests, refused, by, top[:min(len(top), policy.MaxTopUsers)]
+}
+
+// comparePreviews previews each tier, with its limits and with its shadow
+// limits, on both sides: the store's tier ids on request rows and its
+// replay must find what the reference replays from its own history.
+func (h *modelHarness) comparePreviews(run *modelRun) {
+	run.tb.Helper()
+	for _, tier := range modelTiers {
+		l := h.ref.tiers[tier]
+		proposals := []policy.Limits{{RequestsPerMinute: l.perMinute, BurstAllowance: l.burst, RequestsPerHour: l.perHour, RequestsPerDay: l.perDay}}
+		if sl := shadowOf(l); sl != nil {
+			proposals = append(proposals, *sl)
+		}
+		for _, p := range proposals {
+			got, err := h.svc.PreviewTier(context.Background(), tier, p)
+			if err != nil {
+				run.fatalf("preview %s: %v", tier, err)
+			}
+			users, requests, refused, by, top := h.ref.refPreview(tier, [3]int64{p.RequestsPerMinute + p.BurstAllowance, p.RequestsPerHour, p.RequestsPerDay}, h.now)
+			if got.Users != users || got.Requests != requests || got.RequestsRefused != refused || got.RefusedBy != by ||
+				!slices.Equal(got.TopUsers, top) || got.UsersRefused != int64(len(top)) && len(top) < policy.MaxTopUsers {
+				run.fatalf("preview %s through %+v: %+v; reference users %d requests %d refused %d by %v top %v",
+					tier, p, got, users, requests, refused, by, top)
+			}
+			h.stats[fmt.Sprintf("preview refused>0 %v", refused > 0)]++
+		}
+	}
 }
 
 func (h *modelHarness) setTier(run *modelRun, name string, l refLimits) {
@@ -705,11 +808,20 @@ func (h *modelHarness) setTier(run *modelRun, name string, l refLimits) {
 		RequestsPerHour: l.perHour, RequestsPerDay: l.perDay,
 		TokensPerMinute: opt(l.tokens[0]), TokensPerHour: opt(l.tokens[1]), TokensPerDay: opt(l.tokens[2]),
 		MaxConcurrent: opt(l.maxConcurrent),
+		Shadow:        shadowOf(l),
 	})
 	if err != nil {
 		run.fatalf("put tier: %v", err)
 	}
 	h.ref.tiers[name] = l
+}
+
+// shadowOf returns l's shadow limits as a tier holds them.
+func shadowOf(l refLimits) *policy.Limits {
+	if l.shadow == nil {
+		return nil
+	}
+	return &policy.Limits{RequestsPerMinute: l.shadow[0], BurstAllowance: l.shadow[1], RequestsPerHour: l.shadow[2], RequestsPerDay: l.shadow[3]}
 }
 
 // check runs one check on both sides, compares every field of the answers
@@ -733,6 +845,9 @@ func (h *modelHarness) check(run *modelRun, user, tier string, tokens int64, dry
 		h.callIDs = append(h.callIDs, got.CallID)
 	}
 	h.stats[got.Reason]++
+	if got.Shadow != nil {
+		h.stats["shadow "+got.Shadow.Reason()]++
+	}
 
 	if got.RetryAfter < 0 {
 		run.fatalf("negative retry_after %d", got.RetryAfter)
@@ -818,6 +933,12 @@ func (h *modelHarness) compare(run *modelRun, what string, got policy.Decision, 
 		if wt.limited && wt.used > wt.limit && want.allowed {
 			run.fatalf("%s: admitted with %d tokens used in the %s, limit %d", what, wt.used, refWindows[i].name, wt.limit)
 		}
+	}
+	switch {
+	case want.shadow == nil && got.Shadow != nil:
+		run.fatalf("%s: shadow %+v, reference none", what, *got.Shadow)
+	case want.shadow != nil && (got.Shadow == nil || got.Shadow.Allowed != want.shadow.allowed || got.Shadow.Reason() != want.shadow.reason):
+		run.fatalf("%s: shadow %+v, reference %+v", what, got.Shadow, *want.shadow)
 	}
 	switch {
 	case want.metered && want.maxConcurrent >= 0:

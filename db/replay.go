@@ -1,8 +1,12 @@
 package db
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"fmt"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/policyguard/policyguard/policy"
@@ -10,12 +14,17 @@ import (
 
 var _ policy.ReplayStore = (*Store)(nil)
 
-// replayQuery reads one tier's requests for a preview. With no index on
-// tier_id it reads the table in key order, (user_id, ts): already grouped
-// by user in time order, so there is nothing to sort, and each row is read
-// once. Its cost grows with the table, not with any window.
-const replayQuery = `SELECT user_id, ts FROM requests
-	WHERE tier_id = ? AND ts > ? AND ts <= ? ORDER BY user_id, ts`
+// replayQuery reads one tier's requests for a preview, one row per user
+// holding the user's times, comma-separated: a row per request through
+// database/sql costs more than the replay itself. With no index on tier_id
+// it reads the table in key order, (user_id, ts), which groups it by user
+// in time order already, and each row is read once. Its cost grows with
+// the table, not with any window. group_concat keeps the order rows come
+// in, which SQLite does not promise; ReplayRequests sorts a user's times
+// should they ever come out of order, rather than asking SQLite to sort
+// every group (ORDER BY inside group_concat, which doubles the cost).
+const replayQuery = `SELECT user_id, group_concat(ts, ',') FROM requests
+	WHERE tier_id = ? AND ts > ? AND ts <= ? GROUP BY user_id ORDER BY user_id`
 
 // ReplayRequests implements policy.ReplayStore in one read transaction on
 // the read pool: it never waits for the writer, and the writer never waits
@@ -32,20 +41,43 @@ func (s *Store) ReplayRequests(ctx context.Context, tierID int64, from, to time.
 	}
 	defer rows.Close()
 	var (
-		raw  sql.RawBytes
-		ts   int64
-		user string
+		user  string
+		times sql.RawBytes
+		ts    []int64
 	)
 	for rows.Next() {
-		if err := rows.Scan(&raw, &ts); err != nil {
+		if err := rows.Scan(&user, &times); err != nil {
 			return unavailable(err)
 		}
-		if string(raw) != user { // a new string only once per user
-			user = string(raw)
-		}
-		if err := fn(user, ts); err != nil {
+		if ts, err = parseTimes(ts[:0], times); err != nil {
 			return err
+		}
+		if !slices.IsSorted(ts) {
+			slices.Sort(ts)
+		}
+		for _, at := range ts {
+			if err := fn(user, at); err != nil {
+				return err
+			}
 		}
 	}
 	return unavailable(rows.Err())
+}
+
+// parseTimes appends the comma-separated integers of b to ts.
+func parseTimes(ts []int64, b []byte) ([]int64, error) {
+	for len(b) > 0 {
+		field := b
+		if i := bytes.IndexByte(b, ','); i >= 0 {
+			field, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		n, err := strconv.ParseInt(string(field), 10, 64)
+		if err != nil {
+			return ts, fmt.Errorf("requests.ts of a preview: %w", err)
+		}
+		ts = append(ts, n)
+	}
+	return ts, nil
 }

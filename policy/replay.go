@@ -181,29 +181,33 @@ func WithUserLimits(l func(ctx context.Context) LimitsLookup) Option {
 	return func(s *Service) { s.userLimits = l }
 }
 
-// PreviewTier replays the requests recorded under the named tier in the
-// last PreviewWindow through proposed, user by user, and reports what they
-// would have refused. It changes nothing. An unknown tier is ENOTFOUND.
-func (s *Service) PreviewTier(ctx context.Context, name string, proposed Limits) (Preview, error) {
-	return s.preview(ctx, name, proposed, PreviewWindow)
-}
-
-// ShadowRefusals returns how many of the requests recorded under the named
-// tier in the last hour and the last day its shadow limits would have
-// refused, each by a replay; a tier without shadow limits has zero.
+// ShadowRefusals replays the requests recorded under the named tier through
+// its shadow limits, over the last hour and over the last day, in one read
+// of the stored requests. A tier without shadow limits replays nothing and
+// has zero of everything; an unknown one is ENOTFOUND.
 func (s *Service) ShadowRefusals(ctx context.Context, name string) (hour, day Preview, err error) {
 	t, err := s.tiers.Tier(ctx, name)
 	if err != nil || t.Shadow == nil {
 		return Preview{Tier: name}, Preview{Tier: name}, err
 	}
-	if hour, err = s.preview(ctx, name, *t.Shadow, time.Hour); err != nil {
-		return hour, day, err
-	}
-	day, err = s.preview(ctx, name, *t.Shadow, PreviewWindow)
+	now := s.now()
+	h := NewReplayer(*t.Shadow, now.Add(-time.Hour), now, s.override(ctx))
+	d := NewReplayer(*t.Shadow, now.Add(-PreviewWindow), now, s.override(ctx))
+	err = s.replay(ctx, &t, now.Add(-PreviewWindow), now, func(user string, at int64) error {
+		if err := d.Add(user, at); err != nil {
+			return err
+		}
+		return h.Add(user, at)
+	})
+	hour, day = h.Result(), d.Result()
+	hour.Tier, day.Tier = name, name
 	return hour, day, err
 }
 
-func (s *Service) preview(ctx context.Context, name string, proposed Limits, span time.Duration) (Preview, error) {
+// PreviewTier replays the requests recorded under the named tier in the
+// last PreviewWindow through proposed, user by user, and reports what they
+// would have refused. It changes nothing. An unknown tier is ENOTFOUND.
+func (s *Service) PreviewTier(ctx context.Context, name string, proposed Limits) (Preview, error) {
 	if errs := proposed.validate(""); len(errs) > 0 {
 		return Preview{}, &Error{Code: EINVALID, Message: errs[0].Message}
 	}
@@ -211,21 +215,41 @@ func (s *Service) preview(ctx context.Context, name string, proposed Limits, spa
 	if err != nil {
 		return Preview{}, err
 	}
-	if s.replays == nil {
-		return Preview{}, Errorf(EINTERNAL, "this request store keeps no tier with its requests, so it cannot preview")
-	}
-	var override LimitsLookup
-	if s.userLimits != nil {
-		override = s.userLimits(ctx)
-	}
 	now := s.now()
-	r := NewReplayer(proposed, now.Add(-span), now, override)
-	if t.ID != 0 {
-		if err := s.replays.ReplayRequests(ctx, t.ID, now.Add(-span), now, r.Add); err != nil {
-			return Preview{}, err
-		}
+	r := NewReplayer(proposed, now.Add(-PreviewWindow), now, s.override(ctx))
+	if err := s.replay(ctx, &t, now.Add(-PreviewWindow), now, r.Add); err != nil {
+		return Preview{}, err
 	}
 	p := r.Result()
 	p.Tier = name
 	return p, nil
 }
+
+func (s *Service) override(ctx context.Context) LimitsLookup {
+	if s.userLimits == nil {
+		return nil
+	}
+	return s.userLimits(ctx)
+}
+
+// replay reads the requests of t recorded strictly after from and at or
+// before to into fn. Replays run one at a time: each is a long read that
+// keeps a processor busy, and checks share the processors with it.
+func (s *Service) replay(ctx context.Context, t *Tier, from, to time.Time, fn func(userID string, at int64) error) error {
+	if s.replays == nil {
+		return Errorf(EINTERNAL, "this request store keeps no tier with its requests, so it cannot preview")
+	}
+	if t.ID == 0 {
+		return nil // a store that numbers no tier recorded none with its requests
+	}
+	select {
+	case replaySlot <- struct{}{}:
+		defer func() { <-replaySlot }()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.replays.ReplayRequests(ctx, t.ID, from, to, fn)
+}
+
+// replaySlot admits one replay at a time in the process.
+var replaySlot = make(chan struct{}, 1)

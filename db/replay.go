@@ -24,50 +24,70 @@ var _ policy.ReplayStore = (*Store)(nil)
 // in, which SQLite does not promise; ReplayRequests sorts a user's times
 // should they ever come out of order, rather than asking SQLite to sort
 // every group (ORDER BY inside group_concat, which doubles the cost).
+//
+// It reads replayChunk users at a time, after the last one read, each
+// chunk a read of its own: a single read transaction held for the whole
+// preview would keep every checkpoint from passing the start of it, and
+// the writer would then copy the whole backlog in one commit after it.
 const replayQuery = `SELECT user_id, group_concat(ts, ',') FROM requests
-	WHERE tier_id = ? AND ts > ? AND ts <= ? GROUP BY user_id ORDER BY user_id`
+	WHERE user_id > ? AND tier_id = ? AND ts > ? AND ts <= ?
+	GROUP BY user_id ORDER BY user_id LIMIT ?`
 
-// ReplayRequests implements policy.ReplayStore in one read transaction on
-// the read pool: it never waits for the writer, and the writer never waits
-// for it (WAL).
+// replayChunk is how many users one read of a preview takes.
+const replayChunk = 500
+
+// ReplayRequests implements policy.ReplayStore on the read pool: it never
+// waits for the writer, and the writer never waits for it (WAL). Each
+// user's requests come from one consistent read.
 func (s *Store) ReplayRequests(ctx context.Context, tierID int64, from, to time.Time, fn func(userID string, at int64) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return unavailable(err)
+	var (
+		after string
+		ts    []int64
+	)
+	for {
+		n, err := s.replayChunk(ctx, tierID, from, to, &after, &ts, fn)
+		if err != nil || n < replayChunk {
+			return err
+		}
 	}
-	defer tx.Rollback() //nolint:errcheck // read-only: nothing to lose
-	rows, err := tx.QueryContext(ctx, replayQuery, tierID, from.UnixMicro(), to.UnixMicro())
+}
+
+// replayChunk replays the next replayChunk users after *after, sets *after
+// to the last of them and returns how many there were.
+func (s *Store) replayChunk(ctx context.Context, tierID int64, from, to time.Time, after *string, ts *[]int64,
+	fn func(userID string, at int64) error) (int, error) {
+	rows, err := s.db.QueryContext(ctx, replayQuery, *after, tierID, from.UnixMicro(), to.UnixMicro(), replayChunk)
 	if err != nil {
-		return unavailable(err)
+		return 0, unavailable(err)
 	}
 	defer rows.Close()
 	var (
-		user  string
+		n     int
 		times sql.RawBytes
-		ts    []int64
 	)
 	for rows.Next() {
 		// A preview is a long loop of CPU work beside checks that hop
 		// between goroutines several times each: giving up the processor
 		// after each user keeps a check from waiting a whole time slice
-		// for it, which is what a preview costs the checks' p99 otherwise.
+		// for it.
 		runtime.Gosched()
-		if err := rows.Scan(&user, &times); err != nil {
-			return unavailable(err)
+		n++
+		if err := rows.Scan(after, &times); err != nil {
+			return n, unavailable(err)
 		}
-		if ts, err = parseTimes(ts[:0], times); err != nil {
-			return err
+		if *ts, err = parseTimes((*ts)[:0], times); err != nil {
+			return n, err
 		}
-		if !slices.IsSorted(ts) {
-			slices.Sort(ts)
+		if !slices.IsSorted(*ts) {
+			slices.Sort(*ts)
 		}
-		for _, at := range ts {
-			if err := fn(user, at); err != nil {
-				return err
+		for _, at := range *ts {
+			if err := fn(*after, at); err != nil {
+				return n, err
 			}
 		}
 	}
-	return unavailable(rows.Err())
+	return n, unavailable(rows.Err())
 }
 
 // parseTimes appends the comma-separated integers of b to ts.

@@ -31,7 +31,13 @@ type previewFixture struct {
 // newPreviewFixture fills the table with one bulk INSERT on a connection of
 // its own: running a million checks would take minutes and measure nothing
 // more. Each user's seq runs 1, 2, ... as the writer numbers it.
-func newPreviewFixture(b *testing.B) *previewFixture {
+func newPreviewFixture(b testing.TB) *previewFixture {
+	return newPreviewFixtureOf(b, 10_000, previewRows/10_000)
+}
+
+// newPreviewFixtureOf is newPreviewFixture with users users of perUser
+// requests each.
+func newPreviewFixtureOf(b testing.TB, users, perUser int) *previewFixture {
 	b.Helper()
 	ctx := context.Background()
 	path := filepath.Join(b.TempDir(), "preview.db")
@@ -47,16 +53,15 @@ func newPreviewFixture(b *testing.B) *previewFixture {
 	if err != nil || tier.ID == 0 {
 		b.Fatalf("tier %+v: %v", tier, err)
 	}
-	f := &previewFixture{store: store, now: t0.Add(24 * time.Hour), users: 10_000}
+	f := &previewFixture{store: store, now: t0.Add(24 * time.Hour), users: users}
 	raw, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(5000)&_pragma=synchronous(OFF)")
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer raw.Close()
-	perUser := previewRows / f.users
 	// Rows go in key order, which SQLite appends fastest, in one
-	// statement per 500 rows.
-	const perStmt = 500
+	// statement per perStmt rows.
+	perStmt := min(500, users*perUser)
 	args := make([]any, 0, 4*perStmt)
 	var values []byte
 	for i := range perStmt {
@@ -89,6 +94,9 @@ func newPreviewFixture(b *testing.B) *previewFixture {
 				args = args[:0]
 			}
 		}
+	}
+	if len(args) > 0 {
+		b.Fatalf("%d rows left over: users*perUser must be a multiple of %d", len(args)/4, perStmt)
 	}
 	if err := tx.Commit(); err != nil {
 		b.Fatal(err)

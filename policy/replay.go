@@ -166,8 +166,9 @@ type ReplayStore interface {
 	// ReplayRequests calls fn with every request recorded under the tier
 	// whose ID is tierID strictly after from and at or before to, grouped
 	// by user in increasing user id and, within a user, in time order (at
-	// in Unix microseconds), from one consistent read that never waits
-	// for the writer. An error from fn stops it and is returned.
+	// in Unix microseconds), each user's requests from one consistent
+	// read that never waits for the writer. An error from fn stops it and
+	// is returned.
 	ReplayRequests(ctx context.Context, tierID int64, from, to time.Time, fn func(userID string, at int64) error) error
 }
 

@@ -37,6 +37,8 @@ type decisionResponse struct {
 	// null otherwise.
 	CallID      *string              `json:"call_id"`
 	Concurrency *concurrencyResponse `json:"concurrency,omitzero"`
+	// Shadow is left out when the tier has no shadow limits.
+	Shadow *shadowResponse `json:"shadow,omitzero"`
 }
 
 // concurrencyResponse is a user's calls in flight against max_concurrent.
@@ -51,6 +53,12 @@ type tokensResponse struct {
 	Used      int64 `json:"used"`
 	Remaining int64 `json:"remaining"`
 	Reset     int64 `json:"reset"`
+}
+
+// shadowResponse is how a tier's shadow limits decided a check.
+type shadowResponse struct {
+	Allowed bool    `json:"allowed"`
+	Reason  *string `json:"reason"`
 }
 
 type windowsResponse struct {

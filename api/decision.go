@@ -33,6 +33,12 @@ func decisionBody(d *policy.Decision) decisionResponse {
 			Day:    windowOf(w[policy.Day]),
 		}
 	}
+	if sd := d.Shadow; sd != nil {
+		res.Shadow = &shadowResponse{Allowed: sd.Allowed}
+		if r := sd.Reason(); r != "" {
+			res.Shadow.Reason = &r
+		}
+	}
 	return res
 }
 

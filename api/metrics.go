@@ -48,6 +48,14 @@ type Metrics struct {
 	callsExpired  prometheus.Counter
 	tokensSettled prometheus.Counter
 	inFlight      atomic.Pointer[func(context.Context) (int64, error)]
+	shadow        *prometheus.CounterVec
+	shadowCounts  sync.Map // shadowKey -> prometheus.Counter
+}
+
+// shadowKey is one label set of policyguard_shadow_refusals_total.
+type shadowKey struct {
+	tier   string
+	window policy.Window
 }
 
 // checkKey is one label set of policyguard_checks_total.
@@ -90,6 +98,10 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 			Help: "Rows deleted by the background cleanup: those older than the longest window and an hour more (policy.KeepFor).",
 		}),
 		storageErrors: make(map[string]prometheus.Counter, len(storageOperations)),
+		shadow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "policyguard_shadow_refusals_total",
+			Help: "Checks (not dry runs) a tier's shadow limits would have refused, by tier and the first window that was full under them. Shadow limits refuse nothing.",
+		}, []string{"tier", "window"}),
 		failOpen: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "policyguard_fail_open_admissions_total",
 			Help: "Checks admitted without a decision because storage failed and fail-open is set; nothing was recorded for them.",
@@ -131,7 +143,7 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 		m.storageErrors[op] = storageErrors.WithLabelValues(op)
 	}
 	reg.MustRegister(m.checks, duration, m.rowsStored, m.rowsDeleted, storageErrors, m.failOpen,
-		m.callsOpened, m.callsFinished, m.callsExpired, m.tokensSettled, inFlight)
+		m.callsOpened, m.callsFinished, m.callsExpired, m.tokensSettled, inFlight, m.shadow)
 	return m
 }
 
@@ -239,11 +251,25 @@ func (m *Metrics) observeCheck(d *policy.Decision, err error, dryRun bool, took 
 		c, _ = m.checkCounters.LoadOrStore(k, m.checks.WithLabelValues(k.tier, k.guardrail, k.outcome, window, dry))
 	}
 	c.(prometheus.Counter).Inc()
+	if err == nil && !dryRun && d.Shadow != nil && !d.Shadow.Allowed {
+		m.observeShadowRefusal(d.Tier, d.Shadow.Blocked)
+	}
 	if dryRun {
 		m.checkDuration[1].Observe(took.Seconds())
 	} else {
 		m.checkDuration[0].Observe(took.Seconds())
 	}
+}
+
+// observeShadowRefusal counts one check the shadow limits of tier would
+// have refused in window w.
+func (m *Metrics) observeShadowRefusal(tier string, w policy.Window) {
+	k := shadowKey{tier, w}
+	c, ok := m.shadowCounts.Load(k)
+	if !ok {
+		c, _ = m.shadowCounts.LoadOrStore(k, m.shadow.WithLabelValues(tier, w.String()))
+	}
+	c.(prometheus.Counter).Inc()
 }
 
 // rateLimiterName is the name of the guardrail whose refusals name a window.

@@ -159,6 +159,8 @@ func (s *Server) routes() {
 	e.GET("/v1/users/:user_id", s.handleGetUser, admin)
 	e.PUT("/v1/users/:user_id", s.handlePutUser, admin, requireJSON)
 	e.DELETE("/v1/users/:user_id", s.handleDeleteUser, admin)
+	e.POST("/v1/tiers/:name/preview", s.handlePreviewTier, admin, requireJSON)
+	e.POST("/v1/tiers/:name/promote", s.handlePromoteTier, admin)
 	e.GET("/v1/usage/:user_id", s.handleGetUsage, admin)
 	e.DELETE("/v1/usage/:user_id", s.handleDeleteUsage, admin)
 	e.GET("/v1/stats", s.handleStats, admin)

@@ -36,18 +36,34 @@ type tierJSON struct {
 	Features        []string  `json:"features"` // nil is written []
 	Description     string    `json:"description"`
 	UpdatedAt       time.Time `json:"updated_at,omitzero"`
+	// Shadow is left out when the tier has none, so that a tiers file
+	// without shadow limits reads as before; a body may send it null.
+	Shadow *limitsJSON `json:"shadow,omitzero"`
+}
+
+// limitsJSON is the request limits of a tier's shadow: all four required.
+type limitsJSON struct {
+	RequestsPerMinute int64 `json:"requests_per_minute"`
+	RequestsPerHour   int64 `json:"requests_per_hour"`
+	RequestsPerDay    int64 `json:"requests_per_day"`
+	BurstAllowance    int64 `json:"burst_allowance"`
 }
 
 func tierToJSON(t policy.Tier) tierJSON {
-	return tierJSON{Name: t.Name, RequestsPerMinute: t.RequestsPerMinute, RequestsPerHour: t.RequestsPerHour,
+	j := tierJSON{Name: t.Name, RequestsPerMinute: t.RequestsPerMinute, RequestsPerHour: t.RequestsPerHour,
 		RequestsPerDay: t.RequestsPerDay, BurstAllowance: t.BurstAllowance,
 		TokensPerMinute: t.TokensPerMinute, TokensPerHour: t.TokensPerHour, TokensPerDay: t.TokensPerDay,
 		MaxConcurrent: t.MaxConcurrent, Features: t.Features, Description: t.Description, UpdatedAt: t.UpdatedAt.UTC()}
+	if l := t.Shadow; l != nil {
+		j.Shadow = &limitsJSON{l.RequestsPerMinute, l.RequestsPerHour, l.RequestsPerDay, l.BurstAllowance}
+	}
+	return j
 }
 
 // tierFields are a tier's fields in the order their problems are listed.
 var tierFields = [...]string{"name", "requests_per_minute", "requests_per_hour", "requests_per_day", "burst_allowance",
-	"tokens_per_minute", "tokens_per_hour", "tokens_per_day", "max_concurrent", "features", "description"}
+	"tokens_per_minute", "tokens_per_hour", "tokens_per_day", "max_concurrent", "features", "description",
+	"shadow", "shadow.requests_per_minute", "shadow.requests_per_hour", "shadow.requests_per_day", "shadow.burst_allowance"}
 
 // readTier reads data, the body of PUT /v1/tiers/{name} (pathName is then
 // the name from the path) or one entry of a tiers file (pathName "", and
@@ -62,7 +78,11 @@ func readTier(data []byte, pathName string) (policy.Tier, []string) {
 	// must reads a value of type T, or notes that its field must be one.
 	must := func(want string) func(*jsontext.Decoder, any) error {
 		return func(dec *jsontext.Decoder, v any) error {
-			field := dec.StackPointer().LastToken()
+			p := dec.StackPointer()
+			field := p.LastToken()
+			if p.Parent() != "" { // in the shadow object
+				field = p.Parent().LastToken() + "." + field
+			}
 			val, err := dec.ReadValue()
 			if err != nil {
 				return err
@@ -112,7 +132,13 @@ func readTier(data []byte, pathName string) (policy.Tier, []string) {
 	if t.Features == nil {
 		t.Features = []string{}
 	}
-	for _, field := range tierFields[1:5] {
+	required := tierFields[1:5]
+	if l := in.Shadow; l != nil {
+		t.Shadow = &policy.RequestLimits{RequestsPerMinute: l.RequestsPerMinute, RequestsPerHour: l.RequestsPerHour,
+			RequestsPerDay: l.RequestsPerDay, BurstAllowance: l.BurstAllowance}
+		required = append(required[:4:4], tierFields[8:]...)
+	}
+	for _, field := range required {
 		if !present[field] {
 			problems[field] = append(problems[field], field+" is required")
 		}

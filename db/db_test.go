@@ -241,6 +241,7 @@ func TestTiersCRUDAndCache(t *testing.T) {
 	if err != nil || !changes[0].Created() {
 		t.Fatalf("create: %v %v", changes, err)
 	}
+	team.ID = 4 // numbered after the three seeded tiers
 	got, err := s.Tier(ctx, "team")
 	if err != nil || fmt.Sprint(got) != fmt.Sprint(team) {
 		t.Fatalf("Tier = %+v, %v; want %+v", got, err, team)

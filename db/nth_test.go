@@ -60,7 +60,7 @@ func fillRows(t testing.TB, s *Store, user string, ts []int64) {
 		t.Fatal(err)
 	}
 	for i, v := range ts {
-		if _, err := st.ExecContext(ctx, user, v, i+1); err != nil {
+		if _, err := st.ExecContext(ctx, user, v, i+1, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

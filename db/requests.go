@@ -78,7 +78,7 @@ var queries = [numQueries]string{
 	// probe of NthAfter's search (see seekSeq).
 	qAround: `SELECT ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts < ?2 ORDER BY ts DESC LIMIT 1)
 		UNION ALL SELECT ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts >= ?2 ORDER BY ts LIMIT 1)`,
-	qInsert:      `INSERT INTO requests (user_id, ts, seq) VALUES (?, ?, ?)`,
+	qInsert:      `INSERT INTO requests (user_id, ts, seq, tier_id) VALUES (?, ?, ?, ?)`,
 	qForget:      `DELETE FROM requests WHERE user_id = ?`,
 	qNextUser:    `SELECT user_id FROM requests WHERE user_id > ? ORDER BY user_id LIMIT 1`,
 	qPruneBound:  `SELECT ts FROM requests WHERE user_id = ? AND ts <= ? ORDER BY ts LIMIT 1 OFFSET ?`,
@@ -610,7 +610,11 @@ func (tx *writeTx) admit(user string, decide func(policy.History) (policy.Admiss
 		return fmt.Errorf("admit %q: timestamp %d not after the last one %d", user, ts, h.lastTS)
 	}
 	seq := h.lastSeq + 1
-	if _, err := tx.exec(qInsert, user, ts, seq); err != nil {
+	var tierID any // NULL when the check named no stored tier
+	if a.TierID != 0 {
+		tierID = a.TierID
+	}
+	if _, err := tx.exec(qInsert, user, ts, seq, tierID); err != nil {
 		return unavailable(err)
 	}
 	st := h.st

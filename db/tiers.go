@@ -44,11 +44,50 @@ type tierRow struct {
 	TokensPerHour   *int64 `db:"tokens_per_hour" json:"tokens_per_hour"`
 	TokensPerDay    *int64 `db:"tokens_per_day" json:"tokens_per_day"`
 	MaxConcurrent   *int64 `db:"max_concurrent" json:"max_concurrent"`
+
+	Shadow *limitsRow `db:"shadow" json:"shadow"`
+	// ID is tier_ids.id, read with the row and never written from it.
+	ID int64 `db:"id" json:"-"`
+}
+
+// limitsRow is the shadow column: the four request limits as a JSON
+// object with the API's field names, or NULL.
+type limitsRow struct {
+	RequestsPerMinute int64 `json:"requests_per_minute"`
+	RequestsPerHour   int64 `json:"requests_per_hour"`
+	RequestsPerDay    int64 `json:"requests_per_day"`
+	BurstAllowance    int64 `json:"burst_allowance"`
+}
+
+// Scan implements sql.Scanner; database/sql sets a nil *limitsRow for NULL.
+func (l *limitsRow) Scan(src any) error {
+	var b []byte
+	switch v := src.(type) {
+	case string:
+		b = []byte(v)
+	case []byte:
+		b = v
+	default:
+		return fmt.Errorf("shadow column holds %T, not JSON text", src)
+	}
+	if err := json.Unmarshal(b, l); err != nil {
+		return fmt.Errorf("shadow column: %w", err)
+	}
+	return nil
+}
+
+// Value implements driver.Valuer; a nil *limitsRow is written NULL.
+func (l limitsRow) Value() (driver.Value, error) {
+	b, err := json.Marshal(l)
+	return string(b), err
 }
 
 func rowOf(t *policy.Tier) tierRow {
 	r := tierRow{t.Name, t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay, t.BurstAllowance, t.Features, t.Description, 0,
-		t.TokensPerMinute, t.TokensPerHour, t.TokensPerDay, t.MaxConcurrent}
+		t.TokensPerMinute, t.TokensPerHour, t.TokensPerDay, t.MaxConcurrent, nil, t.ID}
+	if l := t.Shadow; l != nil {
+		r.Shadow = &limitsRow{l.RequestsPerMinute, l.RequestsPerHour, l.RequestsPerDay, l.BurstAllowance}
+	}
 	if !t.UpdatedAt.IsZero() {
 		r.UpdatedAt = t.UpdatedAt.UnixMicro()
 	}
@@ -68,6 +107,11 @@ func (r *tierRow) tier() policy.Tier {
 		TokensPerHour:     r.TokensPerHour,
 		TokensPerDay:      r.TokensPerDay,
 		MaxConcurrent:     r.MaxConcurrent,
+		ID:                r.ID,
+	}
+	if l := r.Shadow; l != nil {
+		t.Shadow = &policy.RequestLimits{RequestsPerMinute: l.RequestsPerMinute, RequestsPerHour: l.RequestsPerHour,
+			RequestsPerDay: l.RequestsPerDay, BurstAllowance: l.BurstAllowance}
 	}
 	if t.Features == nil {
 		t.Features = []string{}
@@ -105,7 +149,10 @@ func (f featureList) Value() (driver.Value, error) {
 }
 
 const tierColumns = `name, requests_per_minute, requests_per_hour, requests_per_day, burst_allowance, features, description, updated_at, ` +
-	`tokens_per_minute, tokens_per_hour, tokens_per_day, max_concurrent`
+	`tokens_per_minute, tokens_per_hour, tokens_per_day, max_concurrent, shadow`
+
+// tierSelect reads every tier with its ID.
+const tierSelect = `SELECT ` + tierColumns + `, COALESCE((SELECT id FROM tier_ids WHERE tier_ids.name = tiers.name), 0) AS id FROM tiers`
 
 // initTiers loads the tier cache and prepares the statement that tells
 // whether it is stale.
@@ -140,7 +187,7 @@ func (s *Store) reloadTiers(ctx context.Context, atLeast int64) error {
 		return unavailable(err)
 	}
 	var rows []tierRow
-	if err := tx.SelectContext(ctx, &rows, `SELECT `+tierColumns+` FROM tiers ORDER BY name`); err != nil {
+	if err := tx.SelectContext(ctx, &rows, tierSelect+` ORDER BY name`); err != nil {
 		return unavailable(err)
 	}
 	c.byName, c.sorted = make(map[string]policy.Tier, len(rows)), make([]policy.Tier, 0, len(rows))
@@ -372,7 +419,7 @@ func updateTiersTx(tx *writeTx, u policy.TierUpdate, at time.Time, listed map[st
 
 // tiersInTx reads every tier inside the writer's transaction.
 func tiersInTx(tx *writeTx) (map[string]policy.Tier, error) {
-	rows, err := tx.conn.QueryContext(tx.ctx, `SELECT `+tierColumns+` FROM tiers`)
+	rows, err := tx.conn.QueryContext(tx.ctx, tierSelect)
 	if err != nil {
 		return nil, unavailable(err)
 	}
@@ -381,7 +428,7 @@ func tiersInTx(tx *writeTx) (map[string]policy.Tier, error) {
 	for rows.Next() {
 		var r tierRow
 		if err := rows.Scan(&r.Name, &r.RequestsPerMinute, &r.RequestsPerHour, &r.RequestsPerDay, &r.BurstAllowance,
-			&r.Features, &r.Description, &r.UpdatedAt, &r.TokensPerMinute, &r.TokensPerHour, &r.TokensPerDay, &r.MaxConcurrent); err != nil {
+			&r.Features, &r.Description, &r.UpdatedAt, &r.TokensPerMinute, &r.TokensPerHour, &r.TokensPerDay, &r.MaxConcurrent, &r.Shadow, &r.ID); err != nil {
 			return nil, unavailable(err)
 		}
 		t := r.tier()
@@ -393,7 +440,7 @@ func tiersInTx(tx *writeTx) (map[string]policy.Tier, error) {
 func upsertTier(tx *writeTx, t *policy.Tier) error {
 	r := rowOf(t)
 	_, err := tx.execSQL(`INSERT INTO tiers (`+tierColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (name) DO UPDATE SET
 				requests_per_minute = excluded.requests_per_minute,
 				requests_per_hour   = excluded.requests_per_hour,
@@ -405,9 +452,10 @@ func upsertTier(tx *writeTx, t *policy.Tier) error {
 				tokens_per_minute   = excluded.tokens_per_minute,
 				tokens_per_hour     = excluded.tokens_per_hour,
 				tokens_per_day      = excluded.tokens_per_day,
-				max_concurrent      = excluded.max_concurrent`,
+				max_concurrent      = excluded.max_concurrent,
+				shadow              = excluded.shadow`,
 		r.Name, r.RequestsPerMinute, r.RequestsPerHour, r.RequestsPerDay, r.BurstAllowance, r.Features, r.Description, t.UpdatedAt.UnixMicro(),
-		r.TokensPerMinute, r.TokensPerHour, r.TokensPerDay, r.MaxConcurrent)
+		r.TokensPerMinute, r.TokensPerHour, r.TokensPerDay, r.MaxConcurrent, r.Shadow)
 	return unavailable(err)
 }
 

@@ -108,6 +108,9 @@ type Admission struct {
 	// Call, when Record is set, is opened in the same transaction as the
 	// request is recorded: both are stored or neither is. Its ID is new.
 	Call *Call
+	// TierID is the ID of the tier the request was checked under, stored
+	// with it for previews; 0 stores none.
+	TierID int64
 }
 
 // Ledger is a read view of one user's metered calls at one instant. A call

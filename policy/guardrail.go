@@ -74,6 +74,9 @@ type Decision struct {
 	// Concurrency is the user's calls in flight against the tier's
 	// max_concurrent (counting the call opened); nil when the tier sets none.
 	Concurrency *ConcurrencyState
+	// Shadow is how the tier's shadow limits decided the check; nil when
+	// the tier has none.
+	Shadow *ShadowDecision
 }
 
 // Allowed reports whether the request was admitted.
@@ -134,6 +137,9 @@ func (ch *Chain) Check(ctx context.Context, c *Check) (Decision, error) {
 			d.Windows = gd.Windows
 		}
 		d.CallID, d.Concurrency = gd.CallID, gd.Concurrency
+		if gd.Shadow != nil {
+			d.Shadow = gd.Shadow
+		}
 		if !d.Allowed() {
 			break
 		}
@@ -182,6 +188,7 @@ func (*RateLimiter) Priority() int { return 5 }
 func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 	var (
 		ev                Evaluation
+		shadow            *ShadowDecision
 		m                 Metering
 		stale             bool
 		unconfirmable     bool
@@ -234,13 +241,20 @@ func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 			}
 		}
 		var err error
-		if ev, err = Evaluate(h, c.Tier, c.Now); err != nil || !metered {
-			return Admission{At: ev.RecordAt, Record: ev.Allowed && !c.DryRun}, err
+		if ev, err = Evaluate(h, c.Tier, c.Now); err != nil {
+			return Admission{}, err
+		}
+		// The same history, in the same admission: no query of its own.
+		if shadow, err = decideShadow(h, c.Tier, c.Now); err != nil {
+			return Admission{}, err
+		}
+		if !metered {
+			return Admission{At: ev.RecordAt, Record: ev.Allowed && !c.DryRun, TierID: c.Tier.ID}, nil
 		}
 		if m, err = meter(h, c); err != nil {
 			return Admission{}, err
 		}
-		a := Admission{At: ev.RecordAt, Record: ev.Allowed && m.Allowed && !c.DryRun}
+		a := Admission{At: ev.RecordAt, Record: ev.Allowed && m.Allowed && !c.DryRun, TierID: c.Tier.ID}
 		if a.Record {
 			now := c.Now.Truncate(Resolution)
 			call.OpenedAt, call.ExpiresAt = now, now.Add(r.callTimeout())
@@ -265,7 +279,7 @@ func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 	case userUnconfirmable:
 		return Decision{}, errUserUnconfirmed
 	}
-	d := Decision{Outcome: Admitted, Windows: &ev.Windows}
+	d := Decision{Outcome: Admitted, Windows: &ev.Windows, Shadow: shadow}
 	if !ev.Allowed {
 		d.Outcome, d.Reason, d.RetryAfter = RateLimited, ev.Blocked.Reason(), ev.RetryAfter
 	}

@@ -36,8 +36,10 @@ type Service struct {
 
 	// counter counts every decided check that is not a dry run; stats
 	// reads the counts back (see WithStats). Either may be nil.
-	counter CheckCounter
-	stats   StatsStore
+	counter    CheckCounter
+	stats      StatsStore
+	replays    ReplayStore
+	userLimits func(ctx context.Context) LimitsLookup
 }
 
 // Option configures a Service.
@@ -66,6 +68,7 @@ func NewService(tiers TierStore, requests RequestStore, opts ...Option) *Service
 		defaultTier: DefaultTierName,
 		now:         time.Now,
 	}
+	s.replays, _ = requests.(ReplayStore)
 	for _, opt := range opts {
 		opt(s)
 	}
@@ -169,6 +172,9 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 			return Decision{}, err
 		}
 		d.Windows, d.Concurrency = &u.Windows, unconsumed(&u, &tier)
+		if d.Shadow, err = s.limiter.shadowView(ctx, c.UserID, &tier, c.Now); err != nil {
+			return Decision{}, err
+		}
 	}
 	if s.counter != nil && !dryRun {
 		s.counter.CountCheck(c.Now, req.UserID, tier.Name, CountReason(&d))

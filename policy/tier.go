@@ -41,6 +41,16 @@ type Tier struct {
 	// the tier's calls in each window, and MaxConcurrent the calls open at
 	// once; nil sets no limit (see Metered).
 	TokensPerMinute, TokensPerHour, TokensPerDay, MaxConcurrent *int64
+
+	// Shadow, when set, holds limits every check under the tier is also
+	// decided against, and never refused by: they show what a change of
+	// the request limits would do before it is made (see Promoted).
+	Shadow *RequestLimits
+
+	// ID is the tier's number in its store, which records it with each
+	// request checked under the tier; 0 when the store gave it none. A
+	// name keeps its ID, so it is no limit: SameLimits ignores it.
+	ID int64
 }
 
 // Ceiling returns the number of admitted requests window w may hold.
@@ -109,6 +119,9 @@ func (t *Tier) ValidateFields() []FieldError {
 		}
 	}
 	errs = append(errs, t.validateMetering()...)
+	if t.Shadow != nil {
+		errs = append(errs, t.Shadow.validate("shadow.")...)
+	}
 	seen := make(map[string]bool, len(t.Features))
 	for _, f := range t.Features {
 		switch {
@@ -207,6 +220,7 @@ func SameLimits(a, b *Tier) bool {
 		a.RequestsPerDay == b.RequestsPerDay &&
 		a.BurstAllowance == b.BurstAllowance &&
 		sameMetering(a, b) &&
+		sameShadow(a, b) &&
 		a.Description == b.Description &&
 		slices.Equal(a.Features, b.Features)
 }

@@ -89,15 +89,17 @@ type adminView struct {
 	Flash string // what the last change did
 	Alert string // an error about the page as a whole
 
-	LoginError string           // login
-	Tiers      []adminTierRow   // tiers
-	Changes    []adminChangeRow // tiers: the latest entries of the audit log
-	Form       *adminTierForm   // tiers (create), tier (edit)
-	Tier       string           // delete: the tier in question
-	CanDelete  bool             // delete
-	Usage      *adminUsageView  // usage
-	Overview   *adminOverview   // overview
-	Message    string           // error
+	LoginError string            // login
+	Tiers      []adminTierRow    // tiers
+	Changes    []adminChangeRow  // tiers: the latest entries of the audit log
+	Form       *adminTierForm    // tiers (create), tier (edit)
+	Tier       string            // delete: the tier in question
+	CanDelete  bool              // delete
+	Usage      *adminUsageView   // usage
+	Overview   *adminOverview    // overview
+	Shadow     *adminShadowView  // tier: its shadow limits, when it has some
+	Preview    *adminPreviewView // tier: the figures of a preview
+	Message    string            // error
 }
 
 // Register adds the admin page's routes to e, under the middleware e
@@ -124,6 +126,8 @@ func (a *Admin) Register(e *echo.Echo) {
 	g.POST("/tiers", a.handleCreateTier, forms...)
 	g.POST("/tiers/:name", a.handleSaveTier, forms...)
 	g.POST("/tiers/:name/delete", a.handleDeleteTier, forms...)
+	g.POST("/tiers/:name/preview", a.handlePreviewTier, forms...)
+	g.POST("/tiers/:name/promote", a.handlePromoteTier, forms...)
 	g.POST("/usage/clear", a.handleClearUsage, forms...)
 	g.POST("/users/save", a.handleSaveRecord, forms...)
 	g.POST("/users/delete", a.handleDeleteRecord, forms...)

@@ -227,6 +227,63 @@ func TestBrowserAdminEditsTier(t *testing.T) {
 		t.Fatalf("ninth check: status %d, minute limit %d; want 429 and 8", status, body.Windows.Minute.Limit)
 	}
 
+	// Preview shows what the typed limits would have refused of the
+	// requests just recorded, before anything is saved: one a minute plus
+	// the burst of 5 admits six of the eight.
+	step("open the edit form again", chromedp.Navigate(srv.URL+"/admin/tiers/free"), chromedp.WaitVisible(chromedp.CSS("#tier-requests-per-minute")))
+	step("preview a lower per-minute limit",
+		typeOver(field("Requests per minute"), "1"),
+		chromedp.Click(button("Preview")),
+		chromedp.WaitVisible(chromedp.CSS("#preview")),
+	)
+	for sel, want := range map[string]string{"#preview-requests": "8", "#preview-users": "1", "#preview-requests-refused": "2", "#preview-refused-minute": "2", "#preview-users-refused": "1"} {
+		if got := text(sel); got != want {
+			t.Errorf("preview %s = %q, want %q", sel, got, want)
+		}
+	}
+	if got := text("#preview-top-users tbody td"); got != "browser-user" {
+		t.Errorf("preview's most refused user %q", got)
+	}
+	if got, err := chromedp.Run(ctx, chromedp.Value(field("Requests per minute"))); err != nil || got != "1" {
+		t.Errorf("after Preview the field shows %q, want what was typed (%v)", got, err)
+	}
+	browserScreenshot(t, ctx, "admin-preview.png")
+	if got := browserMinuteLimit(t, srv.URL, "after-preview"); got != 8 {
+		t.Fatalf("minute ceiling after a preview %d, want 8: a preview changes nothing", got)
+	}
+
+	// Shadow limits of two a minute, saved from the form, then promoted.
+	step("reopen the edit form", chromedp.Navigate(srv.URL+"/admin/tiers/free"), chromedp.WaitVisible(chromedp.CSS("#tier-requests-per-minute")))
+	step("save shadow limits",
+		chromedp.SendKeys(field("Shadow: requests per minute"), "2"),
+		chromedp.SendKeys(field("Shadow: requests per hour"), "100"),
+		chromedp.SendKeys(field("Shadow: requests per day"), "1000"),
+		chromedp.SendKeys(field("Shadow: burst allowance"), "0"),
+		chromedp.Click(button("Save")),
+		chromedp.WaitVisible(chromedp.CSS("[role=status]")),
+	)
+	if got := browserMinuteLimit(t, srv.URL, "after-shadow"); got != 8 {
+		t.Fatalf("minute ceiling with shadow limits %d, want 8: shadow limits are not enforced", got)
+	}
+	step("see the shadow limits", chromedp.Navigate(srv.URL+"/admin/tiers/free"), chromedp.WaitVisible(chromedp.CSS("#shadow")))
+	if got, got2 := text("#shadow-refused-hour"), text("#shadow-refused-day"); got != "6" || got2 != "6" {
+		t.Errorf("shadow refusals in the last hour and day %q and %q, want 6 and 6", got, got2)
+	}
+	browserScreenshot(t, ctx, "admin-shadow.png")
+	step("promote",
+		chromedp.Click(button("Promote")),
+		chromedp.WaitVisible(chromedp.CSS("[role=status]")),
+	)
+	if got := text("[role=status]"); !strings.HasPrefix(got, "Promoted the shadow limits of tier free") {
+		t.Errorf("message %q after Promote", got)
+	}
+	if got := text("#tier-free [data-field=requests_per_minute]"); got != "2" {
+		t.Fatalf("free tier's per-minute limit after Promote %q, want 2", got)
+	}
+	if got := browserMinuteLimit(t, srv.URL, "after-promote"); got != 2 {
+		t.Fatalf("minute ceiling after Promote %d, want 2", got)
+	}
+
 	// The look-up page shows the same counts, and clears them.
 	step("look up the user",
 		chromedp.Click(chromedp.CSS(`nav a[href="/admin/usage"]`)),

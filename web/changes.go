@@ -66,9 +66,13 @@ func TierSummary(t *policy.Tier) string {
 	if len(t.Features) > 0 {
 		features = strings.Join(t.Features, ", ")
 	}
-	return fmt.Sprintf("%s/min (+%s burst), %s/hour, %s/day%s; %s",
+	shadow := ""
+	if t.Shadow != nil {
+		shadow = "; shadow " + limitsSummary(*t.Shadow)
+	}
+	return fmt.Sprintf("%s/min (+%s burst), %s/hour, %s/day%s; %s%s",
 		groupDigits(t.RequestsPerMinute), groupDigits(t.BurstAllowance),
-		groupDigits(t.RequestsPerHour), groupDigits(t.RequestsPerDay), meteringSummary(t), features)
+		groupDigits(t.RequestsPerHour), groupDigits(t.RequestsPerDay), meteringSummary(t), features, shadow)
 }
 
 // meteringSummary describes the metering limits a tier sets, "" when none:
@@ -137,6 +141,14 @@ func TierDiff(before, after *policy.Tier) []string {
 	}
 	if before.Description != after.Description {
 		out = append(out, fmt.Sprintf("description: %s → %s", policy.Quote(before.Description), policy.Quote(after.Description)))
+	}
+	if shadow := func(t *policy.Tier) string {
+		if t.Shadow == nil {
+			return "none"
+		}
+		return limitsSummary(*t.Shadow)
+	}; shadow(before) != shadow(after) {
+		out = append(out, fmt.Sprintf("shadow: %s → %s", shadow(before), shadow(after)))
 	}
 	if len(out) == 0 {
 		out = append(out, "saved without a change")

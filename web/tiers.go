@@ -108,7 +108,14 @@ var adminTierFields = []struct {
 	{name: "max_concurrent", label: "Max concurrent calls", hint: "Calls open at once. Empty for no limit.", numeric: true},
 	{name: "features", label: "Features", hint: "Comma-separated, * for all.", wide: true},
 	{name: "description", label: "Description", wide: true},
+	{name: "shadow.requests_per_minute", label: "Shadow: requests per minute", hint: "Shadow limits are checked and counted, never enforced; leave all four empty for none.", numeric: true},
+	{name: "shadow.requests_per_hour", label: "Shadow: requests per hour", numeric: true},
+	{name: "shadow.requests_per_day", label: "Shadow: requests per day", numeric: true},
+	{name: "shadow.burst_allowance", label: "Shadow: burst allowance", numeric: true},
 }
+
+// shadowFields are the form fields of a tier's shadow limits.
+var shadowFields = [...]string{"shadow.requests_per_minute", "shadow.requests_per_hour", "shadow.requests_per_day", "shadow.burst_allowance"}
 
 // newAdminTierForm builds the form from values and per-field errors. editing
 // names the tier being edited, whose name cannot change; "" is the create
@@ -117,7 +124,7 @@ func newAdminTierForm(values, errs map[string]string, editing string) *adminTier
 	f := &adminTierForm{Name: editing}
 	for _, d := range adminTierFields {
 		field := adminField{
-			ID:       "tier-" + strings.ReplaceAll(d.name, "_", "-"),
+			ID:       "tier-" + strings.NewReplacer("_", "-", ".", "-").Replace(d.name),
 			Name:     d.name,
 			Label:    d.label,
 			Value:    values[d.name],
@@ -140,7 +147,7 @@ func newAdminTierForm(values, errs map[string]string, editing string) *adminTier
 
 // tierFormValues returns t as the form shows it.
 func tierFormValues(t policy.Tier) map[string]string {
-	return map[string]string{
+	v := map[string]string{
 		"name":                t.Name,
 		"requests_per_minute": strconv.FormatInt(t.RequestsPerMinute, 10),
 		"requests_per_hour":   strconv.FormatInt(t.RequestsPerHour, 10),
@@ -153,6 +160,12 @@ func tierFormValues(t policy.Tier) map[string]string {
 		"features":            strings.Join(t.Features, ", "),
 		"description":         t.Description,
 	}
+	if l := t.Shadow; l != nil {
+		for i, n := range [...]int64{l.RequestsPerMinute, l.RequestsPerHour, l.RequestsPerDay, l.BurstAllowance} {
+			v[shadowFields[i]] = strconv.FormatInt(n, 10)
+		}
+	}
+	return v
 }
 
 // optionalLimit returns a metering limit as the form shows it: empty for
@@ -217,6 +230,22 @@ func (a *Admin) tierFromForm(name string, values map[string]string) (policy.Tier
 			continue
 		}
 		*l.dst = &v
+	}
+	// Shadow limits are all four or none: empty fields mean none.
+	for _, f := range shadowFields {
+		if strings.TrimSpace(values[f]) != "" {
+			t.Shadow = &policy.RequestLimits{}
+		}
+	}
+	if l := t.Shadow; l != nil {
+		for i, dst := range [...]*int64{&l.RequestsPerMinute, &l.RequestsPerHour, &l.RequestsPerDay, &l.BurstAllowance} {
+			v, err := a.api.ParseLimit(shadowFields[i], strings.TrimSpace(values[shadowFields[i]]))
+			if err != nil {
+				errs[shadowFields[i]] = policy.ErrorMessage(err)
+				continue
+			}
+			*dst = v
+		}
 	}
 	for _, fe := range t.ValidateFields() {
 		if _, seen := errs[fe.Field]; !seen {
@@ -319,6 +348,9 @@ func (a *Admin) handleTierPage(c echo.Context) error {
 	v := a.view(c, "Edit tier "+name, "tiers")
 	v.Form = newAdminTierForm(tierFormValues(t), nil, name)
 	v.Form.Version = tierVersion(t)
+	if v.Shadow, err = a.shadowView(c, &t); err != nil {
+		return a.fail(c, err)
+	}
 	return a.render(c, http.StatusOK, "tier", v)
 }
 

@@ -129,9 +129,21 @@ type Decision struct {
 	// max_concurrent, counting this one when admitted; nil when the tier
 	// sets none.
 	Concurrency *Concurrency `json:"concurrency"`
+	// Shadow is how the tier's shadow limits decided the request; nil when
+	// the tier has none. They never refuse anything.
+	Shadow *ShadowDecision `json:"shadow,omitzero"`
 	// StatusCode is the answer's status: 200 admitted, 429 rate-limited,
 	// 403 not in the plan.
 	StatusCode int `json:"-"`
+}
+
+// ShadowDecision is how a tier's shadow limits decided a check.
+type ShadowDecision struct {
+	// Allowed reports whether the shadow limits would have admitted it.
+	Allowed bool `json:"allowed"`
+	// Reason is the reason they would have refused it with; empty when
+	// Allowed.
+	Reason string `json:"reason"`
 }
 
 // RateLimited reports whether the request was refused because a window is
@@ -248,6 +260,60 @@ type Tier struct {
 	// UpdatedAt is the time of the last change; zero for a seeded tier
 	// never changed. The service sets it; PutTier does not send it.
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
+	// Shadow holds limits every check under the tier is also decided
+	// against and never refused by; nil for none.
+	Shadow *Limits `json:"shadow,omitzero"`
+}
+
+// Limits are the request limits of a tier's shadow.
+type Limits struct {
+	RequestsPerMinute int64 `json:"requests_per_minute"`
+	RequestsPerHour   int64 `json:"requests_per_hour"`
+	RequestsPerDay    int64 `json:"requests_per_day"`
+	BurstAllowance    int64 `json:"burst_allowance"`
+}
+
+// Preview is what replaying a tier's last day of requests through proposed
+// limits found.
+type Preview struct {
+	Tier            string    `json:"tier"`
+	From            time.Time `json:"from"`
+	To              time.Time `json:"to"`
+	Users           int64     `json:"users"`
+	Requests        int64     `json:"requests"`
+	UsersRefused    int64     `json:"users_refused"`
+	RequestsRefused int64     `json:"requests_refused"`
+	RefusedByWindow struct {
+		Minute int64 `json:"minute"`
+		Hour   int64 `json:"hour"`
+		Day    int64 `json:"day"`
+	} `json:"refused_by_window"`
+	TopUsers []PreviewUser `json:"top_users"`
+}
+
+// PreviewUser is one user's share of a Preview.
+type PreviewUser struct {
+	UserID   string `json:"user_id"`
+	Requests int64  `json:"requests"`
+	Refused  int64  `json:"refused"`
+}
+
+// PreviewTier replays the requests recorded under t.Name in the last 24
+// hours through t's request limits and reports what they would have
+// refused. It changes nothing; an unknown tier is an *Error with status 404.
+func (c *Client) PreviewTier(ctx context.Context, t Tier) (Preview, error) {
+	var out Preview
+	_, err := c.do(ctx, http.MethodPost, "/v1/tiers/"+url.PathEscape(t.Name)+"/preview", c.adminToken, tierBody(t), &out, http.StatusOK)
+	return out, err
+}
+
+// PromoteTier makes the named tier's shadow limits its real limits, in one
+// audited change, and returns the tier as stored. A tier without shadow
+// limits is an *Error with status 400.
+func (c *Client) PromoteTier(ctx context.Context, name string) (Tier, error) {
+	var out Tier
+	_, err := c.do(ctx, http.MethodPost, "/v1/tiers/"+url.PathEscape(name)+"/promote", c.adminToken, nil, &out, http.StatusOK)
+	return out, err
 }
 
 // Tiers returns every tier, ordered by name.

@@ -1,0 +1,168 @@
+package policy_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/policyguard/policyguard/policy"
+)
+
+// replayRow is one recorded request: a user and a time in Unix microseconds.
+type replayRow struct {
+	user string
+	at   int64
+}
+
+// referenceReplay replays rows as the RateLimiter decides checks: through
+// Evaluate on an in-memory History, one request at a time, recording each
+// admitted one. It is the definition Replayer must match, figure by figure.
+func referenceReplay(t *testing.T, rows []replayRow, l policy.RequestLimits, from, to time.Time, override policy.LimitsLookup) policy.Preview {
+	t.Helper()
+	p := policy.Preview{From: from.UTC(), To: to.UTC(), TopUsers: []policy.UserPreview{}}
+	byUser := map[string][]int64{}
+	for _, r := range rows {
+		if r.at > from.UnixMicro() && r.at <= to.UnixMicro() {
+			byUser[r.user] = append(byUser[r.user], r.at)
+		}
+	}
+	var refused []policy.UserPreview
+	for user, ats := range byUser {
+		lim := l
+		if override != nil {
+			if o, ok := override(user); ok {
+				lim = o
+			}
+		}
+		tier := (&policy.Tier{Name: "ref"}).WithLimits(lim)
+		var h memHistory
+		u := policy.UserPreview{UserID: user}
+		for _, at := range ats {
+			now := time.UnixMicro(at).UTC()
+			ev, err := policy.Evaluate(h, &tier, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u.Requests++
+			if ev.Allowed {
+				if !ev.RecordAt.Equal(now) {
+					t.Fatalf("reference: recorded at %v, not at %v", ev.RecordAt, now)
+				}
+				h = append(h, ev.RecordAt)
+				continue
+			}
+			u.Refused++
+			p.RefusedBy[ev.Blocked]++
+		}
+		p.Users++
+		p.Requests += u.Requests
+		if u.Refused > 0 {
+			p.UsersRefused++
+			p.RequestsRefused += u.Refused
+			refused = append(refused, u)
+		}
+	}
+	slices.SortFunc(refused, func(a, b policy.UserPreview) int {
+		if a.Refused != b.Refused {
+			return int(b.Refused - a.Refused)
+		}
+		return strings.Compare(a.UserID, b.UserID)
+	})
+	if len(refused) > policy.MaxTopUsers {
+		refused = refused[:policy.MaxTopUsers]
+	}
+	p.TopUsers = append(p.TopUsers, refused...)
+	return p
+}
+
+// randomRows returns the rows of users users over the day before to and a
+// little before it, grouped by user in time order as the table is read:
+// bursts a few milliseconds apart, pauses of minutes and of hours.
+func randomRows(rng *rand.Rand, users int, to time.Time) []replayRow {
+	var rows []replayRow
+	for u := range users {
+		user := fmt.Sprintf("u%03d", u)
+		at := to.Add(-25 * time.Hour).UnixMicro()
+		for range rng.IntN(300) {
+			switch rng.IntN(10) {
+			case 0:
+				at += rng.Int64N(int64(3 * time.Hour / time.Microsecond))
+			case 1, 2:
+				at += rng.Int64N(int64(2 * time.Minute / time.Microsecond))
+			default:
+				at += 1 + rng.Int64N(int64(5*time.Second/time.Microsecond))
+			}
+			rows = append(rows, replayRow{user, at})
+		}
+	}
+	return rows
+}
+
+func replay(t *testing.T, rows []replayRow, l policy.RequestLimits, from, to time.Time, override policy.LimitsLookup) policy.Preview {
+	t.Helper()
+	r := policy.NewReplayer(l, from, to, override)
+	for _, row := range rows {
+		if err := r.Add(row.user, row.at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return r.Result()
+}
+
+// TestReplayMatchesEvaluate replays random histories through random
+// limits and compares every figure with the reference replay.
+func TestReplayMatchesEvaluate(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 1))
+	to := t0.Add(36 * time.Hour)
+	from := to.Add(-policy.PreviewWindow)
+	for i := range 200 {
+		rows := randomRows(rng, 1+rng.IntN(25), to)
+		l := policy.RequestLimits{
+			RequestsPerMinute: rng.Int64N(15), RequestsPerHour: rng.Int64N(120),
+			RequestsPerDay: rng.Int64N(400), BurstAllowance: rng.Int64N(5),
+		}
+		var override policy.LimitsLookup
+		if i%3 == 0 {
+			special := policy.RequestLimits{RequestsPerMinute: rng.Int64N(5), RequestsPerHour: rng.Int64N(50), RequestsPerDay: rng.Int64N(100)}
+			override = func(user string) (policy.RequestLimits, bool) { return special, strings.HasSuffix(user, "1") }
+		}
+		got := replay(t, rows, l, from, to, override)
+		want := referenceReplay(t, rows, l, from, to, override)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("seed %d, case %d, limits %+v:\nreplay    %+v\nreference %+v", seed, i, l, got, want)
+		}
+	}
+}
+
+func TestReplayEdges(t *testing.T) {
+	to := t0
+	from := to.Add(-policy.PreviewWindow)
+	at := func(d time.Duration) int64 { return from.Add(d).UnixMicro() }
+	// The row at from is outside, the row at to inside; a zero ceiling
+	// refuses everything; the minute frees exactly a minute later.
+	const us = time.Microsecond
+	rows := []replayRow{{"a", at(0)}, {"a", at(us)}, {"a", at(2 * us)}, {"a", at(time.Minute + us)}, {"a", at(policy.PreviewWindow)}, {"b", at(5 * us)}}
+	got := replay(t, rows, policy.RequestLimits{RequestsPerMinute: 1, RequestsPerHour: 10, RequestsPerDay: 10}, from, to, nil)
+	if got.Users != 2 || got.Requests != 5 || got.RequestsRefused != 1 || got.RefusedBy[policy.Minute] != 1 ||
+		len(got.TopUsers) != 1 || got.TopUsers[0] != (policy.UserPreview{UserID: "a", Requests: 4, Refused: 1}) {
+		t.Fatalf("preview = %+v", got)
+	}
+	if got := replay(t, rows, policy.RequestLimits{}, from, to, nil); got.RequestsRefused != 5 || got.UsersRefused != 2 || got.RefusedBy[policy.Minute] != 5 {
+		t.Fatalf("zero limits: %+v, want every request refused by the minute", got)
+	}
+	r := policy.NewReplayer(policy.RequestLimits{}, from, to, nil)
+	if err := r.Add("b", at(2*us)); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Add("b", at(2*us)); policy.ErrorCode(err) != policy.EINTERNAL {
+		t.Fatalf("a repeated time: %v, want EINTERNAL", err)
+	}
+	if err := r.Add("a", at(3*us)); policy.ErrorCode(err) != policy.EINTERNAL {
+		t.Fatalf("a user out of order: %v, want EINTERNAL", err)
+	}
+}

@@ -273,6 +273,10 @@ func WithTrustClientTier(trust bool) Option {
 // TrustsClientTier reports whether a check's own tier is believed.
 func (s *Service) TrustsClientTier() bool { return !s.distrustClientTier }
 
+// KeepsUserRecords reports whether the service has a store of user records
+// (WithUsers); without one its user methods fail and no check has a record.
+func (s *Service) KeepsUserRecords() bool { return s.users != nil }
+
 // tierName returns the tier a check of req is decided under, given its
 // user's record r (nil for none).
 func (s *Service) tierName(req *Request, r *UserRecord) string {

@@ -21,6 +21,9 @@ type adminUsageView struct {
 	Record      *adminRecordForm
 	Records     []adminRecordRow
 	NextRecords string
+	// KeepsRecords is false for a service without user records
+	// (policy.WithUsers): the page then shows none of their sections.
+	KeepsRecords bool
 }
 
 type adminUsageResult struct {
@@ -93,21 +96,28 @@ func (a *Admin) renderUsage(c echo.Context, user, tierName string, asked bool, r
 	for _, t := range tiers {
 		options = append(options, adminOption{Value: t.Name, Label: t.Name, Selected: t.Name == tierName})
 	}
-	var record *adminRecordForm
-	if result != nil {
+	var (
+		record  *adminRecordForm
+		records []adminRecordRow
+		next    string
+	)
+	keeps := a.svc.KeepsUserRecords()
+	if result != nil && keeps {
 		if record, err = a.recordForm(ctx, user, tiers, recordForm, recordErrs); err != nil {
 			return a.fail(c, err)
 		}
 	}
-	records, next, err := a.recordList(ctx, c.QueryParam("records_after"))
-	if err != nil {
-		return a.fail(c, err)
+	if keeps {
+		if records, next, err = a.recordList(ctx, c.QueryParam("records_after")); err != nil {
+			return a.fail(c, err)
+		}
 	}
 	v := a.view(c, "Look up a user", "usage")
 	v.Usage = &adminUsageView{
-		Record:      record,
-		Records:     records,
-		NextRecords: next,
+		Record:       record,
+		KeepsRecords: keeps,
+		Records:      records,
+		NextRecords:  next,
 		Fields: []adminField{
 			{ID: "user-id", Name: "user_id", Label: "User id", Value: user, Error: errs["user_id"],
 				Hint: `Checks that name no user are counted as user "anonymous".`},

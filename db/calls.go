@@ -13,7 +13,7 @@ import (
 // callQueries are the statements of metered calls, prepared with queries.
 // Each is a seek on a primary key or an index: the user's finished tokens
 // are counted from running totals (see call_tokens in the migration), and
-// the open calls are read through the partial index calls_open.
+// the open calls are read through the index calls_user.
 var callQueries = map[query]string{
 	qTokLast:       `SELECT ts, total FROM call_tokens WHERE user_id = ? ORDER BY ts DESC LIMIT 1`,
 	qTokFirstAfter: `SELECT ts, total - tokens FROM call_tokens WHERE user_id = ? AND ts > ? ORDER BY ts LIMIT 1`,
@@ -37,6 +37,11 @@ var callQueries = map[query]string{
 	qCallFinish:    `UPDATE calls SET finished_at = ?, tokens = ?, reported = ? WHERE id = ?`,
 	qCallKeepAlive: `UPDATE calls SET expires_at = ? WHERE id = ?`,
 	qCallsForget:   `DELETE FROM calls WHERE user_id = ?`,
+	qCallNextUser:  `SELECT user_id FROM calls WHERE user_id > ? ORDER BY user_id LIMIT 1`,
+	// A user's calls finished at or before a cutoff, at most a number of
+	// them: a range of calls_user.
+	qCallsPrune: `DELETE FROM calls WHERE id IN
+		(SELECT id FROM calls WHERE user_id = ? AND finished_at <= ? LIMIT ?)`,
 }
 
 // noExpiry is ledgerState.nextExpiry when no call is open.

@@ -47,6 +47,8 @@ const (
 	qCallFinish
 	qCallKeepAlive
 	qCallsForget
+	qCallNextUser
+	qCallsPrune
 	numQueries
 )
 

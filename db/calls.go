@@ -56,7 +56,16 @@ type ledgerState struct {
 	lastTS, lastTotal int64
 	open, reserved    int64
 	nextExpiry        int64 // the earliest expires_at of an open call, noExpiry when none
+	// openCalls, when listed, are all the open calls in settling order
+	// (expiry, then id), so that settling and finishing need no query to
+	// find them. The writer lists them when there are at most
+	// maxListedCalls, a few dozen bytes each.
+	listed    bool
+	openCalls []expiredCall
 }
+
+// maxListedCalls is the most open calls of one user the writer lists.
+const maxListedCalls = 1024
 
 // tokRow is one row of finished tokens.
 type tokRow struct{ ts, tokens, total int64 }
@@ -107,7 +116,8 @@ func loadLedger(q rowQuerier, user string) (ledgerState, error) {
 	return st, nil
 }
 
-// expiredCall is an open call past its expiry.
+// expiredCall is an open call past its expiry, or any open call in
+// ledgerState.openCalls.
 type expiredCall struct {
 	id                  string
 	reserved, expiresAt int64

@@ -1,9 +1,13 @@
 package db
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
+	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/policyguard/policyguard/policy"
@@ -18,9 +22,52 @@ func (tx *writeTx) ledgerOf(st *userState, user string) (*ledgerState, error) {
 		if err != nil {
 			return nil, err
 		}
+		switch {
+		case l.open == 0:
+			l.listed = true
+		case l.open <= maxListedCalls:
+			if l.openCalls, err = expiredCalls(tx, user, math.MaxInt64); err != nil {
+				return nil, err
+			}
+			l.listed = int64(len(l.openCalls)) == l.open
+		}
 		st.calls = &l
 	}
 	return st.calls, nil
+}
+
+// cmpCall orders open calls as they are settled: by expiry, then id.
+func cmpCall(a, b expiredCall) int {
+	if c := cmp.Compare(a.expiresAt, b.expiresAt); c != 0 {
+		return c
+	}
+	return strings.Compare(a.id, b.id)
+}
+
+// listOpen adds c to the list of open calls, if they are listed.
+func (l *ledgerState) listOpen(c expiredCall) {
+	if !l.listed {
+		return
+	}
+	if len(l.openCalls) >= maxListedCalls {
+		l.listed, l.openCalls = false, nil
+		return
+	}
+	i, _ := slices.BinarySearchFunc(l.openCalls, c, cmpCall)
+	l.openCalls = slices.Insert(l.openCalls, i, c)
+}
+
+// unlistOpen removes c from the list of open calls, if they are listed.
+func (l *ledgerState) unlistOpen(c expiredCall) {
+	if !l.listed {
+		if l.open == 0 {
+			l.listed, l.openCalls = true, l.openCalls[:0]
+		}
+		return
+	}
+	if i, ok := slices.BinarySearchFunc(l.openCalls, c, cmpCall); ok {
+		l.openCalls = slices.Delete(l.openCalls, i, i+1)
+	}
 }
 
 // userOf returns user's cached state, creating it (with its requests
@@ -46,8 +93,15 @@ func (tx *writeTx) settle(st *userState, user string, now int64) (*ledgerState, 
 	if err != nil || l.nextExpiry > now {
 		return l, err
 	}
-	expired, err := expiredCalls(tx, user, now)
-	if err != nil {
+	var expired []expiredCall
+	if l.listed {
+		n := 0
+		for n < len(l.openCalls) && l.openCalls[n].expiresAt <= now {
+			n++
+		}
+		expired = l.openCalls[:n:n]
+		l.openCalls = l.openCalls[n:]
+	} else if expired, err = expiredCalls(tx, user, now); err != nil {
 		return nil, err
 	}
 	for _, c := range expired {
@@ -65,13 +119,23 @@ func (tx *writeTx) settle(st *userState, user string, now int64) (*ledgerState, 
 		l.open--
 		l.reserved -= c.reserved
 	}
+	if !l.listed && l.open == 0 {
+		l.listed, l.openCalls = true, nil
+	}
 	return l, tx.nextExpiry(l, user)
 }
 
-// nextExpiry finds the earliest expiry of user's open calls: one seek.
+// nextExpiry finds the earliest expiry of user's open calls: in the list
+// of them, or one seek.
 func (tx *writeTx) nextExpiry(l *ledgerState, user string) error {
 	l.nextExpiry = noExpiry
 	if l.open == 0 {
+		return nil
+	}
+	if l.listed {
+		if len(l.openCalls) > 0 {
+			l.nextExpiry = l.openCalls[0].expiresAt
+		}
 		return nil
 	}
 	if err := tx.queryRow(qNextExpiry, user).Scan(&l.nextExpiry); err != nil {
@@ -96,6 +160,7 @@ func (tx *writeTx) openCall(h *history, c *policy.Call) error {
 	l.open++
 	l.reserved += c.Reserved
 	l.nextExpiry = min(l.nextExpiry, exp)
+	l.listOpen(expiredCall{id: c.ID, reserved: c.Reserved, expiresAt: exp})
 	return nil
 }
 
@@ -192,6 +257,7 @@ func (tx *writeTx) finishCall(id string, tokens *int64, now int64) (policy.Call,
 		r.tokens = sql.NullInt64{Int64: count, Valid: true}
 		l.open--
 		l.reserved -= r.reserved
+		l.unlistOpen(expiredCall{id: id, reserved: r.reserved, expiresAt: r.expiresAt})
 	}
 	if row, ok := l.add(now, add); ok {
 		if _, err := tx.exec(qTokInsert, r.user, row.ts, row.tokens, row.total); err != nil {

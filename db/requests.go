@@ -33,6 +33,7 @@ const (
 	qTokLast
 	qTokFirstAfter
 	qTokFirstAfter3
+	qTokRowsAfter3
 	qTokReaching
 	qTokInsert
 	qTokForget

@@ -78,10 +78,12 @@ type windowResponse struct {
 func (s *Server) handleCheck(c echo.Context) error {
 	start := time.Now()
 	dryRun := false
-	if v := c.QueryParam("dry_run"); v != "" {
-		var err error
-		if dryRun, err = strconv.ParseBool(v); err != nil {
-			return policy.Errorf(policy.EINVALID, "dry_run must be true or false")
+	if c.Request().URL.RawQuery != "" { // parsing a query allocates; most checks have none
+		if v := c.QueryParam("dry_run"); v != "" {
+			var err error
+			if dryRun, err = strconv.ParseBool(v); err != nil {
+				return policy.Errorf(policy.EINVALID, "dry_run must be true or false")
+			}
 		}
 	}
 	var body checkRequest

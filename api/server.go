@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/policyguard/policyguard/api/auth"
 	"github.com/policyguard/policyguard/policy"
@@ -121,14 +120,7 @@ func NewServer(cfg Config) *Server {
 	}
 	s.echo.HTTPErrorHandler = s.handleError
 	s.echo.JSONSerializer = jsonSerializer{}
-	// The access log wraps the panic handler, so a request that panicked
-	// still gets its line.
-	s.echo.Use(
-		requestID,
-		s.accessLog(),
-		middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true, LogErrorFunc: s.logPanic}),
-		middleware.BodyLimit("1MiB"), // MaxBodyBytes; Echo reads "1M" as 1,000,000
-	)
+	s.echo.Use(s.serve)
 	s.routes()
 	if !cfg.HideMetrics {
 		s.echo.GET("/metrics", echo.WrapHandler(s.metrics.Handler()))
@@ -144,9 +136,9 @@ func (s *Server) routes() {
 	e := s.echo
 	e.GET("/healthz", s.handleHealth)
 	e.GET("/openapi.yaml", s.handleOpenAPI)
-	e.POST("/v1/check", s.handleCheck, refuseCrossSite, s.requireAPIToken, requireJSON)
-	e.POST("/v1/calls/:call_id/finish", s.handleFinishCall, refuseCrossSite, s.requireAPIToken, requireJSON)
-	e.POST("/v1/calls/:call_id/keepalive", s.handleKeepAlive, refuseCrossSite, s.requireAPIToken, requireJSON)
+	e.POST("/v1/check", s.handleCheck, s.guardCheck)
+	e.POST("/v1/calls/:call_id/finish", s.handleFinishCall, s.guardCheck)
+	e.POST("/v1/calls/:call_id/keepalive", s.handleKeepAlive, s.guardCheck)
 
 	// Admin routes carry their middleware one by one: a group with
 	// middleware would also answer unknown /v1 paths with 401.

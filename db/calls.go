@@ -13,7 +13,7 @@ import (
 // callQueries are the statements of metered calls, prepared with queries.
 // Each is a seek on a primary key or an index: the user's finished tokens
 // are counted from running totals (see call_tokens in the migration), and
-// the open calls are read through the partial index calls_open.
+// the open calls are read through the index calls_user.
 var callQueries = map[query]string{
 	qTokLast:       `SELECT ts, total FROM call_tokens WHERE user_id = ? ORDER BY ts DESC LIMIT 1`,
 	qTokFirstAfter: `SELECT ts, total - tokens FROM call_tokens WHERE user_id = ? AND ts > ? ORDER BY ts LIMIT 1`,
@@ -21,6 +21,11 @@ var callQueries = map[query]string{
 	qTokFirstAfter3: `SELECT 0, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?2 ORDER BY ts LIMIT 1)
 		UNION ALL SELECT 1, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?3 ORDER BY ts LIMIT 1)
 		UNION ALL SELECT 2, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?4 ORDER BY ts LIMIT 1)`,
+	// The same, reading ahead: at most readahead rows after each cutoff,
+	// for the writer's token cursors.
+	qTokRowsAfter3: `SELECT 0, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?2 ORDER BY ts LIMIT 8)
+		UNION ALL SELECT 1, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?3 ORDER BY ts LIMIT 8)
+		UNION ALL SELECT 2, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?4 ORDER BY ts LIMIT 8)`,
 	qTokReaching: `SELECT ts FROM call_tokens WHERE user_id = ? AND total >= ? ORDER BY total LIMIT 1`,
 	qTokInsert:   `INSERT INTO call_tokens (user_id, ts, tokens, total) VALUES (?, ?, ?, ?)`,
 	qTokForget:   `DELETE FROM call_tokens WHERE user_id = ?`,
@@ -37,6 +42,11 @@ var callQueries = map[query]string{
 	qCallFinish:    `UPDATE calls SET finished_at = ?, tokens = ?, reported = ? WHERE id = ?`,
 	qCallKeepAlive: `UPDATE calls SET expires_at = ? WHERE id = ?`,
 	qCallsForget:   `DELETE FROM calls WHERE user_id = ?`,
+	qCallNextUser:  `SELECT user_id FROM calls WHERE user_id > ? ORDER BY user_id LIMIT 1`,
+	// A user's calls finished at or before a cutoff, at most a number of
+	// them: a range of calls_user.
+	qCallsPrune: `DELETE FROM calls WHERE id IN
+		(SELECT id FROM calls WHERE user_id = ? AND finished_at <= ? LIMIT ?)`,
 }
 
 // noExpiry is ledgerState.nextExpiry when no call is open.
@@ -51,7 +61,67 @@ type ledgerState struct {
 	lastTS, lastTotal int64
 	open, reserved    int64
 	nextExpiry        int64 // the earliest expires_at of an open call, noExpiry when none
+	// openCalls, when listed, are all the open calls in settling order
+	// (expiry, then id), so that settling and finishing need no query to
+	// find them. The writer lists them when there are at most
+	// maxListedCalls, a few dozen bytes each.
+	listed    bool
+	openCalls []expiredCall
+	// windows holds, like userState.windows for requests, a cursor per
+	// window on the oldest rows of finished tokens after its cutoff.
+	windows [len(policy.Windows)]tokCursor
 }
+
+// tokCursor holds the oldest rows of finished tokens after cutoff. When
+// valid, rows[:n] are exactly the first n rows after cutoff, and when all
+// is set they are every row after it.
+type tokCursor struct {
+	valid, all bool
+	n          int
+	cutoff     int64
+	rows       [readahead]struct{ ts, before int64 }
+}
+
+// first returns the oldest row after c, stepping the cursor over the rows
+// at or before it; ok is false when the cursor cannot tell.
+func (k *tokCursor) first(c int64) (f tokFirst, ok bool) {
+	if !k.valid || c < k.cutoff {
+		return f, false
+	}
+	j := 0
+	for j < k.n && k.rows[j].ts <= c {
+		j++
+	}
+	if j == k.n && !k.all {
+		k.valid = false
+		return f, false
+	}
+	if j > 0 {
+		copy(k.rows[:], k.rows[j:k.n])
+		k.n -= j
+	}
+	k.cutoff = c
+	if k.n == 0 {
+		return tokFirst{cutoff: c}, true
+	}
+	return tokFirst{cutoff: c, ts: k.rows[0].ts, before: k.rows[0].before, found: true}, true
+}
+
+// appended records that r was added after every other row.
+func (k *tokCursor) appended(r tokRow) {
+	if !k.valid || !k.all {
+		return
+	}
+	if k.n == readahead {
+		k.all = false
+		return
+	}
+	k.rows[k.n].ts, k.rows[k.n].before = r.ts, r.total-r.tokens
+	k.n++
+}
+
+// maxListedCalls is the most open calls of one user the writer lists.
+const maxListedCalls = 1024
 
 // tokRow is one row of finished tokens.
 type tokRow struct{ ts, tokens, total int64 }
@@ -70,6 +140,7 @@ type tokFirst struct {
 type ledger struct {
 	q      rowQuerier
 	user   string
+	cached *ledgerState // the writer's state of the user; nil on a read connection
 	st     ledgerState
 	virt   []tokRow
 	firsts [len(policy.Windows) + 1]tokFirst
@@ -102,7 +173,8 @@ func loadLedger(q rowQuerier, user string) (ledgerState, error) {
 	return st, nil
 }
 
-// expiredCall is an open call past its expiry.
+// expiredCall is an open call past its expiry, or any open call in
+// ledgerState.openCalls.
 type expiredCall struct {
 	id                  string
 	reserved, expiresAt int64
@@ -145,6 +217,9 @@ func (st *ledgerState) add(t, tokens int64) (r tokRow, ok bool) {
 	}
 	r = tokRow{ts: st.countAt(t), tokens: tokens, total: st.lastTotal + tokens}
 	st.anyRow, st.lastTS, st.lastTotal = true, r.ts, r.total
+	for i := range st.windows {
+		st.windows[i].appended(r)
+	}
 	return r, true
 }
 
@@ -164,7 +239,7 @@ func (h *history) Calls(now time.Time) (policy.Ledger, error) {
 		if err != nil {
 			return nil, err
 		}
-		l.st = *st
+		l.st, l.cached = *st, st
 		return l, l.prefetch(at)
 	}
 	st, err := loadLedger(h.q, h.user)
@@ -201,6 +276,9 @@ func (l *ledger) prefetch(now int64) error {
 		l.firsts[w] = tokFirst{cutoff: c[w]}
 	}
 	l.nfirst = len(c)
+	if l.cached != nil {
+		return l.fillCursors(&c)
+	}
 	rows, err := l.q.query(qTokFirstAfter3, l.user, c[0], c[1], c[2])
 	if err != nil {
 		return unavailable(err)
@@ -219,6 +297,55 @@ func (l *ledger) prefetch(now int64) error {
 		l.firsts[i] = f
 	}
 	return unavailable(rows.Err())
+}
+
+// fillCursors answers prefetch from the writer's token cursors, reading
+// ahead in one statement when any cannot tell: most checks then need no
+// query to count a user's tokens.
+func (l *ledger) fillCursors(c *[len(policy.Windows)]int64) error {
+	ws := &l.cached.windows
+	hit := true
+	for i := range c {
+		f, ok := ws[i].first(c[i])
+		if !ok {
+			hit = false
+			break
+		}
+		l.firsts[i] = f
+	}
+	if hit {
+		return nil
+	}
+	rows, err := l.q.query(qTokRowsAfter3, l.user, c[0], c[1], c[2])
+	if err != nil {
+		return unavailable(err)
+	}
+	defer rows.Close()
+	for i := range c {
+		ws[i] = tokCursor{valid: true, cutoff: c[i]}
+	}
+	for rows.Next() {
+		var i int
+		var ts, before int64
+		if err := rows.Scan(&i, &ts, &before); err != nil {
+			return unavailable(err)
+		}
+		if i < 0 || i >= len(c) || ws[i].n == readahead {
+			return fmt.Errorf("calls of %q: row for cutoff %d", l.user, i)
+		}
+		k := &ws[i]
+		k.rows[k.n].ts, k.rows[k.n].before = ts, before
+		k.n++
+	}
+	if err := rows.Err(); err != nil {
+		return unavailable(err)
+	}
+	for i := range c {
+		k := &ws[i]
+		k.all = k.n < readahead
+		l.firsts[i], _ = k.first(c[i])
+	}
+	return nil
 }
 
 // first returns the oldest stored row after cutoff.

@@ -1,9 +1,13 @@
 package db
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
+	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/policyguard/policyguard/policy"
@@ -18,9 +22,52 @@ func (tx *writeTx) ledgerOf(st *userState, user string) (*ledgerState, error) {
 		if err != nil {
 			return nil, err
 		}
+		switch {
+		case l.open == 0:
+			l.listed = true
+		case l.open <= maxListedCalls:
+			if l.openCalls, err = expiredCalls(tx, user, math.MaxInt64); err != nil {
+				return nil, err
+			}
+			l.listed = int64(len(l.openCalls)) == l.open
+		}
 		st.calls = &l
 	}
 	return st.calls, nil
+}
+
+// cmpCall orders open calls as they are settled: by expiry, then id.
+func cmpCall(a, b expiredCall) int {
+	if c := cmp.Compare(a.expiresAt, b.expiresAt); c != 0 {
+		return c
+	}
+	return strings.Compare(a.id, b.id)
+}
+
+// listOpen adds c to the list of open calls, if they are listed.
+func (l *ledgerState) listOpen(c expiredCall) {
+	if !l.listed {
+		return
+	}
+	if len(l.openCalls) >= maxListedCalls {
+		l.listed, l.openCalls = false, nil
+		return
+	}
+	i, _ := slices.BinarySearchFunc(l.openCalls, c, cmpCall)
+	l.openCalls = slices.Insert(l.openCalls, i, c)
+}
+
+// unlistOpen removes c from the list of open calls, if they are listed.
+func (l *ledgerState) unlistOpen(c expiredCall) {
+	if !l.listed {
+		if l.open == 0 {
+			l.listed, l.openCalls = true, l.openCalls[:0]
+		}
+		return
+	}
+	if i, ok := slices.BinarySearchFunc(l.openCalls, c, cmpCall); ok {
+		l.openCalls = slices.Delete(l.openCalls, i, i+1)
+	}
 }
 
 // userOf returns user's cached state, creating it (with its requests
@@ -46,8 +93,15 @@ func (tx *writeTx) settle(st *userState, user string, now int64) (*ledgerState, 
 	if err != nil || l.nextExpiry > now {
 		return l, err
 	}
-	expired, err := expiredCalls(tx, user, now)
-	if err != nil {
+	var expired []expiredCall
+	if l.listed {
+		n := 0
+		for n < len(l.openCalls) && l.openCalls[n].expiresAt <= now {
+			n++
+		}
+		expired = l.openCalls[:n:n]
+		l.openCalls = l.openCalls[n:]
+	} else if expired, err = expiredCalls(tx, user, now); err != nil {
 		return nil, err
 	}
 	for _, c := range expired {
@@ -65,13 +119,23 @@ func (tx *writeTx) settle(st *userState, user string, now int64) (*ledgerState, 
 		l.open--
 		l.reserved -= c.reserved
 	}
+	if !l.listed && l.open == 0 {
+		l.listed, l.openCalls = true, nil
+	}
 	return l, tx.nextExpiry(l, user)
 }
 
-// nextExpiry finds the earliest expiry of user's open calls: one seek.
+// nextExpiry finds the earliest expiry of user's open calls: in the list
+// of them, or one seek.
 func (tx *writeTx) nextExpiry(l *ledgerState, user string) error {
 	l.nextExpiry = noExpiry
 	if l.open == 0 {
+		return nil
+	}
+	if l.listed {
+		if len(l.openCalls) > 0 {
+			l.nextExpiry = l.openCalls[0].expiresAt
+		}
 		return nil
 	}
 	if err := tx.queryRow(qNextExpiry, user).Scan(&l.nextExpiry); err != nil {
@@ -96,6 +160,7 @@ func (tx *writeTx) openCall(h *history, c *policy.Call) error {
 	l.open++
 	l.reserved += c.Reserved
 	l.nextExpiry = min(l.nextExpiry, exp)
+	l.listOpen(expiredCall{id: c.ID, reserved: c.Reserved, expiresAt: exp})
 	return nil
 }
 
@@ -180,6 +245,7 @@ func (tx *writeTx) finishCall(id string, tokens *int64, now int64) (policy.Call,
 	}
 	r.reported = sql.NullInt64{Int64: count, Valid: true}
 	var add int64
+	wasOpen := !r.finishedAt.Valid
 	if r.finishedAt.Valid {
 		// Expired before its caller finished it: the reservation is
 		// counted; only a count above it adds, now.
@@ -191,15 +257,7 @@ func (tx *writeTx) finishCall(id string, tokens *int64, now int64) (policy.Call,
 		r.tokens = sql.NullInt64{Int64: count, Valid: true}
 		l.open--
 		l.reserved -= r.reserved
-		if r.expiresAt == l.nextExpiry {
-			// The call is still open in the table until the update below.
-			if _, err := tx.exec(qCallFinish, r.finishedAt.Int64, r.tokens.Int64, count, id); err != nil {
-				return policy.Call{}, unavailable(err)
-			}
-			if err := tx.nextExpiry(l, r.user); err != nil {
-				return policy.Call{}, err
-			}
-		}
+		l.unlistOpen(expiredCall{id: id, reserved: r.reserved, expiresAt: r.expiresAt})
 	}
 	if row, ok := l.add(now, add); ok {
 		if _, err := tx.exec(qTokInsert, r.user, row.ts, row.tokens, row.total); err != nil {
@@ -208,6 +266,12 @@ func (tx *writeTx) finishCall(id string, tokens *int64, now int64) (policy.Call,
 	}
 	if _, err := tx.exec(qCallFinish, r.finishedAt.Int64, r.tokens.Int64, count, id); err != nil {
 		return policy.Call{}, unavailable(err)
+	}
+	if wasOpen && r.expiresAt == l.nextExpiry {
+		// The next to expire is finished now: find the one after it.
+		if err := tx.nextExpiry(l, r.user); err != nil {
+			return policy.Call{}, err
+		}
 	}
 	return r.call(id), nil
 }
@@ -237,50 +301,49 @@ func (s *Store) KeepAlive(ctx context.Context, id string, now, expiresAt time.Ti
 	return c, err
 }
 
-// pruneCallsStep settles the calls that expired at or before cutoff, then
-// deletes calls finished at or before it and rows of finished tokens
-// counted at or before it, which no window can count any more (cutoff being
-// at least a day ago). Deleting a user's oldest rows keeps the differences
-// of running totals, which is all that counting reads. Like pruneStep, it
-// stops after about pruneBatch rows or users and returns the user to resume
-// the rows of finished tokens from, and whether it is done.
+// pruneCallsStep visits the users of calls after cursor in key order, like
+// pruneStep: it settles each user's calls that expired at or before cutoff,
+// then deletes the user's calls finished at or before it (cutoff being at
+// least a day ago, no window counts them any more), until it has deleted or
+// visited about pruneBatch. Each is a range of calls_user.
 func pruneCallsStep(tx *writeTx, cursor string, cutoff int64) (deleted int64, next string, done bool, err error) {
-	rows, err := tx.queryRowsSQL(`SELECT DISTINCT user_id FROM calls WHERE finished_at IS NULL AND expires_at <= ? LIMIT ?`, cutoff, pruneBatch)
-	if err != nil {
-		return 0, "", false, unavailable(err)
-	}
-	var users []string
-	for rows.Next() {
-		var u string
-		if err := rows.Scan(&u); err != nil {
-			rows.Close()
+	for visited := 0; visited < pruneBatch && deleted < pruneBatch; visited++ {
+		var user string
+		err := tx.queryRow(qCallNextUser, cursor).Scan(&user)
+		if errors.Is(err, sql.ErrNoRows) {
+			return deleted, cursor, true, nil
+		}
+		if err != nil {
 			return 0, "", false, unavailable(err)
 		}
-		users = append(users, u)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, "", false, unavailable(err)
-	}
-	for _, u := range users {
-		st, err := tx.userOf(u)
+		st, err := tx.userOf(user)
 		if err != nil {
 			return 0, "", false, err
 		}
-		if _, err := tx.settle(st, u, cutoff); err != nil {
+		if _, err := tx.settle(st, user, cutoff); err != nil {
 			return 0, "", false, err
 		}
+		budget := pruneBatch - deleted
+		res, err := tx.exec(qCallsPrune, user, cutoff, budget)
+		if err != nil {
+			return 0, "", false, unavailable(err)
+		}
+		n, _ := res.RowsAffected()
+		deleted += n
+		if n == budget {
+			// The user may have more old calls: resume at the same user.
+			return deleted, cursor, false, nil
+		}
+		cursor = user
 	}
-	res, err := tx.conn.ExecContext(tx.ctx, `DELETE FROM calls WHERE id IN
-		(SELECT id FROM calls WHERE finished_at IS NOT NULL AND finished_at <= ? LIMIT ?)`, cutoff, pruneBatch)
-	if err != nil {
-		return 0, "", false, unavailable(err)
-	}
-	n, _ := res.RowsAffected()
-	deleted += n
-	if len(users) == pruneBatch || n == pruneBatch {
-		return deleted, cursor, false, nil
-	}
+	return deleted, cursor, false, nil
+}
+
+// pruneTokensStep does the same for rows of finished tokens counted at or
+// before cutoff, after pruneCallsStep settled what expired by then.
+// Deleting a user's oldest rows keeps the differences of running totals,
+// which is all that counting reads.
+func pruneTokensStep(tx *writeTx, cursor string, cutoff int64) (deleted int64, next string, done bool, err error) {
 	for visited := 0; visited < pruneBatch && deleted < pruneBatch; visited++ {
 		var user string
 		err := tx.queryRow(qTokNextUser, cursor).Scan(&user)
@@ -315,9 +378,4 @@ func pruneCallsStep(tx *writeTx, cursor string, cutoff int64) (deleted int64, ne
 		cursor = user
 	}
 	return deleted, cursor, false, nil
-}
-
-// queryRowsSQL runs a query outside the prepared set.
-func (tx *writeTx) queryRowsSQL(text string, args ...any) (*sql.Rows, error) {
-	return tx.conn.QueryContext(tx.ctx, text, args...)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -41,6 +42,9 @@ type refLimits struct {
 	perMinute, burst, perHour, perDay int64
 	tokens                            [3]int64
 	maxConcurrent                     int64
+	// shadow, when set, is shadow limits: per minute, burst, per hour, per
+	// day. A user's overrides never change them.
+	shadow *[4]int64
 }
 
 // metered reports whether a check the tier admits opens a call.
@@ -88,10 +92,12 @@ func (m *refModel) limits(user, tier string, trusted bool, defaultTier string) (
 	return tier, l
 }
 
-// refRecord is one admitted request and the ceilings it was admitted under.
+// refRecord is one admitted request, the ceilings it was admitted under
+// and the tier it was decided under.
 type refRecord struct {
 	at       time.Time
 	ceilings [3]int64
+	tier     string
 }
 
 // refModel is the reference implementation.
@@ -104,6 +110,8 @@ type refModel struct {
 	calls   map[string]*refCall
 	tokens  map[string][]refTokens
 	timeout time.Duration
+	// overridden counts the users previews replayed under their overrides.
+	overridden int
 }
 
 // refCall is one call as the README describes it.
@@ -147,6 +155,25 @@ type refDecision struct {
 	// blocking call limit no wait on finished tokens lifts: no amount of
 	// waiting admits the request.
 	zeroBlocked bool
+	// shadow is set when the tier has shadow limits: whether they admit
+	// the request, and the reason they would refuse it with.
+	shadow *refShadow
+}
+
+type refShadow struct {
+	allowed bool
+	reason  string
+}
+
+// blocked returns the first window, in check order, in which recs hold at
+// least ceilings allows at now, as its refusal reason; "" when none.
+func blocked(recs []refRecord, ceilings [3]int64, now time.Time) string {
+	for i, w := range refWindows {
+		if int64(len(inWindow(recs, w, now))) >= ceilings[i] {
+			return "per-" + w.name + " limit exceeded"
+		}
+	}
+	return ""
 }
 
 // countAt is when tokens finished at t are counted for user: at t, or just
@@ -251,15 +278,21 @@ func inWindow(recs []refRecord, w refWindow, now time.Time) []time.Time {
 	return out
 }
 
-// check decides one request the way the README says, and records it (with
-// its call, named id) unless refused or a dry run. A check that is not a
-// dry run of a metered tier first finishes the calls that expired; a dry
-// run counts them as finished without changing anything.
-func (m *refModel) check(user string, l refLimits, tokens int64, now time.Time, dryRun bool, id string) refDecision {
+// check decides one request under tier, whose limits with the user's
+// overrides are l, the way the README says, and records it (with its call,
+// named id) unless refused or a dry run. A check that is not a dry run of a
+// metered tier first finishes the calls that expired; a dry run counts them
+// as finished without changing anything. The tier's shadow limits, which
+// no override changes, are decided over the same history.
+func (m *refModel) check(user, tier string, l refLimits, tokens int64, now time.Time, dryRun bool, id string) refDecision {
 	now = now.Truncate(time.Microsecond) // timestamps are stored in microseconds
 	c := l.ceilings()
 	recs := m.hist[user]
 	d := refDecision{allowed: true}
+	if sl := l.shadow; sl != nil {
+		reason := blocked(recs, [3]int64{sl[0] + sl[1], sl[2], sl[3]}, now)
+		d.shadow = &refShadow{allowed: reason == "", reason: reason}
+	}
 	for i, w := range refWindows {
 		in := inWindow(recs, w, now)
 		n := int64(len(in))
@@ -348,7 +381,7 @@ func (m *refModel) check(user string, l refLimits, tokens int64, now time.Time, 
 				at = next
 			}
 		}
-		after = append(slices.Clone(recs), refRecord{at: at, ceilings: c})
+		after = append(slices.Clone(recs), refRecord{at: at, ceilings: c, tier: tier})
 		if !dryRun {
 			m.hist[user] = after
 			if l.metered() {
@@ -504,7 +537,11 @@ func (o modelOp) String() string {
 		return fmt.Sprintf("advance(%v)", o.step)
 	case opSetTier:
 		l := o.limits
-		return fmt.Sprintf("set-tier(%s, minute %d + burst %d, hour %d, day %d, tokens %v, max_concurrent %d)", modelTiers[o.tier], l.perMinute, l.burst, l.perHour, l.perDay, l.tokens, l.maxConcurrent)
+		shadow := "none"
+		if l.shadow != nil {
+			shadow = fmt.Sprintf("minute %d + burst %d, hour %d, day %d", l.shadow[0], l.shadow[1], l.shadow[2], l.shadow[3])
+		}
+		return fmt.Sprintf("set-tier(%s, minute %d + burst %d, hour %d, day %d, tokens %v, max_concurrent %d, shadow %s)", modelTiers[o.tier], l.perMinute, l.burst, l.perHour, l.perDay, l.tokens, l.maxConcurrent, shadow)
 	case opForget:
 		return fmt.Sprintf("forget(%s)", modelUsers[o.user])
 	default:
@@ -553,6 +590,10 @@ func (r *opReader) limits() refLimits {
 	l.maxConcurrent = -1
 	if b := r.next(); b%2 == 1 {
 		l.maxConcurrent = int64(b / 2 % 4)
+	}
+	// Shadow limits a third of the time, as small as the real ones.
+	if b := r.next(); b%3 == 0 {
+		l.shadow = &[4]int64{int64(r.next() % 6), int64(r.next() % 4), int64(r.next() % 14), int64(r.next() % 24)}
 	}
 	return l
 }
@@ -779,6 +820,141 @@ func (h *modelHarness) run(tb testing.TB, name string, data []byte) {
 		}
 	}
 	h.compareHistories(run)
+	h.comparePreviews(run)
+}
+
+// refPreview replays the reference's requests recorded under tier in the
+// window before now through ceilings, by the README's rules alone: user by
+// user in time order, a request refused when a window already holds its
+// ceiling of the replayed requests admitted before it. over, when set,
+// returns the ceilings that replace ceilings for a user, and whether there
+// are any.
+func (m *refModel) refPreview(tier string, ceilings [3]int64, now time.Time, window time.Duration,
+	over func(user string) ([3]int64, bool)) (users, requests, refused int64, by [3]int64, top []policy.UserPreview) {
+	now = now.Truncate(time.Microsecond)
+	from := now.Add(-window)
+	for _, user := range slices.Sorted(maps.Keys(m.hist)) {
+		c, overridden := ceilings, false
+		if over != nil {
+			if o, ok := over(user); ok {
+				c, overridden = o, true
+			}
+		}
+		var kept []refRecord
+		u := policy.UserPreview{UserID: user}
+		for _, r := range m.hist[user] {
+			if r.tier != tier || !r.at.After(from) || r.at.After(now) {
+				continue
+			}
+			u.Requests++
+			reason := blocked(kept, c, r.at)
+			if reason == "" {
+				kept = append(kept, r)
+				continue
+			}
+			u.Refused++
+			for i, w := range refWindows {
+				if reason == "per-"+w.name+" limit exceeded" {
+					by[i]++
+				}
+			}
+		}
+		if u.Requests == 0 {
+			continue
+		}
+		users, requests, refused = users+1, requests+u.Requests, refused+u.Refused
+		if overridden {
+			m.overridden++
+		}
+		if u.Refused > 0 {
+			top = append(top, u)
+		}
+	}
+	slices.SortStableFunc(top, func(a, b policy.UserPreview) int { return int(b.Refused - a.Refused) })
+	return users, requests, refused, by, top[:min(len(top), policy.MaxTopUsers)]
+}
+
+// overrides returns the ceilings a preview through p replays user under:
+// p with the request limits user's record overrides, when it overrides
+// any, whatever tier the record assigns.
+func (m *refModel) overrides(p policy.RequestLimits) func(user string) ([3]int64, bool) {
+	return func(user string) ([3]int64, bool) {
+		u, ok := m.users[user]
+		if !ok || u.over[0] == refInherit && u.over[1] == refInherit && u.over[2] == refInherit && u.over[3] == refInherit {
+			return [3]int64{}, false
+		}
+		l := [4]int64{p.RequestsPerMinute, p.RequestsPerHour, p.RequestsPerDay, p.BurstAllowance}
+		for i := range l {
+			if u.over[i] != refInherit {
+				l[i] = u.over[i]
+			}
+		}
+		return [3]int64{l[0] + l[3], l[1], l[2]}, true
+	}
+}
+
+// comparePreviews previews each tier, with its limits and with its shadow
+// limits, and replays its shadow limits over the last hour and day, on
+// both sides: the store's tier ids on request rows and its replay must
+// find what the reference replays from its own history. A preview applies
+// each user's request-limit overrides to the proposed limits; a shadow
+// replay, like a check's shadow verdict, applies none.
+func (h *modelHarness) comparePreviews(run *modelRun) {
+	run.tb.Helper()
+	ctx := context.Background()
+	// A preview reads records from the store's memory, which may lag
+	// behind a write through the other store until a check of the user
+	// reads it: bring it up to date, as such a check would.
+	for _, u := range modelUsers {
+		if _, err := h.store.User(ctx, u); err != nil && policy.ErrorCode(err) != policy.ENOTFOUND {
+			run.fatalf("user %s: %v", u, err)
+		}
+	}
+	now := h.now.Truncate(time.Microsecond)
+	match := func(what string, got policy.Preview, tier string, window time.Duration, c [3]int64, over func(string) ([3]int64, bool)) {
+		run.tb.Helper()
+		users, requests, refused, by, top := h.ref.refPreview(tier, c, h.now, window, over)
+		if got.Tier != tier || got.Users != users || got.Requests != requests || got.RequestsRefused != refused || got.RefusedBy != by ||
+			!slices.Equal(got.TopUsers, top) || got.UsersRefused != int64(len(top)) && len(top) < policy.MaxTopUsers {
+			run.fatalf("%s of %s through ceilings %v: %+v; reference users %d requests %d refused %d by %v top %v",
+				what, tier, c, got, users, requests, refused, by, top)
+		}
+		h.stats[fmt.Sprintf("%s refused>0 %v", what, refused > 0)]++
+	}
+	for _, tier := range modelTiers {
+		l := h.ref.tiers[tier]
+		proposals := []policy.RequestLimits{{RequestsPerMinute: l.perMinute, BurstAllowance: l.burst, RequestsPerHour: l.perHour, RequestsPerDay: l.perDay}}
+		if sl := shadowOf(l); sl != nil {
+			proposals = append(proposals, *sl)
+		}
+		for _, p := range proposals {
+			got, err := h.svc.PreviewTier(ctx, tier, p)
+			if err != nil {
+				run.fatalf("preview %s: %v", tier, err)
+			}
+			if !got.From.Equal(now.Add(-policy.PreviewWindow)) || !got.To.Equal(now) {
+				run.fatalf("preview %s: from %v to %v, now %v", tier, got.From, got.To, now)
+			}
+			match("preview", got, tier, policy.PreviewWindow, [3]int64{p.RequestsPerMinute + p.BurstAllowance, p.RequestsPerHour, p.RequestsPerDay}, h.ref.overrides(p))
+		}
+
+		h.stats["preview of users with overrides"] += h.ref.overridden
+		h.ref.overridden = 0
+
+		hour, day, err := h.svc.ShadowRefusals(ctx, tier)
+		if err != nil {
+			run.fatalf("shadow refusals %s: %v", tier, err)
+		}
+		if l.shadow == nil {
+			if hour.Tier != tier || day.Tier != tier || hour.Requests != 0 || day.Requests != 0 || hour.Users != 0 || day.Users != 0 {
+				run.fatalf("shadow refusals of %s, which has no shadow limits: hour %+v, day %+v", tier, hour, day)
+			}
+			continue
+		}
+		c := [3]int64{l.shadow[0] + l.shadow[1], l.shadow[2], l.shadow[3]}
+		match("shadow hour", hour, tier, time.Hour, c, nil)
+		match("shadow day", day, tier, policy.PreviewWindow, c, nil)
+	}
 }
 
 func (h *modelHarness) setTier(run *modelRun, name string, l refLimits) {
@@ -794,11 +970,20 @@ func (h *modelHarness) setTier(run *modelRun, name string, l refLimits) {
 		RequestsPerHour: l.perHour, RequestsPerDay: l.perDay,
 		TokensPerMinute: opt(l.tokens[0]), TokensPerHour: opt(l.tokens[1]), TokensPerDay: opt(l.tokens[2]),
 		MaxConcurrent: opt(l.maxConcurrent),
+		Shadow:        shadowOf(l),
 	})
 	if err != nil {
 		run.fatalf("put tier: %v", err)
 	}
 	h.ref.tiers[name] = l
+}
+
+// shadowOf returns l's shadow limits as a tier holds them.
+func shadowOf(l refLimits) *policy.RequestLimits {
+	if l.shadow == nil {
+		return nil
+	}
+	return &policy.RequestLimits{RequestsPerMinute: l.shadow[0], BurstAllowance: l.shadow[1], RequestsPerHour: l.shadow[2], RequestsPerDay: l.shadow[3]}
 }
 
 // setUser writes or deletes a user record, through this store or the
@@ -859,7 +1044,7 @@ func (h *modelHarness) check(run *modelRun, user, tier string, tokens int64, dry
 		run.fatalf("check: %v", err)
 	}
 	name, limits := h.ref.limits(user, tier, !distrust, modelTiers[0])
-	want := h.ref.check(user, limits, tokens, h.now, dryRun, got.CallID)
+	want := h.ref.check(user, name, limits, tokens, h.now, dryRun, got.CallID)
 	h.compare(run, "check", got, want)
 	if got.Tier != name {
 		run.fatalf("check: decided under %q, reference %q", got.Tier, name)
@@ -874,6 +1059,9 @@ func (h *modelHarness) check(run *modelRun, user, tier string, tokens int64, dry
 		h.callIDs = append(h.callIDs, got.CallID)
 	}
 	h.stats[got.Reason]++
+	if got.Shadow != nil {
+		h.stats["shadow "+got.Shadow.Reason()]++
+	}
 
 	if got.RetryAfter < 0 {
 		run.fatalf("negative retry_after %d", got.RetryAfter)
@@ -918,7 +1106,7 @@ func (h *modelHarness) check(run *modelRun, user, tier string, tokens int64, dry
 		if !probe.Allowed() {
 			run.fatalf("refused with retry_after %d, but refused again %ds later: %q", got.RetryAfter, got.RetryAfter, probe.Reason)
 		}
-		h.compare(run, "probe at retry_after", probe, h.ref.check(user, limits, tokens, h.now, true, ""))
+		h.compare(run, "probe at retry_after", probe, h.ref.check(user, name, limits, tokens, h.now, true, ""))
 		if got.RetryAfter >= 1 {
 			h.now = saved.Add(time.Duration(got.RetryAfter-1) * time.Second)
 			early, err := svc.Check(ctx, policy.Request{UserID: user, Tier: tier, Tokens: tokens}, true)
@@ -959,6 +1147,12 @@ func (h *modelHarness) compare(run *modelRun, what string, got policy.Decision, 
 		if wt.limited && wt.used > wt.limit && want.allowed {
 			run.fatalf("%s: admitted with %d tokens used in the %s, limit %d", what, wt.used, refWindows[i].name, wt.limit)
 		}
+	}
+	switch {
+	case want.shadow == nil && got.Shadow != nil:
+		run.fatalf("%s: shadow %+v, reference none", what, *got.Shadow)
+	case want.shadow != nil && (got.Shadow == nil || got.Shadow.Allowed != want.shadow.allowed || got.Shadow.Reason() != want.shadow.reason):
+		run.fatalf("%s: shadow %+v, reference %+v", what, got.Shadow, *want.shadow)
 	}
 	switch {
 	case want.metered && want.maxConcurrent >= 0:

@@ -20,41 +20,28 @@ const pruneBatch = 1000
 // with whatever checks are queued, so checks never wait behind it for long.
 func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 	var total int64
-	cursor, done := "", false
-	for !done {
-		if err := ctx.Err(); err != nil {
-			return total, err
+	// Requests, then calls (settling those expired by cutoff), then the
+	// finished tokens, each walking its users in key order.
+	for _, step := range [...]func(*writeTx, string, int64) (int64, string, bool, error){
+		pruneStep, pruneCallsStep, pruneTokensStep,
+	} {
+		for cursor, done := "", false; !done; {
+			if err := ctx.Err(); err != nil {
+				return total, err
+			}
+			var deleted int64
+			var next string
+			err := s.writer.do(ctx, func(tx *writeTx) error {
+				var err error
+				deleted, next, done, err = step(tx, cursor, cutoff.UnixMicro())
+				return err
+			})
+			if err != nil {
+				return total, err
+			}
+			total += deleted
+			cursor = next
 		}
-		var deleted int64
-		var next string
-		err := s.writer.do(ctx, func(tx *writeTx) error {
-			var err error
-			deleted, next, done, err = pruneStep(tx, cursor, cutoff.UnixMicro())
-			return err
-		})
-		if err != nil {
-			return total, err
-		}
-		total += deleted
-		cursor = next
-	}
-	// Then the calls and their finished tokens, the same way.
-	for cursor, done = "", false; !done; {
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
-		var deleted int64
-		var next string
-		err := s.writer.do(ctx, func(tx *writeTx) error {
-			var err error
-			deleted, next, done, err = pruneCallsStep(tx, cursor, cutoff.UnixMicro())
-			return err
-		})
-		if err != nil {
-			return total, err
-		}
-		total += deleted
-		cursor = next
 	}
 	// Then the counts of checks, kept longer than requests, and the
 	// sessions that expired (cutoff is policy.KeepFor before now).

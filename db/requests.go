@@ -33,6 +33,7 @@ const (
 	qTokLast
 	qTokFirstAfter
 	qTokFirstAfter3
+	qTokRowsAfter3
 	qTokReaching
 	qTokInsert
 	qTokForget
@@ -47,6 +48,8 @@ const (
 	qCallFinish
 	qCallKeepAlive
 	qCallsForget
+	qCallNextUser
+	qCallsPrune
 	numQueries
 )
 

@@ -9,7 +9,8 @@ ALTER TABLE tiers ADD COLUMN max_concurrent    INTEGER CHECK (max_concurrent    
 -- One row per call a metered tier opened. A call is open while finished_at
 -- is NULL; one open past expires_at counts as finished then, and is
 -- settled (finished_at = expires_at, expired = 1) by the next write to the
--- user's calls.
+-- user's calls. Keyed by id without a rowid, so a row is one b-tree entry
+-- and a call is found in one seek.
 CREATE TABLE calls (
     id          TEXT    PRIMARY KEY NOT NULL,
     user_id     TEXT    NOT NULL,
@@ -21,13 +22,13 @@ CREATE TABLE calls (
     tokens      INTEGER,          -- what the call counts once finished
     reported    INTEGER,          -- the count its caller reported; NULL until then
     expired     INTEGER NOT NULL DEFAULT 0 CHECK (expired IN (0, 1))
-);
--- A user's open calls in expiry order: the calls in flight, the next to
--- expire, and those that did.
-CREATE INDEX calls_open ON calls (user_id, expires_at) WHERE finished_at IS NULL;
--- For the cleanup: open calls long expired, and calls long finished.
-CREATE INDEX calls_expiry ON calls (expires_at) WHERE finished_at IS NULL;
-CREATE INDEX calls_finished ON calls (finished_at) WHERE finished_at IS NOT NULL;
+) WITHOUT ROWID;
+-- The only index, so that opening or finishing a call writes few pages. A
+-- user's open calls (finished_at NULL sorts first) in expiry order: the
+-- calls in flight, the next to expire, and those that did; then the user's
+-- finished calls in finishing order, which the cleanup deletes user by
+-- user, as Forget deletes all of them.
+CREATE INDEX calls_user ON calls (user_id, finished_at, expires_at);
 
 -- Finished tokens, one row per user and instant they were counted at, in
 -- time order like requests. total is the user's running sum of tokens up to

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"crypto/rand"
-	"encoding/base64"
 	"time"
 )
 
@@ -76,11 +75,24 @@ type Call struct {
 // Open reports whether the call has not finished.
 func (c *Call) Open() bool { return c.FinishedAt.IsZero() }
 
-// newCallID returns a random call id: 22 URL-safe characters, 128 bits.
-func newCallID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
-	return base64.RawURLEncoding.EncodeToString(b[:])
+// newCallID returns a new call id: 22 URL-safe characters, the first 8 the
+// milliseconds of now (48 bits) in an alphabet whose order is that of its
+// bytes, the other 14 random (84 bits). Ids of calls opened close in time
+// sort close together, so a store keyed by id writes a new call next to the
+// recent ones instead of into a random page.
+func newCallID(now time.Time) string {
+	const ordered = "-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
+	var b [22]byte
+	_, _ = rand.Read(b[8:]) // never fails (crypto/rand panics instead)
+	for i := 8; i < len(b); i++ {
+		b[i] = ordered[b[i]&63]
+	}
+	ms := uint64(max(now.UnixMilli(), 0))
+	for i := 7; i >= 0; i-- {
+		b[i] = ordered[ms&63]
+		ms >>= 6
+	}
+	return string(b[:])
 }
 
 // ValidCallID reports whether id could name a call: 1 to MaxCallIDBytes

@@ -198,7 +198,7 @@ func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 	var call *Call
 	if metered && !c.DryRun {
 		// Drawn before the admission, which then spends no time on it.
-		call = &Call{ID: newCallID(), UserID: c.UserID, Tier: c.Tier.Name, Reserved: c.Tokens}
+		call = &Call{ID: newCallID(c.Now), UserID: c.UserID, Tier: c.Tier.Name, Reserved: c.Tokens}
 	}
 	decide := func(h History) (Admission, error) {
 		if ct, ok := h.(CurrentTiers); ok && !c.DryRun {

@@ -136,7 +136,7 @@ func readTier(data []byte, pathName string) (policy.Tier, []string) {
 	if l := in.Shadow; l != nil {
 		t.Shadow = &policy.RequestLimits{RequestsPerMinute: l.RequestsPerMinute, RequestsPerHour: l.RequestsPerHour,
 			RequestsPerDay: l.RequestsPerDay, BurstAllowance: l.BurstAllowance}
-		required = append(required[:4:4], tierFields[8:]...)
+		required = append(required[:4:4], tierFields[len(tierFields)-4:]...) // the shadow's four
 	}
 	for _, field := range required {
 		if !present[field] {

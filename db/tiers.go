@@ -60,21 +60,7 @@ type limitsRow struct {
 }
 
 // Scan implements sql.Scanner; database/sql sets a nil *limitsRow for NULL.
-func (l *limitsRow) Scan(src any) error {
-	var b []byte
-	switch v := src.(type) {
-	case string:
-		b = []byte(v)
-	case []byte:
-		b = v
-	default:
-		return fmt.Errorf("shadow column holds %T, not JSON text", src)
-	}
-	if err := json.Unmarshal(b, l); err != nil {
-		return fmt.Errorf("shadow column: %w", err)
-	}
-	return nil
-}
+func (l *limitsRow) Scan(src any) error { return scanJSON("shadow", src, l) }
 
 // Value implements driver.Valuer; a nil *limitsRow is written NULL.
 func (l limitsRow) Value() (driver.Value, error) {
@@ -126,18 +112,21 @@ func (r *tierRow) tier() policy.Tier {
 type featureList []string
 
 // Scan implements sql.Scanner.
-func (f *featureList) Scan(src any) error {
+func (f *featureList) Scan(src any) error { return scanJSON("features", src, (*[]string)(f)) }
+
+// scanJSON reads src, the JSON text of column into v.
+func scanJSON(column string, src, v any) error {
 	var b []byte
-	switch v := src.(type) {
+	switch s := src.(type) {
 	case string:
-		b = []byte(v)
+		b = []byte(s)
 	case []byte:
-		b = v
+		b = s
 	default:
-		return fmt.Errorf("features column holds %T, not JSON text", src)
+		return fmt.Errorf("%s column holds %T, not JSON text", column, src)
 	}
-	if err := json.Unmarshal(b, (*[]string)(f)); err != nil {
-		return fmt.Errorf("features column: %w", err)
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s column: %w", column, err)
 	}
 	return nil
 }

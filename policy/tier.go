@@ -53,16 +53,11 @@ type Tier struct {
 	ID int64
 }
 
-// Ceiling returns the number of admitted requests window w may hold.
+// Ceiling returns the number of admitted requests window w may hold: the
+// rule of RequestLimits.Ceiling, for the tier's own limits.
 func (t *Tier) Ceiling(w Window) int64 {
-	switch w {
-	case Minute:
-		return t.RequestsPerMinute + t.BurstAllowance
-	case Hour:
-		return t.RequestsPerHour
-	default:
-		return t.RequestsPerDay
-	}
+	l := t.RequestLimits()
+	return l.Ceiling(w)
 }
 
 // Includes reports whether the tier's plan includes feature. An empty feature

@@ -100,19 +100,8 @@ func (t *Tier) ValidateFields() []FieldError {
 	if !ValidTierName(t.Name) {
 		errs = append(errs, FieldError{"name", "name must match [a-z0-9][a-z0-9_-]{0,62}"})
 	}
-	for _, l := range []struct {
-		field string
-		v     int64
-	}{
-		{"requests_per_minute", t.RequestsPerMinute},
-		{"requests_per_hour", t.RequestsPerHour},
-		{"requests_per_day", t.RequestsPerDay},
-		{"burst_allowance", t.BurstAllowance},
-	} {
-		if l.v < 0 || l.v > MaxLimit {
-			errs = append(errs, FieldError{l.field, l.field + " must be an integer from 0 to 2147483647"})
-		}
-	}
+	limits := t.RequestLimits()
+	errs = append(errs, limits.validate("")...)
 	errs = append(errs, t.validateMetering()...)
 	if t.Shadow != nil {
 		errs = append(errs, t.Shadow.validate("shadow.")...)

@@ -110,6 +110,8 @@ func TestLoad(t *testing.T) {
 
 	full := startService(t, bin, dir, fullDB, "FULL", time.Hour)
 	normal := startService(t, bin, dir, filepath.Join(dir, "normal.db"), "NORMAL", time.Hour)
+	metered := startService(t, bin, dir, filepath.Join(dir, "metered.db"), "FULL", time.Hour)
+	metered.meter(t)
 	base := startBaseline(t, "do-nothing handler", "POLICYGUARD_LOAD_BASELINE=1")
 	bare := startBaseline(t, "bare durable FULL", "POLICYGUARD_LOAD_BARE="+filepath.Join(dir, "bare.db"))
 	users := make([]string, cfg.users)
@@ -121,7 +123,7 @@ func TestLoad(t *testing.T) {
 	fmt.Fprintf(out, "load generator: %s\n", gen.name())
 
 	// Throughput and latency at cfg.conns connections.
-	targets := []*target{base, bare, full, normal}
+	targets := []*target{base, bare, full, normal, metered}
 	for _, tg := range targets {
 		gen.run(t, tg, cfg.conns, time.Second) // warm up
 	}
@@ -132,10 +134,10 @@ func TestLoad(t *testing.T) {
 		}
 	}
 	fmt.Fprintf(out, "\nPOST /v1/check, %d connections, %d rotating users, %s (median of %d rounds)\n", cfg.conns, cfg.users, gen.name(), cfg.rounds)
-	fmt.Fprintf(out, "%-22s %10s %8s %8s %8s %8s %8s   %s\n", "target", "req/s", "p50", "p90", "p99", "p99.9", "max", "req/s per round")
+	fmt.Fprintf(out, "%-26s %10s %8s %8s %8s %8s %8s   %s\n", "target", "req/s", "p50", "p90", "p99", "p99.9", "max", "req/s per round")
 	for _, tg := range targets {
 		m := medianResult(results[tg])
-		fmt.Fprintf(out, "%-22s %10.0f %8s %8s %8s %8s %8s   %v\n", tg.name, m.rps, ms(m.p50), ms(m.p90), ms(m.p99), ms(m.p999), ms(m.max), rates(results[tg]))
+		fmt.Fprintf(out, "%-26s %10.0f %8s %8s %8s %8s %8s   %v\n", tg.name, m.rps, ms(m.p50), ms(m.p90), ms(m.p99), ms(m.p999), ms(m.max), rates(results[tg]))
 	}
 	for _, r := range []struct {
 		name   string
@@ -154,6 +156,9 @@ func TestLoad(t *testing.T) {
 		}
 		fmt.Fprintln(out)
 	}
+	meterCost := medianRatio(results[full], results[metered])
+	fmt.Fprintf(out, "a metered check costs %.3fx an unmetered one per round %v   target <= 1.25x: %s\n",
+		meterCost, ratios(results[full], results[metered]), verdict(meterCost <= 1.25))
 	cost := 1 - medianRatio(results[full], results[normal])
 	fmt.Fprintf(out, "FULL costs %.1f%% of NORMAL's throughput   target <= 10%%: %s\n", 100*cost, verdict(cost <= 0.10))
 	p99 := medianResult(results[full]).p99
@@ -167,10 +172,10 @@ func TestLoad(t *testing.T) {
 		}
 	}
 	fmt.Fprintf(out, "\nPOST /v1/check, 1 connection, %s (median of %d rounds)\n", gen.name(), cfg.rounds)
-	fmt.Fprintf(out, "%-22s %10s %8s %8s %8s\n", "target", "req/s", "p50", "p99", "max")
+	fmt.Fprintf(out, "%-26s %10s %8s %8s %8s\n", "target", "req/s", "p50", "p99", "max")
 	for _, tg := range targets {
 		m := medianResult(single[tg])
-		fmt.Fprintf(out, "%-22s %10.0f %8s %8s %8s\n", tg.name, m.rps, ms(m.p50), ms(m.p99), ms(m.max))
+		fmt.Fprintf(out, "%-26s %10.0f %8s %8s %8s\n", tg.name, m.rps, ms(m.p50), ms(m.p99), ms(m.max))
 	}
 	p50 := medianResult(single[full]).p50
 	fmt.Fprintf(out, "FULL single-client median: %s   target < 1 ms: %s\n", ms(p50), verdict(p50 < time.Millisecond))
@@ -178,6 +183,7 @@ func TestLoad(t *testing.T) {
 	flatness(t, out, cfg, full)
 	full.stop(t)
 	normal.stop(t)
+	metered.stop(t)
 	base.stop(t)
 	bare.stop(t)
 
@@ -354,7 +360,7 @@ func seed(t *testing.T, path string, users []string, perUser int, from time.Time
 
 // checkBody is the body of a benchmark check for user.
 func checkBody(user string) string {
-	return fmt.Sprintf(`{"input_text":"Summarize the attached report in three sentences.","context":{"user_id":%q,"user_tier":%q,"feature":"summarize"}}`, user, loadTier)
+	return fmt.Sprintf(`{"input_text":"Summarize the attached report in three sentences.","tokens":100,"context":{"user_id":%q,"user_tier":%q,"feature":"summarize"}}`, user, loadTier)
 }
 
 // checkRequests returns one complete HTTP/1.1 check request per user.
@@ -520,8 +526,24 @@ func startService(t *testing.T, bin, dir, dbPath, sync string, cleanup time.Dura
 	tg.addr = strings.TrimPrefix(waitURL(t, stdout), "http://")
 	go io.Copy(io.Discard, stdout)
 
-	body := fmt.Sprintf(`{"requests_per_minute":%d,"requests_per_hour":%d,"requests_per_day":%d,"burst_allowance":0,"features":["*"]}`,
-		policy.MaxLimit, policy.MaxLimit, policy.MaxLimit)
+	tg.putTier(t, fmt.Sprintf(`{"requests_per_minute":%d,"requests_per_hour":%d,"requests_per_day":%d,"burst_allowance":0,"features":["*"]}`,
+		policy.MaxLimit, policy.MaxLimit, policy.MaxLimit))
+	return tg
+}
+
+// meter makes tg's benchmark tier meter calls, with limits no check
+// reaches: every check then also opens a call that reserves its tokens,
+// and no call is finished, so each stays open until it expires.
+func (tg *target) meter(t *testing.T) {
+	tg.name += ", metered"
+	tg.putTier(t, fmt.Sprintf(`{"requests_per_minute":%d,"requests_per_hour":%d,"requests_per_day":%d,"burst_allowance":0,"features":["*"],`+
+		`"tokens_per_minute":%[1]d,"tokens_per_hour":%[1]d,"tokens_per_day":%[1]d,"max_concurrent":%[1]d}`,
+		policy.MaxLimit, policy.MaxLimit, policy.MaxLimit))
+}
+
+// putTier creates or replaces the benchmark tier of tg with body.
+func (tg *target) putTier(t *testing.T, body string) {
+	t.Helper()
 	req, _ := http.NewRequest(http.MethodPut, "http://"+tg.addr+"/v1/tiers/"+loadTier, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+token)
 	res, err := http.DefaultClient.Do(req)
@@ -530,9 +552,8 @@ func startService(t *testing.T, bin, dir, dbPath, sync string, cleanup time.Dura
 	}
 	res.Body.Close()
 	if res.StatusCode != http.StatusOK && res.StatusCode != http.StatusCreated {
-		t.Fatalf("create tier: %s", res.Status)
+		t.Fatalf("put tier: %s", res.Status)
 	}
-	return tg
 }
 
 // startBaseline runs this test binary again as a baseline server: env

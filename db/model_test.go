@@ -712,6 +712,10 @@ type modelHarness struct {
 	// callIDs are the calls opened in this sequence, in order; operations
 	// name them by index, one past the end being an id never issued.
 	callIDs []string
+	// lagging holds the users whose record the other store wrote since a
+	// check of them or a write through this store: this store's memory of
+	// it, which previews read, may be older.
+	lagging map[string]bool
 	// stats counts what the sequences exercised, by outcome.
 	stats map[string]int
 }
@@ -739,7 +743,7 @@ func newModelHarness(tb testing.TB) *modelHarness {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { store.Close() })
-	h := &modelHarness{store: store, stats: map[string]int{}}
+	h := &modelHarness{store: store, stats: map[string]int{}, lagging: map[string]bool{}}
 	clock := policy.WithClock(func() time.Time { return h.now })
 	h.svc = policy.NewService(store, store, clock, policy.WithCallTimeout(modelCallTimeout), policy.WithUsers(store))
 	h.distrusting = policy.NewService(store, store, clock, policy.WithCallTimeout(modelCallTimeout), policy.WithUsers(store),
@@ -781,6 +785,7 @@ func (h *modelHarness) run(tb testing.TB, name string, data []byte) {
 	h.ref = &refModel{tiers: map[string]refLimits{}, users: map[string]refUser{}, hist: map[string][]refRecord{},
 		calls: map[string]*refCall{}, tokens: map[string][]refTokens{}, timeout: modelCallTimeout}
 	h.callIDs = h.callIDs[:0]
+	clear(h.lagging)
 	for _, u := range modelUsers {
 		if err := h.svc.Forget(ctx, u); err != nil {
 			tb.Fatal(err)
@@ -817,6 +822,11 @@ func (h *modelHarness) run(tb testing.TB, name string, data []byte) {
 				run.fatalf("prune: %v", err)
 			}
 			h.ref.prune(cutoff)
+			if len(h.lagging) == 0 {
+				// Previews mid-sequence, on what pruning left, when no
+				// record in memory can lag.
+				h.comparePreviews(run)
+			}
 		}
 	}
 	h.compareHistories(run)
@@ -905,11 +915,12 @@ func (h *modelHarness) comparePreviews(run *modelRun) {
 	// A preview reads records from the store's memory, which may lag
 	// behind a write through the other store until a check of the user
 	// reads it: bring it up to date, as such a check would.
-	for _, u := range modelUsers {
+	for u := range h.lagging {
 		if _, err := h.store.User(ctx, u); err != nil && policy.ErrorCode(err) != policy.ENOTFOUND {
 			run.fatalf("user %s: %v", u, err)
 		}
 	}
+	clear(h.lagging)
 	now := h.now.Truncate(time.Microsecond)
 	match := func(what string, got policy.Preview, tier string, window time.Duration, c [3]int64, over func(string) ([3]int64, bool)) {
 		run.tb.Helper()
@@ -1003,6 +1014,11 @@ func (h *modelHarness) setUser(run *modelRun, op modelOp) {
 			run.fatalf("delete user: %v, reference has a record: %v", err, had)
 		}
 		delete(h.ref.users, user)
+		if had {
+			// A delete that finds no record changes nothing, memory
+			// included.
+			h.lag(user, op.other)
+		}
 		return
 	}
 	r := policy.UserRecord{UserID: user, Tier: op.user2.tier}
@@ -1028,6 +1044,16 @@ func (h *modelHarness) setUser(run *modelRun, op modelOp) {
 		run.fatalf("put user: %v", err)
 	}
 	h.ref.users[user] = op.user2
+	h.lag(user, op.other)
+}
+
+// lag notes whether user's record was last written by the other store.
+func (h *modelHarness) lag(user string, other bool) {
+	if other {
+		h.lagging[user] = true
+	} else {
+		delete(h.lagging, user)
+	}
 }
 
 // check runs one check on both sides, compares every field of the answers
@@ -1043,6 +1069,8 @@ func (h *modelHarness) check(run *modelRun, user, tier string, tokens int64, dry
 	if err != nil {
 		run.fatalf("check: %v", err)
 	}
+	// A check reads its user's record as stored whenever memory lags.
+	delete(h.lagging, user)
 	name, limits := h.ref.limits(user, tier, !distrust, modelTiers[0])
 	want := h.ref.check(user, name, limits, tokens, h.now, dryRun, got.CallID)
 	h.compare(run, "check", got, want)

@@ -43,14 +43,31 @@ type meteredSoak struct {
 	open map[string]map[string]time.Time // user -> call id -> when the client learnt of it (real time)
 }
 
-// sureOpen returns how many calls of user the client holds unfinished and
-// learnt of within soakSureOpen: calls the service surely counts in flight.
-func (m *meteredSoak) sureOpen(user string) int {
+// sureOpen returns the calls of user the client holds unfinished and
+// learnt of within soakSureOpen: calls the service surely counts in flight
+// while the client still holds them.
+func (m *meteredSoak) sureOpen(user string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var ids []string
+	for id, at := range m.open[user] {
+		if time.Since(at) < soakSureOpen {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// stillOpen returns how many of ids the client still holds open for user.
+// A call leaves the client's set before its finish is sent, so a call in
+// the set both before a check was sent and after its answer came was open
+// in the service throughout the check.
+func (m *meteredSoak) stillOpen(user string, ids []string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n := 0
-	for _, at := range m.open[user] {
-		if time.Since(at) < soakSureOpen {
+	for _, id := range ids {
+		if _, ok := m.open[user][id]; ok {
 			n++
 		}
 	}
@@ -95,7 +112,7 @@ func runMeteredSoak(ctx context.Context, wg *sync.WaitGroup, url string, workers
 			for ctx.Err() == nil {
 				user := fmt.Sprintf("soak-metered-%d", rng.IntN(soakMeteredUsers))
 				reserve := 100 + rng.Int64N(900)
-				before := m.sureOpen(user)
+				held := m.sureOpen(user)
 				status, body, err := post(client, "/v1/check", fmt.Sprintf(`{"context":{"user_id":%q,"user_tier":%q},"tokens":%d}`, user, soakMeteredTier, reserve))
 				if err != nil {
 					if ctx.Err() == nil {
@@ -128,6 +145,7 @@ func runMeteredSoak(ctx context.Context, wg *sync.WaitGroup, url string, workers
 					continue
 				}
 				m.admitted.Add(1)
+				before := m.stillOpen(user, held)
 				over := d.Concurrency.InFlight > soakMaxConc || before+1 > soakMaxConc
 				for _, win := range []string{"minute", "hour"} {
 					if tk := d.Windows[win].Tokens; tk == nil || tk.Used > tk.Limit {

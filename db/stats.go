@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"strings"
 	"sync"
 	"time"
@@ -23,22 +24,19 @@ type countKey struct {
 
 // checkCounts accumulates the counts of checks in memory until the writer's
 // next commit stores them (see flush), so that counting a check costs a map
-// update and no write of its own. It also remembers each user's last tier,
-// for the share of a limit the overview shows. It is safe for concurrent
-// use.
+// update and no write of its own. It is safe for concurrent use.
 type checkCounts struct {
 	// flushed is when the writer last stored counts; only its goroutine
 	// touches it.
 	flushed time.Time
 
-	mu       sync.Mutex
-	pending  map[countKey]int64
-	spare    map[countKey]int64 // the map flushed last, emptied, for reuse
-	lastTier map[string]string
+	mu      sync.Mutex
+	pending map[countKey]int64
+	spare   map[countKey]int64 // the map flushed last, emptied, for reuse
 }
 
 func newCheckCounts() *checkCounts {
-	return &checkCounts{pending: make(map[countKey]int64), spare: make(map[countKey]int64), lastTier: make(map[string]string)}
+	return &checkCounts{pending: make(map[countKey]int64), spare: make(map[countKey]int64)}
 }
 
 // CountCheck implements policy.CheckCounter. The count is stored by the
@@ -50,24 +48,23 @@ func (s *Store) CountCheck(at time.Time, user, tier, reason string) {
 	k := countKey{minute: at.Unix() / 60, tier: tier, reason: reason}
 	c.mu.Lock()
 	c.pending[k]++
-	if c.lastTier[user] != tier {
-		if len(c.lastTier) >= maxCachedUsers {
-			for u := range c.lastTier { // forget one user, effectively at random
-				delete(c.lastTier, u)
-				break
-			}
-		}
-		c.lastTier[user] = tier
-	}
 	c.mu.Unlock()
 }
 
-// LastTier implements policy.StatsStore.
-func (s *Store) LastTier(user string) (string, bool) {
-	s.counts.mu.Lock()
-	defer s.counts.mu.Unlock()
-	t, ok := s.counts.lastTier[user]
-	return t, ok
+// LastTier implements policy.StatsStore: one seek to the user's newest
+// request, whose tier_id names the tier (NULL for rows from before tier
+// ids were recorded).
+func (s *Store) LastTier(ctx context.Context, user string) (string, bool, error) {
+	var name sql.NullString
+	err := s.db.QueryRowContext(ctx, `SELECT (SELECT name FROM tier_ids WHERE id = r.tier_id)
+		FROM requests r WHERE r.user_id = ? ORDER BY r.ts DESC LIMIT 1`, user).Scan(&name)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, unavailable(err)
+	}
+	return name.String, name.Valid, nil
 }
 
 // countsFlushInterval is how often commits store counts: a commit that

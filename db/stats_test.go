@@ -45,9 +45,6 @@ func TestCountsFlushWithCommits(t *testing.T) {
 	if b := got[2]; b.Tier != "pro" || b.Refused != 0 || b.Shadow["minute"] != 1 {
 		t.Errorf("pro at t0: %+v", b)
 	}
-	if tier, ok := s.LastTier("v"); !ok || tier != "pro" {
-		t.Errorf("LastTier(v) = %q, %v", tier, ok)
-	}
 	// Per hour, from one row per key.
 	hourly, err := s.Stats(ctx, t0, t0.Add(time.Hour), time.Hour, "free")
 	if err != nil {
@@ -156,5 +153,44 @@ func TestSessions(t *testing.T) {
 	}
 	if _, err := s.Session(ctx, id); policy.ErrorCode(err) != policy.ENOTFOUND {
 		t.Errorf("expired session after cleanup: %v, want ENOTFOUND", err)
+	}
+}
+
+// LastTier names the tier of a user's newest request, whatever process
+// recorded it, and nothing for a user without requests or whose newest
+// request carries no tier.
+func TestLastTier(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, filepath.Join(t.TempDir(), "test.db"))
+	record := func(user, tier string, at time.Time) {
+		t.Helper()
+		var id int64
+		if tier != "" {
+			tr, err := s.Tier(ctx, tier)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id = tr.ID
+		}
+		if err := s.Admit(ctx, user, func(policy.History) (policy.Admission, error) {
+			return policy.Admission{At: at, Record: true, TierID: id}, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record("v", "free", t0)
+	record("v", "pro", t0.Add(time.Second))
+	record("w", "", t0)
+	for _, tc := range []struct {
+		user, want string
+		ok         bool
+	}{
+		{"v", "pro", true},
+		{"w", "", false},
+		{"nobody", "", false},
+	} {
+		if got, ok, err := s.LastTier(ctx, tc.user); err != nil || got != tc.want || ok != tc.ok {
+			t.Errorf("LastTier(%s) = %q, %v, %v; want %q, %v", tc.user, got, ok, err, tc.want, tc.ok)
+		}
 	}
 }

@@ -145,7 +145,11 @@ func (s *Service) TopUsers(ctx context.Context, periods []StatsPeriod, n int) ([
 		for i, u := range users {
 			tu, ok := shares[u.UserID]
 			if !ok {
-				tu = TopUser{UserID: u.UserID, Share: -1, Tier: s.UserTier(u.UserID)}
+				tier, err := s.UserTier(ctx, u.UserID)
+				if err != nil {
+					return nil, err
+				}
+				tu = TopUser{UserID: u.UserID, Share: -1, Tier: tier}
 				t, known := tiers[tu.Tier]
 				if !known {
 					if tt, err := s.tiers.Tier(ctx, tu.Tier); err == nil {
@@ -188,15 +192,16 @@ func TightestShare(states [len(Windows)]WindowState) (float64, Window) {
 	return best, bw
 }
 
-// UserTier returns the tier userID was last checked under as far as the
-// service remembers, or else the default tier.
-func (s *Service) UserTier(userID string) string {
+// UserTier returns the tier of userID's newest recorded request, or else
+// the default tier.
+func (s *Service) UserTier(ctx context.Context, userID string) (string, error) {
 	if s.stats != nil {
-		if t, ok := s.stats.LastTier(userID); ok {
-			return t
+		t, ok, err := s.stats.LastTier(ctx, userID)
+		if err != nil || ok {
+			return t, err
 		}
 	}
-	return s.defaultTier
+	return s.defaultTier, nil
 }
 
 // UserDay returns userID's requests over the last day in buckets of size

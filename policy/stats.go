@@ -104,7 +104,7 @@ type StatsStore interface {
 	UserRequests(ctx context.Context, user string, from, to time.Time, bucket time.Duration) ([]int64, error)
 	// CallsInFlight returns the calls open at now per tier.
 	CallsInFlight(ctx context.Context, now time.Time) (map[string]int64, error)
-	// LastTier returns the tier user was last checked under, as far as this
-	// process remembers; ok is false when it does not.
-	LastTier(user string) (tier string, ok bool)
+	// LastTier returns the tier of user's newest recorded request; ok is
+	// false when none is recorded with its tier.
+	LastTier(ctx context.Context, user string) (tier string, ok bool, err error)
 }

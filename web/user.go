@@ -45,7 +45,10 @@ func (a *Admin) userDay(ctx context.Context, user, tierName string) (*adminUserD
 		return nil, nil
 	}
 	if tierName == "" {
-		tierName = a.svc.UserTier(user)
+		var err error
+		if tierName, err = a.svc.UserTier(ctx, user); err != nil {
+			return nil, err
+		}
 	}
 	counts, from, err := a.svc.UserDay(ctx, user, userDayBucket)
 	if err != nil {

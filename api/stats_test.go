@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ type statsAnswer struct {
 			Admitted  int64            `json:"admitted"`
 			Refused   int64            `json:"refused"`
 			RefusedBy map[string]int64 `json:"refused_by"`
+			Shadow    map[string]int64 `json:"shadow_refused"`
 		} `json:"buckets"`
 	} `json:"tiers"`
 }
@@ -38,11 +40,12 @@ func (tl tally) add(at time.Time, key string) {
 
 // TestStatsMatchCheckAnswers runs a script of checks over three hours of a
 // manual clock and compares GET /v1/stats, per minute and per hour, with
-// what /v1/check answered: admissions, and refusals by the limit named in
-// each answer.
+// what /v1/check answered: admissions, refusals by the limit named in each
+// answer, and the refusals the tier's shadow limits would have made.
 func TestStatsMatchCheckAnswers(t *testing.T) {
 	e := newEnv(t)
-	e.putTier("tight", `{"requests_per_minute":2,"requests_per_hour":5,"requests_per_day":100,"burst_allowance":0,"features":["chat"]}`)
+	e.putTier("tight", `{"requests_per_minute":2,"requests_per_hour":5,"requests_per_day":100,"burst_allowance":0,"features":["chat"],`+
+		`"shadow":{"requests_per_minute":1,"requests_per_hour":4,"requests_per_day":100,"burst_allowance":0}}`)
 	reasons := map[string]string{
 		"per-minute limit exceeded": "minute",
 		"per-hour limit exceeded":   "hour",
@@ -55,6 +58,9 @@ func TestStatsMatchCheckAnswers(t *testing.T) {
 		rec := e.do("POST", "/v1/check", body, false)
 		var d struct {
 			Reason *string `json:"reason"`
+			Shadow *struct {
+				Reason *string `json:"reason"`
+			} `json:"shadow"`
 		}
 		if err := json.Unmarshal(rec.Body.Bytes(), &d); err != nil {
 			t.Fatalf("check: %v: %s", err, rec.Body)
@@ -74,6 +80,13 @@ func TestStatsMatchCheckAnswers(t *testing.T) {
 		now := e.clock.Now().UTC()
 		perMinute.add(now.Truncate(time.Minute), key)
 		perHour.add(now.Truncate(time.Hour), key)
+		if d.Shadow == nil {
+			t.Fatalf("check of a tier with shadow limits answered no shadow verdict: %s", rec.Body)
+		}
+		if r := d.Shadow.Reason; r != nil {
+			perMinute.add(now.Truncate(time.Minute), "shadow_"+reasons[*r])
+			perHour.add(now.Truncate(time.Hour), "shadow_"+reasons[*r])
+		}
 	}
 	// A dry run is not counted.
 	if rec := e.do("POST", "/v1/check?dry_run=true", `{"context":{"user_id":"a","user_tier":"tight"}}`, false); rec.Code != 200 {
@@ -123,6 +136,12 @@ func TestStatsMatchCheckAnswers(t *testing.T) {
 			}
 			var refused int64
 			for k, n := range want {
+				if w, ok := strings.CutPrefix(k, "shadow_"); ok {
+					if b.Shadow[w] != n {
+						t.Errorf("stats %s %s: shadow refused by %s %d, want %d", tc.period, b.Start.Format(time.TimeOnly), w, b.Shadow[w], n)
+					}
+					continue
+				}
 				if k != "admitted" {
 					refused += n
 					if b.RefusedBy[k] != n {

@@ -178,6 +178,9 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 	}
 	if s.counter != nil && !dryRun {
 		s.counter.CountCheck(c.Now, req.UserID, tier.Name, CountReason(&d))
+		if d.Shadow != nil && !d.Shadow.Allowed {
+			s.counter.CountCheck(c.Now, req.UserID, tier.Name, ShadowReason(d.Shadow.Blocked))
+		}
 	}
 	return d, nil
 }

@@ -18,20 +18,20 @@ var callQueries = map[query]string{
 	qTokLast:       `SELECT ts, total FROM call_tokens WHERE user_id = ? ORDER BY ts DESC LIMIT 1`,
 	qTokFirstAfter: `SELECT ts, total - tokens FROM call_tokens WHERE user_id = ? AND ts > ? ORDER BY ts LIMIT 1`,
 	// The same for three cutoffs, in one statement.
-	qTokFirstAfter3: `SELECT 0, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?2 ORDER BY ts LIMIT 1)
-		UNION ALL SELECT 1, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?3 ORDER BY ts LIMIT 1)
-		UNION ALL SELECT 2, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?4 ORDER BY ts LIMIT 1)`,
+	qTokFirstAfter3: `SELECT 0, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?2 ORDER BY ts LIMIT 1) a
+		UNION ALL SELECT 1, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?3 ORDER BY ts LIMIT 1) b
+		UNION ALL SELECT 2, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?4 ORDER BY ts LIMIT 1) c`,
 	// The same, reading ahead: at most readahead rows after each cutoff,
 	// for the writer's token cursors.
-	qTokRowsAfter3: `SELECT 0, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?2 ORDER BY ts LIMIT 8)
-		UNION ALL SELECT 1, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?3 ORDER BY ts LIMIT 8)
-		UNION ALL SELECT 2, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?4 ORDER BY ts LIMIT 8)`,
+	qTokRowsAfter3: `SELECT 0, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?2 ORDER BY ts LIMIT 8) a
+		UNION ALL SELECT 1, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?3 ORDER BY ts LIMIT 8) b
+		UNION ALL SELECT 2, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?4 ORDER BY ts LIMIT 8) c`,
 	qTokReaching: `SELECT ts FROM call_tokens WHERE user_id = ? AND total >= ? ORDER BY total LIMIT 1`,
 	qTokInsert:   `INSERT INTO call_tokens (user_id, ts, tokens, total) VALUES (?, ?, ?, ?)`,
 	qTokForget:   `DELETE FROM call_tokens WHERE user_id = ?`,
 	qTokNextUser: `SELECT user_id FROM call_tokens WHERE user_id > ? ORDER BY user_id LIMIT 1`,
 	qTokPrune:    `DELETE FROM call_tokens WHERE user_id = ? AND ts <= ?`,
-	qOpenCalls: `SELECT count(*), coalesce(sum(reserved), 0), coalesce(min(expires_at), 0)
+	qOpenCalls: `SELECT count(*), CAST(coalesce(sum(reserved), 0) AS BIGINT), coalesce(min(expires_at), 0)
 		FROM calls WHERE user_id = ? AND finished_at IS NULL`,
 	qNextExpiry: `SELECT expires_at FROM calls WHERE user_id = ? AND finished_at IS NULL ORDER BY expires_at LIMIT 1`,
 	qExpiredCalls: `SELECT id, reserved, expires_at FROM calls

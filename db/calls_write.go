@@ -185,6 +185,20 @@ func getCall(q rowQuerier, id string) (callRow, error) {
 	return r, nil
 }
 
+// lockedCall reads the call named id with its user's lock held (see
+// lockUser): on PostgreSQL it reads the call, takes the lock, and reads the
+// call again, as it stands once no other write of the user can change it.
+func (tx *writeTx) lockedCall(id string) (callRow, error) {
+	r, err := getCall(tx, id)
+	if err != nil || tx.w != nil {
+		return r, err
+	}
+	if err := tx.lockUser(r.user); err != nil {
+		return r, err
+	}
+	return getCall(tx, id)
+}
+
 func (r *callRow) call(id string) policy.Call {
 	c := policy.Call{
 		ID: id, UserID: r.user, Tier: r.tier, Reserved: r.reserved,
@@ -215,7 +229,7 @@ func (s *Store) FinishCall(ctx context.Context, id string, tokens *int64, now ti
 }
 
 func (tx *writeTx) finishCall(id string, tokens *int64, now int64) (policy.Call, error) {
-	r, err := getCall(tx, id)
+	r, err := tx.lockedCall(id)
 	if err != nil {
 		return policy.Call{}, err
 	}
@@ -280,7 +294,7 @@ func (tx *writeTx) finishCall(id string, tokens *int64, now int64) (policy.Call,
 func (s *Store) KeepAlive(ctx context.Context, id string, now, expiresAt time.Time) (policy.Call, error) {
 	var c policy.Call
 	err := s.writer.do(ctx, func(tx *writeTx) error {
-		r, err := getCall(tx, id)
+		r, err := tx.lockedCall(id)
 		if err != nil {
 			return err
 		}
@@ -315,6 +329,9 @@ func pruneCallsStep(tx *writeTx, cursor string, cutoff int64) (deleted int64, ne
 		}
 		if err != nil {
 			return 0, "", false, unavailable(err)
+		}
+		if err := tx.lockUser(user); err != nil {
+			return 0, "", false, err
 		}
 		st, err := tx.userOf(user)
 		if err != nil {
@@ -352,6 +369,9 @@ func pruneTokensStep(tx *writeTx, cursor string, cutoff int64) (deleted int64, n
 		}
 		if err != nil {
 			return 0, "", false, unavailable(err)
+		}
+		if err := tx.lockUser(user); err != nil {
+			return 0, "", false, err
 		}
 		bound, partial := cutoff, false
 		var nth int64

@@ -1,5 +1,12 @@
-// Package db stores tiers and admitted requests in SQLite. It implements the
-// storage interfaces of package policy.
+// Package db stores tiers, user records and admitted requests in SQLite
+// or PostgreSQL. It implements the storage interfaces of package policy.
+//
+// Both databases run the same code and, but for a few texts (see dialect),
+// the same statements. They differ in who writes: on SQLite one writer
+// goroutine commits every write of the process, many per transaction (see
+// writer), and keeps what it wrote in memory; on PostgreSQL each write is
+// a transaction of its own, and a per-user lock orders the writes of one
+// user across every process that shares the database (see pgWriter).
 package db
 
 import (
@@ -19,7 +26,6 @@ import (
 	"github.com/pressly/goose/v3"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
-	"github.com/policyguard/policyguard/migrations"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -39,12 +45,12 @@ const (
 	SyncNormal = "NORMAL"
 )
 
-// Store is a SQLite database of tiers and admitted requests. It is safe for
-// concurrent use. All writes go through one writer goroutine that commits
-// many of them per transaction; reads use a pool of connections.
+// Store is a database of tiers, user records and admitted requests, in
+// SQLite or PostgreSQL. It is safe for concurrent use.
 type Store struct {
 	db     *sqlx.DB
-	writer *writer
+	d      *dialect
+	writer writes
 	reads  [numQueries]*sql.Stmt // View's statements on the read pool (see readQueries)
 
 	tiers       atomic.Pointer[tierCache]
@@ -59,12 +65,27 @@ type Store struct {
 	closeErr  error
 }
 
+// writes runs the store's writes, each job in a transaction: the SQLite
+// writer, or a transaction per job on PostgreSQL.
+type writes interface {
+	// do runs fn in a transaction and returns once it committed (nil)
+	// or failed.
+	do(ctx context.Context, fn func(tx *writeTx) error) error
+	// admit runs an admission of user (see Store.Admit).
+	admit(ctx context.Context, user string, decide func(policy.History) (policy.Admission, error)) error
+	// close waits for the writes under way and refuses new ones.
+	close() error
+}
+
 type options struct {
 	synchronous string
 	readConns   int
 	maxBatch    int
 	busyTimeout time.Duration
 	commitDelay time.Duration // < 0: the default for the synchronous mode
+
+	poolSize         int
+	statementTimeout time.Duration
 }
 
 // Option configures Open.
@@ -75,7 +96,8 @@ type Option func(*options)
 func WithSynchronous(mode string) Option { return func(o *options) { o.synchronous = mode } }
 
 // WithBusyTimeout sets how long a statement waits for a lock another
-// connection or process holds before it fails (default 5s).
+// connection or process holds before it fails (default 5s): SQLite's busy
+// timeout, PostgreSQL's lock_timeout.
 func WithBusyTimeout(d time.Duration) Option { return func(o *options) { o.busyTimeout = d } }
 
 // DefaultCommitDelay is how long, with SyncFull, the writer waits for more
@@ -94,13 +116,23 @@ func WithCommitDelay(d time.Duration) Option { return func(o *options) { o.commi
 // most (default 256).
 func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
 
-// Open opens the database at path, creating it (mode 0600) if it does not
-// exist, and applies every pending migration. Close releases it.
-func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
-	o := options{synchronous: SyncFull, readConns: 4, maxBatch: 256, busyTimeout: 5 * time.Second, commitDelay: -1}
+// Open opens the database that dsn names and applies every pending
+// migration. A URL that begins with postgres:// or postgresql:// is a
+// PostgreSQL database (see IsPostgres); anything else is the path of a
+// SQLite file, created (mode 0600) if it does not exist. Close releases it.
+func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
+	o := options{synchronous: SyncFull, readConns: 4, maxBatch: 256, busyTimeout: 5 * time.Second, commitDelay: -1,
+		poolSize: DefaultPoolSize, statementTimeout: DefaultStatementTimeout}
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if IsPostgres(dsn) {
+		return openPostgres(ctx, dsn, &o)
+	}
+	return openSQLite(ctx, dsn, &o)
+}
+
+func openSQLite(ctx context.Context, path string, o *options) (*Store, error) {
 	switch o.synchronous = strings.ToUpper(o.synchronous); o.synchronous {
 	case SyncFull, SyncNormal:
 	default:
@@ -124,7 +156,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	sdb.SetMaxOpenConns(o.readConns + 1)
 	sdb.SetMaxIdleConns(o.readConns + 1)
 
-	s := &Store{db: sdb, counts: newCheckCounts()}
+	s := &Store{db: sdb, d: sqliteDialect, counts: newCheckCounts()}
 	if err := s.migrate(ctx); err != nil {
 		sdb.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -135,27 +167,32 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 			o.commitDelay = DefaultCommitDelay
 		}
 	}
-	if s.writer, err = newWriter(ctx, sdb.DB, o.maxBatch, o.commitDelay); err != nil {
+	w, err := newWriter(ctx, sdb.DB, o.maxBatch, o.commitDelay)
+	if err != nil {
 		sdb.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if err := s.initTiers(ctx); err != nil {
-		s.Close()
+	w.counts = s.counts // each commit stores them
+	s.writer = w
+	if err := s.start(ctx); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if err := s.initUsers(ctx); err != nil {
-		s.Close()
-		return nil, fmt.Errorf("%s: %w", path, err)
+	return s, nil
+}
+
+// start loads what the store keeps in memory and starts storing the counts
+// of checks; on failure it closes the store.
+func (s *Store) start(ctx context.Context) error {
+	for _, init := range []func(context.Context) error{s.initTiers, s.initUsers, s.prepareReads} {
+		if err := init(ctx); err != nil {
+			s.Close()
+			return err
+		}
 	}
-	if err := s.prepareReads(ctx); err != nil {
-		s.Close()
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	s.writer.counts = s.counts
 	flushCtx, stop := context.WithCancel(context.Background())
 	s.stopFlusher = stop
 	go s.flushCountsEvery(flushCtx, time.Second)
-	return s, nil
+	return nil
 }
 
 // createFile creates path with mode 0600 when it does not exist, so the
@@ -180,7 +217,7 @@ func createFile(path string) error {
 }
 
 func (s *Store) migrate(ctx context.Context) error {
-	p, err := goose.NewProvider(goose.DialectSQLite3, s.db.DB, migrations.FS)
+	p, err := goose.NewProvider(s.d.goose, s.db.DB, s.d.migrations)
 	if err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}
@@ -194,7 +231,7 @@ func (s *Store) migrate(ctx context.Context) error {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	if current > target {
-		return fmt.Errorf("database schema version %d is newer than this binary's %d: run a newer policyguard", current, target)
+		return fmt.Errorf("%s schema version %d is newer than this binary's %d: run a newer policyguard", s.d.name, current, target)
 	}
 	return nil
 }
@@ -217,7 +254,7 @@ func (s *Store) Close() error {
 			s.stopFlusher()
 		}
 		if s.writer != nil {
-			if s.writer.counts != nil && !s.counts.empty() {
+			if !s.counts.empty() {
 				err = s.FlushCounts(context.Background())
 			}
 			err = errors.Join(err, s.writer.close())

@@ -733,12 +733,12 @@ func (h *modelHarness) callID(i int) string {
 	return h.callIDs[i]
 }
 
-func newModelHarness(tb testing.TB) *modelHarness {
+// newModelHarness opens its stores on dsn, a new database.
+func newModelHarness(tb testing.TB, dsn string) *modelHarness {
 	tb.Helper()
 	// NORMAL keeps every commit across a crash of the process, which is all
 	// a test needs, and spares thousands of fsyncs.
-	path := filepath.Join(tb.TempDir(), "model.db")
-	store, err := db.Open(context.Background(), path, db.WithSynchronous(db.SyncNormal))
+	store, err := db.Open(context.Background(), dsn, db.WithSynchronous(db.SyncNormal))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -748,7 +748,7 @@ func newModelHarness(tb testing.TB) *modelHarness {
 	h.svc = policy.NewService(store, store, clock, policy.WithCallTimeout(modelCallTimeout), policy.WithUsers(store))
 	h.distrusting = policy.NewService(store, store, clock, policy.WithCallTimeout(modelCallTimeout), policy.WithUsers(store),
 		policy.WithTrustClientTier(false), policy.WithDefaultTier(modelTiers[0]))
-	other, err := db.Open(context.Background(), filepath.Join(filepath.Dir(path), "model.db"), db.WithSynchronous(db.SyncNormal))
+	other, err := db.Open(context.Background(), dsn, db.WithSynchronous(db.SyncNormal))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -1301,42 +1301,44 @@ func (h *modelHarness) compareHistories(run *modelRun) {
 // -model.seqs sets how many (150 by default, a tenth of it under -race;
 // CI runs thousands).
 func TestModel(t *testing.T) {
-	seed := *modelSeed
-	if seed == 0 {
-		seed = rand.Uint64()
-	}
-	t.Logf("seed %d (reproduce with -model.seed=%d)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, 0))
-	h := newModelHarness(t)
-	n := *modelSeqs
-	if raceEnabled || testing.Short() {
-		n = max(n/10, 1)
-	}
-	var checks, ops int
-	for i := range n {
-		data := make([]byte, 64+rng.IntN(512))
-		for j := range data {
-			data[j] = byte(rng.Uint32())
+	eachBackend(t, func(t *testing.T, bk backend) {
+		seed := *modelSeed
+		if seed == 0 {
+			seed = rand.Uint64()
 		}
-		name := fmt.Sprintf("sequence %d of -model.seed=%d (fuzz input %s)", i, seed, hex.EncodeToString(data))
-		h.run(t, name, data)
-		_, seqOps := decodeOps(data)
-		ops += len(seqOps)
-		for _, op := range seqOps {
-			if op.kind == opCheck || op.kind == opDryRun {
-				checks++
+		t.Logf("seed %d (reproduce with -model.seed=%d)", seed, seed)
+		rng := rand.New(rand.NewPCG(seed, 0))
+		h := newModelHarness(t, bk.newDSN(t))
+		n := *modelSeqs
+		if raceEnabled || testing.Short() {
+			n = max(n/10, 1)
+		}
+		var checks, ops int
+		for i := range n {
+			data := make([]byte, 64+rng.IntN(512))
+			for j := range data {
+				data[j] = byte(rng.Uint32())
+			}
+			name := fmt.Sprintf("sequence %d of -model.seed=%d (fuzz input %s)", i, seed, hex.EncodeToString(data))
+			h.run(t, name, data)
+			_, seqOps := decodeOps(data)
+			ops += len(seqOps)
+			for _, op := range seqOps {
+				if op.kind == opCheck || op.kind == opDryRun {
+					checks++
+				}
 			}
 		}
-	}
-	t.Logf("%d sequences, %d operations, %d checks: store and reference agree", n, ops, checks)
-	t.Logf("outcomes: %v", h.stats)
+		t.Logf("%d sequences, %d operations, %d checks: store and reference agree", n, ops, checks)
+		t.Logf("outcomes: %v", h.stats)
+	})
 }
 
 // FuzzModel lets the fuzzer write the sequences. Its seed corpus is in
 // testdata/fuzz/FuzzModel.
 func FuzzModel(f *testing.F) {
 	f.Add([]byte{})
-	h := newModelHarness(f)
+	h := newModelHarness(f, filepath.Join(f.TempDir(), "model.db"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 2048 {
 			data = data[:2048] // a few hundred operations is plenty; more only slows the fuzzer

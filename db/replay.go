@@ -15,21 +15,23 @@ import (
 
 var _ policy.ReplayStore = (*Store)(nil)
 
-// replayQuery reads one tier's requests for a preview, one row per user
-// holding the user's times, comma-separated: a row per request through
-// database/sql costs more than the replay itself. With no index on tier_id
+// replayFrom ends the query (dialect.replay) that reads one tier's
+// requests for a preview, one row per user holding the user's times,
+// comma-separated: a row per request through database/sql costs more than
+// the replay itself. With no index on tier_id
 // it reads the table in key order, (user_id, ts), which groups it by user
 // in time order already, and each row is read once. Its cost grows with
 // the table, not with any window. group_concat keeps the order rows come
 // in, which SQLite does not promise; ReplayRequests sorts a user's times
 // should they ever come out of order, rather than asking SQLite to sort
 // every group (ORDER BY inside group_concat, which doubles the cost).
+// PostgreSQL's string_agg is asked to sort: it has no order of its own.
 //
 // It reads replayChunk users at a time, after the last one read, each
 // chunk a read of its own: a single read transaction held for the whole
 // preview would keep every checkpoint from passing the start of it, and
 // the writer would then copy the whole backlog in one commit after it.
-const replayQuery = `SELECT user_id, group_concat(ts, ',') FROM requests
+const replayFrom = `FROM requests
 	WHERE user_id > ? AND tier_id = ? AND ts > ? AND ts <= ?
 	GROUP BY user_id ORDER BY user_id LIMIT ?`
 
@@ -57,7 +59,7 @@ func (s *Store) ReplayRequests(ctx context.Context, tierID int64, from, to time.
 func (s *Store) replayChunk(ctx context.Context, tierID int64, from, to time.Time, after *string, ts *[]int64,
 	fn func(userID string, at int64) error) (int, error) {
 	pace := pacer{since: time.Now()}
-	rows, err := s.db.QueryContext(ctx, replayQuery, *after, tierID, from.UnixMicro(), to.UnixMicro(), replayChunk)
+	rows, err := s.db.QueryContext(ctx, s.d.replay, *after, tierID, from.UnixMicro(), to.UnixMicro(), replayChunk)
 	if err != nil {
 		return 0, unavailable(err)
 	}

@@ -64,23 +64,23 @@ var queries = [numQueries]string{
 	qFirstAfter: `SELECT ts, seq FROM requests WHERE user_id = ? AND ts > ? ORDER BY ts LIMIT 1`,
 	// The oldest row after each of three cutoffs, in one statement: one
 	// round trip through database/sql instead of three.
-	qFirstAfter3: `SELECT 0, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?2 ORDER BY ts LIMIT 1)
-		UNION ALL SELECT 1, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?3 ORDER BY ts LIMIT 1)
-		UNION ALL SELECT 2, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?4 ORDER BY ts LIMIT 1)`,
+	qFirstAfter3: `SELECT 0, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?2 ORDER BY ts LIMIT 1) a
+		UNION ALL SELECT 1, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?3 ORDER BY ts LIMIT 1) b
+		UNION ALL SELECT 2, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?4 ORDER BY ts LIMIT 1) c`,
 	// The same, reading ahead: the oldest rows after a cutoff (or each of
 	// three), at most readahead of them, for the writer's cursors.
 	qRowsAfter: `SELECT ts, seq FROM requests WHERE user_id = ? AND ts > ? ORDER BY ts LIMIT 8`,
-	qRowsAfter3: `SELECT 0, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?2 ORDER BY ts LIMIT 8)
-		UNION ALL SELECT 1, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?3 ORDER BY ts LIMIT 8)
-		UNION ALL SELECT 2, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?4 ORDER BY ts LIMIT 8)`,
+	qRowsAfter3: `SELECT 0, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?2 ORDER BY ts LIMIT 8) a
+		UNION ALL SELECT 1, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?3 ORDER BY ts LIMIT 8) b
+		UNION ALL SELECT 2, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?4 ORDER BY ts LIMIT 8) c`,
 	// Only needed when a lowered limit leaves a window more than one
 	// request over its ceiling. It visits every row it steps over, so
 	// NthAfter steps over few (nthOffsetMax) and searches for the rest.
 	qNthAfter: `SELECT ts FROM requests WHERE user_id = ? AND ts > ? ORDER BY ts LIMIT 1 OFFSET ?`,
 	// The newest row before a time and the oldest at or after it: one
 	// probe of NthAfter's search (see seekSeq).
-	qAround: `SELECT ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts < ?2 ORDER BY ts DESC LIMIT 1)
-		UNION ALL SELECT ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts >= ?2 ORDER BY ts LIMIT 1)`,
+	qAround: `SELECT ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts < ?2 ORDER BY ts DESC LIMIT 1) a
+		UNION ALL SELECT ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts >= ?2 ORDER BY ts LIMIT 1) b`,
 	qInsert:      `INSERT INTO requests (user_id, ts, seq, tier_id) VALUES (?, ?, ?, ?)`,
 	qForget:      `DELETE FROM requests WHERE user_id = ?`,
 	qNextUser:    `SELECT user_id FROM requests WHERE user_id > ? ORDER BY user_id LIMIT 1`,
@@ -89,12 +89,6 @@ var queries = [numQueries]string{
 	qBegin:       `BEGIN IMMEDIATE`,
 	qCommit:      `COMMIT`,
 	qDataVersion: `PRAGMA data_version`,
-}
-
-func init() {
-	for q, text := range callQueries {
-		queries[q] = text
-	}
 }
 
 // readQueries are the queries View runs on the read connections.
@@ -651,7 +645,7 @@ func (r readTx) query(q query, args ...any) (*sql.Rows, error) {
 // prepareReads prepares the statements of View on the read pool.
 func (s *Store) prepareReads(ctx context.Context) error {
 	for _, q := range readQueries {
-		st, err := s.db.PrepareContext(ctx, queries[q])
+		st, err := s.db.PrepareContext(ctx, s.d.queries[q])
 		if err != nil {
 			return fmt.Errorf("prepare %q: %w", queries[q], err)
 		}
@@ -675,6 +669,9 @@ func (s *Store) View(ctx context.Context, userID string, fn func(policy.History)
 // Forget implements policy.RequestStore.
 func (s *Store) Forget(ctx context.Context, userID string) error {
 	return s.writer.do(ctx, func(tx *writeTx) error {
+		if err := tx.lockUser(userID); err != nil {
+			return err
+		}
 		tx.forgetUser(userID)
 		for _, q := range [...]query{qForget, qCallsForget, qTokForget} {
 			if _, err := tx.exec(q, userID); err != nil {

@@ -15,10 +15,10 @@ var _ policy.SessionStore = (*Store)(nil)
 // CreateSession implements policy.SessionStore.
 func (s *Store) CreateSession(ctx context.Context, sess policy.AdminSession, now time.Time) error {
 	return s.writer.do(ctx, func(tx *writeTx) error {
-		if _, err := tx.conn.ExecContext(tx.ctx, `DELETE FROM admin_sessions WHERE expires_at <= ?`, now.UnixMicro()); err != nil {
+		if _, err := tx.conn.ExecContext(tx.ctx, tx.d.bind(`DELETE FROM admin_sessions WHERE expires_at <= ?`), now.UnixMicro()); err != nil {
 			return unavailable(err)
 		}
-		_, err := tx.conn.ExecContext(tx.ctx, `INSERT INTO admin_sessions (id_hash, admin_hash, csrf, expires_at) VALUES (?, ?, ?, ?)`,
+		_, err := tx.conn.ExecContext(tx.ctx, tx.d.bind(`INSERT INTO admin_sessions (id_hash, admin_hash, csrf, expires_at) VALUES (?, ?, ?, ?)`),
 			sess.IDHash[:], sess.AdminHash[:], sess.CSRF, sess.Expires.UnixMicro())
 		return unavailable(err)
 	})
@@ -31,7 +31,7 @@ func (s *Store) Session(ctx context.Context, idHash [sha256.Size]byte) (policy.A
 		csrf    string
 		expires int64
 	)
-	err := s.db.QueryRowContext(ctx, `SELECT admin_hash, csrf, expires_at FROM admin_sessions WHERE id_hash = ?`, idHash[:]).
+	err := s.db.QueryRowContext(ctx, s.d.bind(`SELECT admin_hash, csrf, expires_at FROM admin_sessions WHERE id_hash = ?`), idHash[:]).
 		Scan(&admin, &csrf, &expires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return policy.AdminSession{}, policy.Errorf(policy.ENOTFOUND, "no such session")
@@ -46,7 +46,7 @@ func (s *Store) Session(ctx context.Context, idHash [sha256.Size]byte) (policy.A
 // EndSession implements policy.SessionStore.
 func (s *Store) EndSession(ctx context.Context, idHash [sha256.Size]byte) error {
 	return s.writer.do(ctx, func(tx *writeTx) error {
-		_, err := tx.conn.ExecContext(tx.ctx, `DELETE FROM admin_sessions WHERE id_hash = ?`, idHash[:])
+		_, err := tx.conn.ExecContext(tx.ctx, tx.d.bind(`DELETE FROM admin_sessions WHERE id_hash = ?`), idHash[:])
 		return unavailable(err)
 	})
 }
@@ -54,7 +54,7 @@ func (s *Store) EndSession(ctx context.Context, idHash [sha256.Size]byte) error 
 // EndSessionsExcept implements policy.SessionStore.
 func (s *Store) EndSessionsExcept(ctx context.Context, adminHash [sha256.Size]byte) error {
 	return s.writer.do(ctx, func(tx *writeTx) error {
-		_, err := tx.conn.ExecContext(tx.ctx, `DELETE FROM admin_sessions WHERE admin_hash <> ?`, adminHash[:])
+		_, err := tx.conn.ExecContext(tx.ctx, tx.d.bind(`DELETE FROM admin_sessions WHERE admin_hash <> ?`), adminHash[:])
 		return unavailable(err)
 	})
 }
@@ -63,7 +63,7 @@ func (s *Store) EndSessionsExcept(ctx context.Context, adminHash [sha256.Size]by
 func (s *Store) pruneSessions(ctx context.Context, now time.Time) (int64, error) {
 	var n int64
 	err := s.writer.do(ctx, func(tx *writeTx) error {
-		res, err := tx.conn.ExecContext(tx.ctx, `DELETE FROM admin_sessions WHERE expires_at <= ?`, now.UnixMicro())
+		res, err := tx.conn.ExecContext(tx.ctx, tx.d.bind(`DELETE FROM admin_sessions WHERE expires_at <= ?`), now.UnixMicro())
 		if err != nil {
 			return unavailable(err)
 		}

@@ -56,8 +56,8 @@ func (s *Store) CountCheck(at time.Time, user, tier, reason string) {
 // ids were recorded).
 func (s *Store) LastTier(ctx context.Context, user string) (string, bool, error) {
 	var name sql.NullString
-	err := s.db.QueryRowContext(ctx, `SELECT (SELECT name FROM tier_ids WHERE id = r.tier_id)
-		FROM requests r WHERE r.user_id = ? ORDER BY r.ts DESC LIMIT 1`, user).Scan(&name)
+	err := s.db.QueryRowContext(ctx, s.d.bind(`SELECT (SELECT name FROM tier_ids WHERE id = r.tier_id)
+		FROM requests r WHERE r.user_id = ? ORDER BY r.ts DESC LIMIT 1`), user).Scan(&name)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", false, nil
 	}
@@ -139,8 +139,8 @@ func flushCounts(tx *writeTx, taken map[countKey]int64) error {
 			}
 			sb.WriteString("(?,?,?,?)")
 		}
-		sb.WriteString(" ON CONFLICT (minute, tier, reason) DO UPDATE SET n = n + excluded.n")
-		_, err := tx.conn.ExecContext(tx.ctx, sb.String(), args...)
+		sb.WriteString(" ON CONFLICT (minute, tier, reason) DO UPDATE SET n = check_counts.n + excluded.n")
+		_, err := tx.conn.ExecContext(tx.ctx, tx.d.bind(sb.String()), args...)
 		args = args[:0]
 		return err
 	}
@@ -173,13 +173,25 @@ func (s *Store) flushCountsEvery(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// FlushCounts stores the pending counts of checks now, in a transaction of
-// the writer's.
+// FlushCounts stores the pending counts of checks now. On SQLite they go
+// with the writer's next commit. On PostgreSQL only this stores them, in
+// a transaction of their own: the rows of a minute are the same for every
+// check, and adding to them in each admission would make all admissions of
+// every replica wait on the same row locks.
 func (s *Store) FlushCounts(ctx context.Context) error {
-	return s.writer.do(ctx, func(tx *writeTx) error {
-		tx.w.counts.flushed = time.Time{} // this commit stores them
+	if !s.d.postgres {
+		return s.writer.do(ctx, func(tx *writeTx) error {
+			tx.w.counts.flushed = time.Time{} // this commit stores them
+			return nil
+		})
+	}
+	taken := s.counts.take(true)
+	if taken == nil {
 		return nil
-	})
+	}
+	err := s.writer.do(ctx, func(tx *writeTx) error { return flushCounts(tx, taken) })
+	s.counts.settle(taken, err == nil)
+	return err
 }
 
 // Stats implements policy.StatsStore. Check counts come from check_counts,
@@ -191,9 +203,9 @@ func (s *Store) Stats(ctx context.Context, from, to time.Time, bucket time.Durat
 	}
 	perBucket := secs / 60
 	fromMin, toMin := from.Unix()/60, (to.Unix()+59)/60
-	rows, err := s.db.QueryContext(ctx, `SELECT minute / ?1, tier, reason, SUM(n) FROM check_counts
+	rows, err := s.db.QueryContext(ctx, s.d.bind(`SELECT minute / ?1, tier, reason, CAST(SUM(n) AS BIGINT) FROM check_counts
 		WHERE minute >= ?2 AND minute < ?3 AND (?4 = '' OR tier = ?4)
-		GROUP BY minute / ?1, tier, reason`, perBucket, fromMin, toMin, tier)
+		GROUP BY minute / ?1, tier, reason`), perBucket, fromMin, toMin, tier)
 	if err != nil {
 		return nil, unavailable(err)
 	}
@@ -246,9 +258,9 @@ func (s *Store) Stats(ctx context.Context, from, to time.Time, bucket time.Durat
 	}
 	// Tokens settled: the calls finished in each bucket (the tokens they
 	// count, including an excess reported after they expired).
-	rows, err = s.db.QueryContext(ctx, `SELECT (finished_at / 1000000) / ?1, tier, SUM(tokens) FROM calls
+	rows, err = s.db.QueryContext(ctx, s.d.bind(`SELECT (finished_at / 1000000) / ?1, tier, CAST(SUM(tokens) AS BIGINT) FROM calls
 		WHERE finished_at >= ?2 AND finished_at < ?3 AND (?4 = '' OR tier = ?4)
-		GROUP BY (finished_at / 1000000) / ?1, tier`, secs, fromMin*60_000_000, toMin*60_000_000, tier)
+		GROUP BY (finished_at / 1000000) / ?1, tier`), secs, fromMin*60_000_000, toMin*60_000_000, tier)
 	if err != nil {
 		return nil, unavailable(err)
 	}
@@ -297,13 +309,13 @@ const topUsersQuery = `WITH RECURSIVE u(id) AS (
 	UNION ALL
 	SELECT (SELECT user_id FROM requests WHERE user_id > u.id ORDER BY user_id LIMIT 1) FROM u WHERE u.id IS NOT NULL
 )
-SELECT id, last, ifnull(first1, last + 1), ifnull(first2, last + 1) FROM (
+SELECT id, last, coalesce(first1, last + 1), coalesce(first2, last + 1) FROM (
 	SELECT id,
 		(SELECT seq FROM requests WHERE user_id = u.id AND ts > ?1 ORDER BY ts LIMIT 1) AS first1,
 		(SELECT seq FROM requests WHERE user_id = u.id AND ts > ?2 ORDER BY ts LIMIT 1) AS first2,
 		(SELECT seq FROM requests WHERE user_id = u.id ORDER BY ts DESC LIMIT 1) AS last
 	FROM u WHERE id IS NOT NULL
-) WHERE first1 IS NOT NULL OR first2 IS NOT NULL`
+) t WHERE first1 IS NOT NULL OR first2 IS NOT NULL`
 
 // TopUsers implements policy.StatsStore.
 func (s *Store) TopUsers(ctx context.Context, from []time.Time, n int) ([][]policy.UserRequests, error) {
@@ -311,7 +323,7 @@ func (s *Store) TopUsers(ctx context.Context, from []time.Time, n int) ([][]poli
 		return nil, policy.Errorf(policy.EINVALID, "one or two cutoffs")
 	}
 	cut2 := from[len(from)-1]
-	rows, err := s.db.QueryContext(ctx, topUsersQuery, from[0].UnixMicro(), cut2.UnixMicro())
+	rows, err := s.db.QueryContext(ctx, s.d.bind(topUsersQuery), from[0].UnixMicro(), cut2.UnixMicro())
 	if err != nil {
 		return nil, unavailable(err)
 	}
@@ -391,8 +403,8 @@ func (s *Store) UserRequests(ctx context.Context, user string, from, to time.Tim
 	size := bucket.Microseconds()
 	n := int((to.Sub(from) + bucket - 1) / bucket)
 	out := make([]int64, n)
-	rows, err := s.db.QueryContext(ctx, `SELECT (ts - ?2) / ?4, COUNT(*) FROM requests
-		WHERE user_id = ?1 AND ts >= ?2 AND ts < ?3 GROUP BY (ts - ?2) / ?4`,
+	rows, err := s.db.QueryContext(ctx, s.d.bind(`SELECT (ts - ?2) / ?4, COUNT(*) FROM requests
+		WHERE user_id = ?1 AND ts >= ?2 AND ts < ?3 GROUP BY (ts - ?2) / ?4`),
 		user, from.UnixMicro(), to.UnixMicro(), size)
 	if err != nil {
 		return nil, unavailable(err)
@@ -413,8 +425,8 @@ func (s *Store) UserRequests(ctx context.Context, user string, from, to time.Tim
 // CallsInFlight implements policy.StatsStore: calls open and not yet
 // expired at now.
 func (s *Store) CallsInFlight(ctx context.Context, now time.Time) (map[string]int64, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT tier, COUNT(*) FROM calls
-		WHERE finished_at IS NULL AND expires_at > ? GROUP BY tier`, now.UnixMicro())
+	rows, err := s.db.QueryContext(ctx, s.d.bind(`SELECT tier, COUNT(*) FROM calls
+		WHERE finished_at IS NULL AND expires_at > ? GROUP BY tier`), now.UnixMicro())
 	if err != nil {
 		return nil, unavailable(err)
 	}
@@ -438,8 +450,8 @@ func (s *Store) pruneCounts(ctx context.Context, cutoff time.Time) (int64, error
 	for {
 		var n int64
 		err := s.writer.do(ctx, func(tx *writeTx) error {
-			res, err := tx.conn.ExecContext(tx.ctx, `DELETE FROM check_counts WHERE (minute, tier, reason) IN
-				(SELECT minute, tier, reason FROM check_counts WHERE minute < ? LIMIT ?)`, cutoff.Unix()/60, pruneBatch)
+			res, err := tx.conn.ExecContext(tx.ctx, tx.d.bind(`DELETE FROM check_counts WHERE (minute, tier, reason) IN
+				(SELECT minute, tier, reason FROM check_counts WHERE minute < ? LIMIT ?)`), cutoff.Unix()/60, pruneBatch)
 			if err != nil {
 				return unavailable(err)
 			}

@@ -14,15 +14,21 @@ func (s *Store) CachedTier(name string) (policy.Tier, bool) {
 }
 
 // CurrentTier implements policy.CurrentTiers in the writer's transaction:
-// the named tier as the transaction sees it, from the writer's own copy of
-// the tiers table, which it reads again after any write to the tiers by
-// this process or another. A History on a read connection, which the
-// RateLimiter does not ask, has no tiers.
+// the named tier as the transaction sees it. On SQLite it comes from the
+// writer's own copy of the tiers table, which it reads again after any
+// write to the tiers by this process or another; on PostgreSQL, where any
+// replica may write, from the table, one seek. A History on a read
+// connection, which the RateLimiter does not ask, has no tiers.
 func (h *history) CurrentTier(name string) (*policy.Tier, bool, error) {
 	if h.tx == nil {
 		return nil, false, nil
 	}
 	w := h.tx.w
+	if w == nil {
+		tiers, err := queryTiers(h.tx, ` WHERE name = ?`, name)
+		t, ok := tiers[name]
+		return &t, ok, err
+	}
 	if w.tiersStale || w.tierView == nil {
 		tiers, err := tiersInTx(h.tx)
 		if err != nil {

@@ -306,6 +306,9 @@ func (s *Store) UpdateTiers(ctx context.Context, u policy.TierUpdate) ([]policy.
 	at := u.At.UTC().Truncate(time.Microsecond)
 	var changes []policy.TierChange
 	err := s.writer.do(ctx, func(tx *writeTx) error {
+		if err := tx.lockAdmin(); err != nil {
+			return err
+		}
 		var err error
 		changes, err = updateTiersTx(tx, u, at, listed, nil)
 		return err
@@ -407,8 +410,12 @@ func updateTiersTx(tx *writeTx, u policy.TierUpdate, at time.Time, listed map[st
 }
 
 // tiersInTx reads every tier inside the writer's transaction.
-func tiersInTx(tx *writeTx) (map[string]policy.Tier, error) {
-	rows, err := tx.conn.QueryContext(tx.ctx, tierSelect)
+func tiersInTx(tx *writeTx) (map[string]policy.Tier, error) { return queryTiers(tx, "") }
+
+// queryTiers reads the tiers that where (a WHERE clause or "") selects
+// inside the transaction.
+func queryTiers(tx *writeTx, where string, args ...any) (map[string]policy.Tier, error) {
+	rows, err := tx.conn.QueryContext(tx.ctx, tx.d.bind(tierSelect+where), args...)
 	if err != nil {
 		return nil, unavailable(err)
 	}
@@ -484,7 +491,7 @@ func (s *Store) TierChanges(ctx context.Context, limit int) ([]policy.TierChange
 		Old    sql.NullString `db:"old"`
 		New    sql.NullString `db:"new"`
 	}
-	if err := s.db.SelectContext(ctx, &rows, `SELECT id, at, tier, source, old, new FROM tier_changes ORDER BY id DESC LIMIT ?`, limit); err != nil {
+	if err := s.db.SelectContext(ctx, &rows, s.d.bind(`SELECT id, at, tier, source, old, new FROM tier_changes ORDER BY id DESC LIMIT ?`), limit); err != nil {
 		return nil, unavailable(err)
 	}
 	out := make([]policy.TierChange, len(rows))

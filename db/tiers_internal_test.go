@@ -196,11 +196,11 @@ func TestUpdateTiersReportsACommittedChange(t *testing.T) {
 			Put: []policy.Tier{{Name: "gold", RequestsPerMinute: 1, RequestsPerHour: 1, RequestsPerDay: 1}}})
 		errc <- err
 	}()
-	waitUntil(t, "the change queues", func() bool { return len(s.writer.jobs) == 1 })
+	waitUntil(t, "the change queues", func() bool { return len(s.writer.(*writer).jobs) == 1 })
 	// The caller goes away while its change is in the transaction: a job of
 	// the same batch cancels it, so the moment is exact.
 	go s.writer.do(bg, func(*writeTx) error { cancel(); return nil })
-	waitUntil(t, "the cancel queues", func() bool { return len(s.writer.jobs) == 2 })
+	waitUntil(t, "the cancel queues", func() bool { return len(s.writer.(*writer).jobs) == 2 })
 	close(release)
 
 	if err := recv(t, "UpdateTiers", errc); err != nil {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +33,16 @@ type userCache struct {
 
 const userColumns = `user_id, tier, requests_per_minute, requests_per_hour, requests_per_day, burst_allowance, ` +
 	`tokens_per_minute, tokens_per_hour, tokens_per_day, max_concurrent, overrides, note, updated_at`
+
+// userUpsert creates or replaces a user record, in both dialects.
+var userUpsert = `INSERT INTO users (` + userColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	ON CONFLICT (user_id) DO UPDATE SET ` + func() string {
+	var set []string
+	for _, c := range strings.Split(userColumns, ", ")[1:] {
+		set = append(set, c+" = excluded."+c)
+	}
+	return strings.Join(set, ", ")
+}()
 
 // userRow is a row of the users table.
 type userRow struct {
@@ -86,7 +97,7 @@ func (r *userRow) args() []any {
 
 // initUsers loads every user record into the cache.
 func (s *Store) initUsers(ctx context.Context) error {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+userColumns+` FROM users`)
+	rows, err := s.db.QueryContext(ctx, s.d.bind(`SELECT `+userColumns+` FROM users`))
 	if err != nil {
 		return unavailable(err)
 	}
@@ -114,7 +125,7 @@ func (s *Store) CachedUser(userID string) (policy.UserRecord, bool) {
 // brings the cache's entry up to date.
 func (s *Store) User(ctx context.Context, userID string) (policy.UserRecord, error) {
 	var r userRow
-	err := s.db.QueryRowContext(ctx, `SELECT `+userColumns+` FROM users WHERE user_id = ?`, userID).Scan(r.scanArgs()...)
+	err := s.db.QueryRowContext(ctx, s.d.bind(`SELECT `+userColumns+` FROM users WHERE user_id = ?`), userID).Scan(r.scanArgs()...)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		s.users.m.Delete(userID)
@@ -129,7 +140,7 @@ func (s *Store) User(ctx context.Context, userID string) (policy.UserRecord, err
 
 // Users implements policy.UserStore.
 func (s *Store) Users(ctx context.Context, after string, limit int) ([]policy.UserRecord, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+userColumns+` FROM users WHERE user_id > ? ORDER BY user_id LIMIT ?`, after, limit)
+	rows, err := s.db.QueryContext(ctx, s.d.bind(`SELECT `+userColumns+` FROM users WHERE user_id > ? ORDER BY user_id LIMIT ?`), after, limit)
 	if err != nil {
 		return nil, unavailable(err)
 	}
@@ -149,7 +160,7 @@ func (s *Store) Users(ctx context.Context, after string, limit int) ([]policy.Us
 // there is none.
 func userInTx(tx *writeTx, userID string) (*policy.UserRecord, error) {
 	var r userRow
-	err := tx.conn.QueryRowContext(tx.ctx, `SELECT `+userColumns+` FROM users WHERE user_id = ?`, userID).Scan(r.scanArgs()...)
+	err := tx.conn.QueryRowContext(tx.ctx, tx.d.bind(`SELECT `+userColumns+` FROM users WHERE user_id = ?`), userID).Scan(r.scanArgs()...)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil, nil
@@ -178,6 +189,9 @@ func (s *Store) UpdateUsers(ctx context.Context, u policy.UserUpdate) ([]policy.
 	var changes []policy.UserChange
 	err := s.writer.do(ctx, func(tx *writeTx) error {
 		changes = changes[:0] // a job may run again after a neighbour failed
+		if err := tx.lockAdmin(); err != nil {
+			return err
+		}
 		var err error
 		changes, err = updateUsersTx(tx, u, at, changes)
 		return err
@@ -199,7 +213,7 @@ func (s *Store) UpdateUsers(ctx context.Context, u policy.UserUpdate) ([]policy.
 func updateUsersTx(tx *writeTx, u policy.UserUpdate, at time.Time, changes []policy.UserChange) ([]policy.UserChange, error) {
 	record := func(userID string, before, after *policy.UserRecord) error {
 		var id int64
-		err := tx.conn.QueryRowContext(tx.ctx, `INSERT INTO user_changes (at, user_id, source, old, new) VALUES (?, ?, ?, ?, ?) RETURNING id`,
+		err := tx.conn.QueryRowContext(tx.ctx, tx.d.bind(`INSERT INTO user_changes (at, user_id, source, old, new) VALUES (?, ?, ?, ?, ?) RETURNING id`),
 			at.UnixMicro(), userID, u.Source, userAuditJSON(before), userAuditJSON(after)).Scan(&id)
 		if err != nil {
 			return unavailable(err)
@@ -212,7 +226,7 @@ func updateUsersTx(tx *writeTx, u policy.UserUpdate, at time.Time, changes []pol
 	for _, r := range u.Put {
 		if r.Tier != "" {
 			var one int
-			err := tx.conn.QueryRowContext(tx.ctx, `SELECT 1 FROM tiers WHERE name = ?`, r.Tier).Scan(&one)
+			err := tx.conn.QueryRowContext(tx.ctx, tx.d.bind(`SELECT 1 FROM tiers WHERE name = ?`), r.Tier).Scan(&one)
 			if errors.Is(err, sql.ErrNoRows) {
 				return nil, policy.Errorf(policy.EINVALID, "unknown tier %s", policy.Quote(r.Tier))
 			} else if err != nil {
@@ -228,7 +242,7 @@ func updateUsersTx(tx *writeTx, u policy.UserUpdate, at time.Time, changes []pol
 		}
 		r.UpdatedAt = at
 		row := userRowOf(&r)
-		if _, err := tx.conn.ExecContext(tx.ctx, `INSERT OR REPLACE INTO users (`+userColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, row.args()...); err != nil {
+		if _, err := tx.conn.ExecContext(tx.ctx, tx.d.bind(userUpsert), row.args()...); err != nil {
 			return nil, unavailable(err)
 		}
 		if err := record(r.UserID, old, &r); err != nil {
@@ -243,7 +257,7 @@ func updateUsersTx(tx *writeTx, u policy.UserUpdate, at time.Time, changes []pol
 		if old == nil {
 			return nil, policy.Errorf(policy.ENOTFOUND, "user %s has no record", policy.Quote(id))
 		}
-		if _, err := tx.conn.ExecContext(tx.ctx, `DELETE FROM users WHERE user_id = ?`, id); err != nil {
+		if _, err := tx.conn.ExecContext(tx.ctx, tx.d.bind(`DELETE FROM users WHERE user_id = ?`), id); err != nil {
 			return nil, unavailable(err)
 		}
 		if err := record(id, old, nil); err != nil {
@@ -256,7 +270,7 @@ func updateUsersTx(tx *writeTx, u policy.UserUpdate, at time.Time, changes []pol
 // assignedUsers returns how many users are assigned tier name, in tx.
 func assignedUsers(tx *writeTx, name string) (int64, error) {
 	var n int64
-	err := tx.conn.QueryRowContext(tx.ctx, `SELECT count(*) FROM users WHERE tier = ?`, name).Scan(&n)
+	err := tx.conn.QueryRowContext(tx.ctx, tx.d.bind(`SELECT count(*) FROM users WHERE tier = ?`), name).Scan(&n)
 	return n, unavailable(err)
 }
 
@@ -344,7 +358,7 @@ func (s *Store) UserChanges(ctx context.Context, userID string, limit int) ([]po
 		q = `SELECT id, at, user_id, source, old, new FROM user_changes WHERE user_id = ? ORDER BY id DESC LIMIT ?`
 		args = []any{userID, limit}
 	}
-	if err := s.db.SelectContext(ctx, &rows, q, args...); err != nil {
+	if err := s.db.SelectContext(ctx, &rows, s.d.bind(q), args...); err != nil {
 		return nil, unavailable(err)
 	}
 	out := make([]policy.UserChange, len(rows))
@@ -398,6 +412,9 @@ func (s *Store) Import(ctx context.Context, tu policy.TierUpdate, uu policy.User
 	)
 	err := s.writer.do(ctx, func(tx *writeTx) error {
 		userChanges = userChanges[:0] // a job may run again after a neighbour failed
+		if err := tx.lockAdmin(); err != nil {
+			return err
+		}
 		var err error
 		tierChanges, err = updateTiersTx(tx, tu, at, listed, func() error {
 			userChanges, err = updateUsersTx(tx, uu, at, userChanges)

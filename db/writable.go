@@ -9,7 +9,7 @@ import "context"
 // needs write access and changes nothing.
 func (s *Store) Writable(ctx context.Context) error {
 	return s.writer.do(ctx, func(tx *writeTx) error {
-		_, err := tx.execSQL(`DELETE FROM requests WHERE 0`)
+		_, err := tx.execSQL(`DELETE FROM requests WHERE 1 = 0`)
 		return unavailable(err)
 	})
 }

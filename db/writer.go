@@ -82,12 +82,20 @@ type job struct {
 
 var jobPool = sync.Pool{New: func() any { return &job{errc: make(chan error, 1)} }}
 
-// writeTx is what a job sees of the open transaction.
+// writeTx is what a job sees of the open transaction: the SQLite writer's,
+// or one of PostgreSQL's (see pgWriter).
 type writeTx struct {
-	ctx   context.Context
-	conn  *sql.Conn
+	ctx  context.Context
+	conn sqlConn
+	d    *dialect
+	// stmts are the writer's statements prepared on its connection, on
+	// SQLite; nil on PostgreSQL, whose driver prepares each statement of
+	// d.queries once per connection.
 	stmts *[numQueries]*sql.Stmt
-	w     *writer
+	// w is the SQLite writer, whose caches the transaction reads and
+	// keeps up to date; nil on PostgreSQL, where other processes write
+	// the same rows, so that the transaction reads what it needs.
+	w *writer
 	// touched lists the users whose cached state this transaction read or
 	// changed: a rollback forgets them, since what was cached may not have
 	// happened.
@@ -95,24 +103,49 @@ type writeTx struct {
 	hist    history // reused by each admission of the batch
 }
 
+// sqlConn runs statements: the SQLite writer's *sql.Conn or a
+// PostgreSQL *sql.Tx.
+type sqlConn interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
 func (tx *writeTx) queryRow(q query, args ...any) *sql.Row {
+	if tx.stmts == nil {
+		return tx.conn.QueryRowContext(tx.ctx, tx.d.queries[q], args...)
+	}
 	return tx.stmts[q].QueryRowContext(tx.ctx, args...)
 }
 
 func (tx *writeTx) query(q query, args ...any) (*sql.Rows, error) {
+	if tx.stmts == nil {
+		return tx.conn.QueryContext(tx.ctx, tx.d.queries[q], args...)
+	}
 	return tx.stmts[q].QueryContext(tx.ctx, args...)
 }
 
 func (tx *writeTx) exec(q query, args ...any) (sql.Result, error) {
+	if tx.stmts == nil {
+		return tx.conn.ExecContext(tx.ctx, tx.d.queries[q], args...)
+	}
 	return tx.stmts[q].ExecContext(tx.ctx, args...)
 }
 
 // cachedUser returns the cached state of user, nil when there is none. A
 // caller that goes on to change it must call touch.
-func (tx *writeTx) cachedUser(user string) *userState { return tx.w.users[user] }
+func (tx *writeTx) cachedUser(user string) *userState {
+	if tx.w == nil {
+		return nil
+	}
+	return tx.w.users[user]
+}
 
 // cacheUser caches st as user's state.
 func (tx *writeTx) cacheUser(user string, st *userState) {
+	if tx.w == nil {
+		return
+	}
 	m := tx.w.users
 	if _, ok := m[user]; !ok && len(m) >= maxCachedUsers {
 		for k := range m { // evict one entry, effectively at random
@@ -130,7 +163,11 @@ func (tx *writeTx) touch(user string) { tx.touched = append(tx.touched, user) }
 
 // forgetUser drops user's cached state, after a write that may have
 // deleted rows it describes.
-func (tx *writeTx) forgetUser(user string) { delete(tx.w.users, user) }
+func (tx *writeTx) forgetUser(user string) {
+	if tx.w != nil {
+		delete(tx.w.users, user)
+	}
+}
 
 func newWriter(ctx context.Context, db *sql.DB, maxBatch int, commitDelay time.Duration) (*writer, error) {
 	conn, err := db.Conn(ctx)
@@ -151,7 +188,7 @@ func newWriter(ctx context.Context, db *sql.DB, maxBatch int, commitDelay time.D
 		jobs:  make(chan *job, 1024),
 		done:  make(chan struct{}),
 	}
-	for q, text := range queries {
+	for q, text := range sqliteDialect.queries {
 		if w.stmts[q], err = conn.PrepareContext(ctx, text); err != nil {
 			w.closeStmts()
 			conn.Close()
@@ -204,7 +241,7 @@ func (w *writer) submit(j *job) error {
 func (w *writer) loop() {
 	defer close(w.done)
 	batch := make([]*job, 0, w.maxBatch)
-	tx := &writeTx{conn: w.conn, stmts: &w.stmts, w: w}
+	tx := &writeTx{conn: w.conn, d: sqliteDialect, stmts: &w.stmts, w: w}
 	for j := range w.jobs {
 		batch = append(batch[:0], j)
 	fill:
@@ -359,11 +396,19 @@ func (w *writer) closeStmts() error {
 // writes such as tier edits; the writer's copy of the tiers is read again
 // after them.
 func (tx *writeTx) queryRowSQL(text string, args ...any) *sql.Row {
-	tx.w.tiersStale = true
-	return tx.conn.QueryRowContext(tx.ctx, text, args...)
+	tx.tiersWritten()
+	return tx.conn.QueryRowContext(tx.ctx, tx.d.bind(text), args...)
 }
 
 func (tx *writeTx) execSQL(text string, args ...any) (sql.Result, error) {
-	tx.w.tiersStale = true
-	return tx.conn.ExecContext(tx.ctx, text, args...)
+	tx.tiersWritten()
+	return tx.conn.ExecContext(tx.ctx, tx.d.bind(text), args...)
+}
+
+// tiersWritten says the tiers may have changed: the SQLite writer reads
+// its copy again. PostgreSQL keeps no copy (see history.CurrentTier).
+func (tx *writeTx) tiersWritten() {
+	if tx.w != nil {
+		tx.w.tiersStale = true
+	}
 }

@@ -94,13 +94,13 @@ func TestWriterCacheSurvivesRollback(t *testing.T) {
 	<-started
 	admitted := make(chan error, 1)
 	go func() { admitted <- s.Admit(ctx, "u", admitAt(w0.Add(time.Second))) }()
-	waitFor(t, func() bool { return len(s.writer.jobs) == 1 })
+	waitFor(t, func() bool { return len(s.writer.(*writer).jobs) == 1 })
 	boom := errors.New("boom")
 	failed := make(chan error, 1)
 	go func() {
 		failed <- s.writer.do(ctx, func(tx *writeTx) error { return boom })
 	}()
-	waitFor(t, func() bool { return len(s.writer.jobs) == 2 })
+	waitFor(t, func() bool { return len(s.writer.(*writer).jobs) == 2 })
 	close(release)
 
 	if err := <-failed; !errors.Is(err, boom) {
@@ -242,7 +242,7 @@ func TestCommitDelayWaitsOnlyUnderLoad(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	lingering := make(chan chan time.Time, 1)
-	s.writer.linger = func(d time.Duration) (<-chan time.Time, func()) {
+	s.writer.(*writer).linger = func(d time.Duration) (<-chan time.Time, func()) {
 		if d != time.Hour {
 			t.Errorf("lingering %v, want the hour set", d)
 		}
@@ -266,7 +266,7 @@ func TestCommitDelayWaitsOnlyUnderLoad(t *testing.T) {
 		for i := range n {
 			go func() { done <- s.Admit(ctx, fmt.Sprint("u", i), admitAt(w0.Add(time.Duration(n)*time.Second))) }()
 		}
-		waitFor(t, func() bool { return len(s.writer.jobs) == n })
+		waitFor(t, func() bool { return len(s.writer.(*writer).jobs) == n })
 		close(release)
 		return done
 	}

@@ -1,0 +1,225 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/jmoiron/sqlx"
+
+	"github.com/policyguard/policyguard/policy"
+)
+
+// Defaults of the PostgreSQL options.
+const (
+	// DefaultPoolSize is how many connections a store opens at most.
+	DefaultPoolSize = 16
+	// DefaultStatementTimeout is how long one statement may run.
+	DefaultStatementTimeout = 5 * time.Second
+)
+
+// WithPoolSize sets how many connections to PostgreSQL the store opens at
+// most (default DefaultPoolSize). Each admission holds one for its
+// transaction. SQLite ignores it.
+func WithPoolSize(n int) Option { return func(o *options) { o.poolSize = n } }
+
+// WithStatementTimeout sets PostgreSQL's statement_timeout: how long one
+// statement may run before it fails (default DefaultStatementTimeout). A
+// check that fails so answers 503. SQLite ignores it.
+func WithStatementTimeout(d time.Duration) Option { return func(o *options) { o.statementTimeout = d } }
+
+// IsPostgres reports whether dsn names a PostgreSQL database: a URL that
+// begins with postgres:// or postgresql://.
+func IsPostgres(dsn string) bool {
+	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
+}
+
+// Redact returns dsn with the password of a URL replaced by xxxxx, for
+// messages and logs.
+func Redact(dsn string) string {
+	if !IsPostgres(dsn) {
+		return dsn
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "a PostgreSQL URL that does not parse"
+	}
+	return u.Redacted()
+}
+
+func openPostgres(ctx context.Context, dsn string, o *options) (*Store, error) {
+	name := Redact(dsn)
+	if o.poolSize < 1 {
+		return nil, fmt.Errorf("%s: pool size must be at least 1, not %d", name, o.poolSize)
+	}
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	// Every session of the pool waits for a lock and runs a statement no
+	// longer than this: a stuck database fails checks (503) instead of
+	// holding them.
+	cfg.RuntimeParams["statement_timeout"] = strconv.FormatInt(o.statementTimeout.Milliseconds(), 10)
+	cfg.RuntimeParams["lock_timeout"] = strconv.FormatInt(o.busyTimeout.Milliseconds(), 10)
+	sdb := stdlib.OpenDB(*cfg)
+	sdb.SetMaxOpenConns(o.poolSize)
+	sdb.SetMaxIdleConns(o.poolSize)
+	s := &Store{db: sqlx.NewDb(sdb, "pgx"), d: postgresDialect, counts: newCheckCounts()}
+	if err := s.migrateLocked(ctx); err != nil {
+		sdb.Close()
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	s.writer = &pgWriter{db: sdb}
+	if err := s.start(ctx); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return s, nil
+}
+
+// Advisory locks, in PostgreSQL's two-key space: a class and a number.
+// Every process on the database takes the same ones.
+const (
+	lockUser  = 1 // number: hashtext(user id); one user's writes
+	lockAdmin = 2 // number 0: changes to tiers and user records
+	lockPrune = 3 // number 0: the cleanup, one replica at a time
+	lockSetup = 4 // number 0: migrations, one process at a time
+)
+
+// migrateLocked migrates while holding a session lock, so that replicas
+// started together do not run the same migration twice.
+func (s *Store) migrateLocked(ctx context.Context) error {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return unavailable(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock($1, 0)`, lockSetup); err != nil {
+		return unavailable(err)
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1, 0)`, lockSetup) //nolint:errcheck // the session's end releases it too
+	return s.migrate(ctx)
+}
+
+// pgWriter runs each job in a transaction of its own on the pool: unlike
+// SQLite, PostgreSQL commits many transactions at once. What SQLite's
+// single writer gets by running one job at a time, a job here gets from
+// advisory locks taken in its transaction (see writeTx.lockUser): one
+// user's admissions, finishes and keepalives run one after the other, in
+// this process and every other on the database, and each reads the rows
+// the one before it committed (a statement under READ COMMITTED sees every
+// commit made before it began, and the lock is granted after the previous
+// holder committed). Nothing is cached between jobs.
+type pgWriter struct {
+	db *sql.DB
+
+	mu      sync.RWMutex // guards closed against Add on a waited-for running
+	closed  bool
+	running sync.WaitGroup
+}
+
+func (w *pgWriter) do(ctx context.Context, fn func(tx *writeTx) error) error {
+	return w.run(ctx, fn)
+}
+
+func (w *pgWriter) admit(ctx context.Context, user string, decide func(policy.History) (policy.Admission, error)) error {
+	return w.run(ctx, func(tx *writeTx) error {
+		if err := tx.lockUser(user); err != nil {
+			return err
+		}
+		return tx.admit(user, decide)
+	})
+}
+
+func (w *pgWriter) run(ctx context.Context, fn func(tx *writeTx) error) error {
+	w.mu.RLock()
+	if w.closed {
+		w.mu.RUnlock()
+		return errClosed
+	}
+	w.running.Add(1)
+	w.mu.RUnlock()
+	defer w.running.Done()
+	// A caller that gave up before its job started gets nothing written.
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// Once begun, the job runs to its outcome even if the caller goes
+	// away, which the caller then hears: it must not believe nothing
+	// happened when its admission committed. statement_timeout bounds it.
+	ctx = context.WithoutCancel(ctx)
+	sqlTx, err := w.db.BeginTx(ctx, nil)
+	if err != nil {
+		return unavailable(err)
+	}
+	tx := &writeTx{ctx: ctx, conn: sqlTx, d: postgresDialect}
+	if err := fn(tx); err != nil {
+		_ = sqlTx.Rollback() // the job's error says what matters
+		return err
+	}
+	return unavailable(sqlTx.Commit())
+}
+
+func (w *pgWriter) close() error {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	w.running.Wait()
+	return nil
+}
+
+// lockUser takes user's lock until the transaction ends, on PostgreSQL;
+// SQLite's writer runs one job at a time and needs none. Every write to a
+// user's requests, calls or tokens takes it first.
+func (tx *writeTx) lockUser(user string) error {
+	if tx.w != nil {
+		return nil
+	}
+	_, err := tx.conn.ExecContext(tx.ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, lockUser, user)
+	return unavailable(err)
+}
+
+// lockAdmin takes the lock of changes to tiers and user records until the
+// transaction ends, on PostgreSQL, so that two replicas changing them at
+// once cannot both pass a check that only one may (a tier deleted while a
+// record is assigned to it); SQLite's writer needs none.
+func (tx *writeTx) lockAdmin() error {
+	if tx.w != nil {
+		return nil
+	}
+	_, err := tx.conn.ExecContext(tx.ctx, `SELECT pg_advisory_xact_lock($1, 0)`, lockAdmin)
+	return unavailable(err)
+}
+
+// pruneLock tries to take the cleanup's lock for a session of its own, on
+// PostgreSQL: ok is false when another replica holds it (and is cleaning
+// up). release ends it. SQLite needs none.
+func (s *Store) pruneLock(ctx context.Context) (ok bool, release func(), err error) {
+	if !s.d.postgres {
+		return true, func() {}, nil
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return false, nil, unavailable(err)
+	}
+	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1, 0)`, lockPrune).Scan(&ok); err != nil || !ok {
+		conn.Close()
+		return false, nil, unavailable(err)
+	}
+	return true, func() {
+		_, err := conn.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1, 0)`, lockPrune)
+		if err != nil {
+			// A connection that cannot unlock must not go back to the
+			// pool holding the lock; closing the session releases it.
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+		conn.Close()
+	}, nil
+}

@@ -87,13 +87,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		testClock = api.NewTestClock(time.Now())
 		now = testClock.Now
 	}
-	store, err := db.Open(ctx, cfg.DBPath, db.WithSynchronous(cfg.Sync))
+	store, err := db.Open(ctx, cfg.DBPath, cfg.StoreOptions()...)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 	if err := store.Writable(ctx); err != nil {
-		return fmt.Errorf("%s cannot be written: %s", cfg.DBPath, policy.ErrorMessage(err))
+		return fmt.Errorf("%s cannot be written: %s", db.Redact(cfg.DBPath), policy.ErrorMessage(err))
 	}
 
 	metrics := api.NewMetrics(nil)
@@ -110,7 +110,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return n, err
 	})
 	if _, err := store.Tier(ctx, cfg.DefaultTier); err != nil {
-		return fmt.Errorf("default tier %q does not exist in %s", cfg.DefaultTier, cfg.DBPath)
+		return fmt.Errorf("default tier %q does not exist in %s", cfg.DefaultTier, db.Redact(cfg.DBPath))
 	}
 	if cfg.AdminToken == "" {
 		b := make([]byte, 24)
@@ -164,8 +164,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if tlsCfg != nil {
 		url = "https://" + ln.Addr().String()
 	}
-	fmt.Fprintf(stdout, "policyguard listening on %s (database %s)\n", url, cfg.DBPath)
-	log.Info("serving", "addr", ln.Addr().String(), "db", cfg.DBPath, "default_tier", cfg.DefaultTier, "sync", strings.ToUpper(cfg.Sync),
+	fmt.Fprintf(stdout, "policyguard listening on %s (database %s)\n", url, db.Redact(cfg.DBPath))
+	syncMode := strings.ToUpper(cfg.Sync)
+	if db.IsPostgres(cfg.DBPath) {
+		syncMode = "server" // PostgreSQL's synchronous_commit decides
+	}
+	log.Info("serving", "addr", ln.Addr().String(), "db", db.Redact(cfg.DBPath), "store", store.Kind(), "default_tier", cfg.DefaultTier, "sync", syncMode,
 		"tls", tlsCfg != nil, "api_token", cfg.APIToken != "", "fail_open", cfg.FailOpen, "trust_client_tier", cfg.TrustClientTier)
 	if cfg.APIToken == "" && !loopback(ln.Addr()) {
 		log.Warn("checks need no API token on an address beyond loopback: anyone who reaches it can spend any user's quota; set -api-token")

@@ -76,3 +76,7 @@ func bindDollar(text string) string {
 	}
 	return b.String()
 }
+
+// Kind names the database the store keeps its data in: "SQLite" or
+// "PostgreSQL".
+func (s *Store) Kind() string { return s.d.name }

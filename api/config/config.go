@@ -21,7 +21,8 @@ import (
 
 // Config is the service's configuration.
 type Config struct {
-	Addr            string
+	Addr string
+	// DBPath is the database: a SQLite file, or a postgres:// URL.
 	DBPath          string
 	AdminToken      string // empty: the service generates one
 	DefaultTier     string
@@ -43,6 +44,20 @@ type Config struct {
 	// CallTimeout is how long a metered call stays open without a finish
 	// or keepalive before the service finishes it with its reservation.
 	CallTimeout time.Duration
+	// PostgreSQL's connection pool size, statement timeout and lock wait;
+	// SQLite ignores them.
+	PGPoolSize         int
+	PGStatementTimeout time.Duration
+	PGLockTimeout      time.Duration
+}
+
+// StoreOptions returns the options of db.Open for the configured database.
+func (cfg Config) StoreOptions() []db.Option {
+	if db.IsPostgres(cfg.DBPath) {
+		return []db.Option{db.WithPoolSize(cfg.PGPoolSize), db.WithStatementTimeout(cfg.PGStatementTimeout),
+			db.WithBusyTimeout(cfg.PGLockTimeout)}
+	}
+	return []db.Option{db.WithSynchronous(cfg.Sync)}
 }
 
 // withDefaults returns a lookup through getenv that gives def for a
@@ -56,11 +71,19 @@ func withDefaults(getenv func(string) string) func(key, def string) string {
 	}
 }
 
-// DBPath returns the database file used where -db names none: GUARDRAIL_DB,
-// or guardrail.db. The tiers commands share it with the service.
+// DBPath returns the database used where -db names none: GUARDRAIL_DB, or
+// the SQLite file guardrail.db. The tiers commands share it with the
+// service.
 func DBPath(getenv func(string) string) string {
 	return withDefaults(getenv)("GUARDRAIL_DB", "guardrail.db")
 }
+
+// DBUsage describes -db, for the service and the tiers commands.
+const DBUsage = "database: a SQLite file, created if missing, or a PostgreSQL URL (postgres://user:password@host:5432/name) (GUARDRAIL_DB, default guardrail.db)"
+
+// DefaultPGLockTimeout is how long a check waits for its user's lock on
+// PostgreSQL by default.
+const DefaultPGLockTimeout = 5 * time.Second
 
 // DefaultTier returns the default tier used where -default-tier names none:
 // GUARDRAIL_DEFAULT_TIER, or policy.DefaultTierName. The tiers commands
@@ -77,10 +100,11 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	fs := flag.NewFlagSet("policyguard", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.Addr, "addr", env("GUARDRAIL_ADDR", "127.0.0.1:8080"), "listen address (GUARDRAIL_ADDR)")
-	fs.StringVar(&cfg.DBPath, "db", DBPath(getenv), "SQLite database file, created if missing (GUARDRAIL_DB)")
 	// Secrets and booleans take their variables after parsing, not as flag
 	// defaults: a usage message (-h, a mistyped flag) prints every default,
-	// and would print the tokens into whatever log catches stderr.
+	// and would print the tokens, or a database URL's password, into
+	// whatever log catches stderr.
+	fs.StringVar(&cfg.DBPath, "db", "", DBUsage)
 	fs.StringVar(&cfg.AdminToken, "admin-token", "", "bearer token for the admin API; empty generates one and prints it (GUARDRAIL_ADMIN_TOKEN)")
 	fs.StringVar(&cfg.DefaultTier, "default-tier", DefaultTier(getenv), "tier of requests that name none (GUARDRAIL_DEFAULT_TIER)")
 	fs.StringVar(&cfg.Sync, "sync", env("GUARDRAIL_SYNC", db.SyncFull), "SQLite synchronous mode: FULL survives power loss, NORMAL only a process crash (GUARDRAIL_SYNC)")
@@ -107,6 +131,21 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 		callTimeout = s
 		return nil
 	})
+	poolSize := env("GUARDRAIL_PG_POOL_SIZE", strconv.Itoa(db.DefaultPoolSize))
+	fs.Func("pg-pool-size", fmt.Sprintf("PostgreSQL only: connections the service opens at most; each check holds one while it records (GUARDRAIL_PG_POOL_SIZE, default %d)", db.DefaultPoolSize), func(s string) error {
+		poolSize = s
+		return nil
+	})
+	stmtTimeout := env("GUARDRAIL_PG_STATEMENT_TIMEOUT", db.DefaultStatementTimeout.String())
+	fs.Func("pg-statement-timeout", fmt.Sprintf("PostgreSQL only: how long one statement may run before it fails, and its check with 503 (GUARDRAIL_PG_STATEMENT_TIMEOUT, default %v)", db.DefaultStatementTimeout), func(s string) error {
+		stmtTimeout = s
+		return nil
+	})
+	lockTimeout := env("GUARDRAIL_PG_LOCK_TIMEOUT", DefaultPGLockTimeout.String())
+	fs.Func("pg-lock-timeout", fmt.Sprintf("PostgreSQL only: how long a check waits for the lock of its user, which another replica's check of the same user holds, before it fails with 503 (GUARDRAIL_PG_LOCK_TIMEOUT, default %v)", DefaultPGLockTimeout), func(s string) error {
+		lockTimeout = s
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -115,6 +154,30 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["db"] {
+		cfg.DBPath = DBPath(getenv)
+	}
+	if cfg.DBPath == "" {
+		return cfg, errors.New("-db names no database")
+	}
+	if n, err := strconv.Atoi(poolSize); err != nil || n < 1 {
+		return cfg, fmt.Errorf("pool size %q: must be a whole number of at least 1 (-pg-pool-size, GUARDRAIL_PG_POOL_SIZE)", poolSize)
+	} else {
+		cfg.PGPoolSize = n
+	}
+	for _, d := range []struct {
+		name, flag, value string
+		to                *time.Duration
+	}{
+		{"statement timeout", "-pg-statement-timeout, GUARDRAIL_PG_STATEMENT_TIMEOUT", stmtTimeout, &cfg.PGStatementTimeout},
+		{"lock timeout", "-pg-lock-timeout, GUARDRAIL_PG_LOCK_TIMEOUT", lockTimeout, &cfg.PGLockTimeout},
+	} {
+		v, err := time.ParseDuration(d.value)
+		if err != nil || v < time.Millisecond {
+			return cfg, fmt.Errorf("%s %q: must be a duration of at least 1ms such as 5s or 500ms (%s)", d.name, d.value, d.flag)
+		}
+		*d.to = v
+	}
 	if !set["admin-token"] {
 		cfg.AdminToken = getenv("GUARDRAIL_ADMIN_TOKEN")
 	}

@@ -20,9 +20,9 @@ import (
 )
 
 const tiersUsage = `usage:
-  policyguard tiers export [-db FILE]
+  policyguard tiers export [-db FILE|URL]
       writes every tier and user record as a tiers file (JSON) to stdout
-  policyguard tiers import [-db FILE] [-default-tier NAME] [-prune] TIERS.json
+  policyguard tiers import [-db FILE|URL] [-default-tier NAME] [-prune] TIERS.json
       checks the whole file, then creates and updates its tiers and user
       records in one transaction and reports each change; with -prune it
       also deletes the tiers the file does not list (never the default
@@ -45,7 +45,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs := flag.NewFlagSet("policyguard tiers "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprintln(stderr, tiersUsage) }
-	dbPath := fs.String("db", config.DBPath(getenv), "SQLite database file (GUARDRAIL_DB)")
+	dbPath := fs.String("db", "", config.DBUsage)
 	var defaultTier *string
 	var prune *bool
 	switch cmd {
@@ -66,14 +66,18 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	} else if err != nil {
 		return err
 	}
+	if *dbPath == "" {
+		*dbPath = config.DBPath(getenv)
+	}
 
 	if cmd == "export" {
 		if len(files) > 0 {
 			return fmt.Errorf("tiers export: unexpected argument %q: the tiers go to stdout", files[0])
 		}
 		// Exporting from a mistyped path must not create an empty
-		// database and export its seeded tiers as if they were real.
-		if _, err := os.Stat(*dbPath); err != nil {
+		// database and export its seeded tiers as if they were real. (A
+		// mistyped PostgreSQL database fails to connect.)
+		if _, err := os.Stat(*dbPath); err != nil && !db.IsPostgres(*dbPath) {
 			return fmt.Errorf("tiers export: %w", err)
 		}
 		store, err := db.Open(ctx, *dbPath)

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/policyguard/policyguard/api"
 	"github.com/policyguard/policyguard/api/auth"
 	"github.com/policyguard/policyguard/db"
+	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -47,7 +47,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	store, err := db.Open(context.Background(), filepath.Join(t.TempDir(), "test.db"))
+	store, err := db.Open(context.Background(), dbtest.DSN(t, "test.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -448,7 +448,7 @@ func TestHealth(t *testing.T) {
 // own address from X-Forwarded-For; without one, X-Forwarded-For is
 // ignored, as anyone can send it.
 func TestTrustedProxiesNameTheClient(t *testing.T) {
-	store, err := db.Open(context.Background(), filepath.Join(t.TempDir(), "test.db"))
+	store, err := db.Open(context.Background(), dbtest.DSN(t, "test.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

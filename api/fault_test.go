@@ -11,6 +11,7 @@ import (
 
 	"github.com/policyguard/policyguard/api"
 	"github.com/policyguard/policyguard/db"
+	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -53,6 +54,9 @@ func injected(name, sqliteMsg string) storageFault {
 // lockHeld holds the database's write lock from another connection, as
 // another process would, past the store's busy timeout.
 func lockHeld() storageFault {
+	if dbtest.Store() == "postgres" {
+		return pgLockHeld()
+	}
 	var lock *sql.DB
 	return storageFault{
 		name:      "lock held past the busy timeout",
@@ -70,6 +74,37 @@ func lockHeld() storageFault {
 		},
 		stop: func(t *testing.T, e *guardEnv) {
 			if _, err := lock.Exec("ROLLBACK"); err != nil {
+				t.Fatal(err)
+			}
+			lock.Close()
+		},
+	}
+}
+
+// pgLockHeld holds a lock on the requests table that lets reads through
+// and stops writes, from another session as psql would, past the store's
+// lock timeout.
+func pgLockHeld() storageFault {
+	var lock *sql.DB
+	var tx *sql.Tx
+	return storageFault{
+		name:      "lock held past the busy timeout",
+		want:      "lock timeout",
+		readsWork: true,
+		start: func(t *testing.T, e *guardEnv) {
+			var err error
+			if lock, err = sql.Open("pgx", e.dbPath); err != nil {
+				t.Fatal(err)
+			}
+			if tx, err = lock.Begin(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec("LOCK TABLE requests IN EXCLUSIVE MODE"); err != nil {
+				t.Fatal(err)
+			}
+		},
+		stop: func(t *testing.T, e *guardEnv) {
+			if err := tx.Rollback(); err != nil {
 				t.Fatal(err)
 			}
 			lock.Close()

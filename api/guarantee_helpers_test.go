@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/policyguard/policyguard/api"
 	"github.com/policyguard/policyguard/db"
+	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -113,7 +113,7 @@ type guardEnv struct {
 // empty, AdminToken are filled in.
 func newGuardEnv(t testing.TB, cfg api.Config, opts ...db.Option) *guardEnv {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "guard.db")
+	path := dbtest.DSN(t, "guard.db")
 	store, err := db.Open(context.Background(), path, opts...)
 	if err != nil {
 		t.Fatal(err)

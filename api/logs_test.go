@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/policyguard/policyguard/api"
 	"github.com/policyguard/policyguard/db"
+	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -71,7 +71,7 @@ func (panicGuardrail) Check(_ context.Context, c *policy.Check) (policy.Decision
 // -log-format json does.
 func newLogEnv(t *testing.T) (*env, *logBuffer) {
 	t.Helper()
-	store, err := db.Open(context.Background(), filepath.Join(t.TempDir(), "test.db"))
+	store, err := db.Open(context.Background(), dbtest.DSN(t, "test.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,12 +5,12 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/policyguard/policyguard/api"
 	"github.com/policyguard/policyguard/db"
+	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -19,7 +19,7 @@ import (
 // calls in flight read from the store at scrape, and refusals by the new
 // reasons under the window label.
 func TestMetricsCountCalls(t *testing.T) {
-	store, err := db.Open(context.Background(), filepath.Join(t.TempDir(), "test.db"))
+	store, err := db.Open(context.Background(), dbtest.DSN(t, "test.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
@@ -21,13 +20,14 @@ import (
 
 	"github.com/policyguard/policyguard/api"
 	"github.com/policyguard/policyguard/db"
+	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
 
 // newMetricsEnv is newEnv with its storage metered, as main wires it.
 func newMetricsEnv(t *testing.T) *env {
 	t.Helper()
-	store, err := db.Open(context.Background(), filepath.Join(t.TempDir(), "test.db"))
+	store, err := db.Open(context.Background(), dbtest.DSN(t, "test.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

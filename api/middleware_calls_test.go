@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/policyguard/policyguard/api"
 	"github.com/policyguard/policyguard/db"
+	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -27,7 +27,7 @@ func int64p(v int64) *int64 { return &v }
 func meteredApp(t *testing.T) (*echo.Echo, *policy.Service) {
 	t.Helper()
 	ctx := context.Background()
-	store, err := db.Open(ctx, filepath.Join(t.TempDir(), "guard.db"))
+	store, err := db.Open(ctx, dbtest.DSN(t, "guard.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/policyguard/policyguard/api"
 	"github.com/policyguard/policyguard/db"
+	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -32,7 +32,7 @@ type embedEnv struct {
 func newEmbedEnv(t *testing.T, mutate func(*api.GuardConfig)) *embedEnv {
 	t.Helper()
 	ctx := context.Background()
-	store, err := db.Open(ctx, filepath.Join(t.TempDir(), "guard.db"))
+	store, err := db.Open(ctx, dbtest.DSN(t, "guard.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/policyguard/policyguard/api"
 	"github.com/policyguard/policyguard/db"
+	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -60,7 +61,7 @@ func TestBrowserAdminEditsTier(t *testing.T) {
 	start := time.Now()
 
 	// The real service over real HTTP, on a temp database.
-	store, err := db.Open(context.Background(), filepath.Join(t.TempDir(), "test.db"))
+	store, err := db.Open(context.Background(), dbtest.DSN(t, "test.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/policyguard/policyguard/api"
 	"github.com/policyguard/policyguard/db"
+	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 	"github.com/policyguard/policyguard/web"
 )
@@ -47,7 +47,7 @@ func changeRows(d *pageDoc) []map[string]string {
 // an import by another process on the same file, newest first, with what
 // changed, and escapes what it shows.
 func TestAdminPageShowsRecentChanges(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "audit.db")
+	path := dbtest.DSN(t, "audit.db")
 	ctx := context.Background()
 	store, err := db.Open(ctx, path)
 	if err != nil {

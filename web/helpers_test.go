@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/policyguard/policyguard/api"
 	"github.com/policyguard/policyguard/db"
+	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -52,7 +52,7 @@ type pageEnv struct {
 
 func newPageEnv(t *testing.T) *pageEnv {
 	t.Helper()
-	return newPageEnvAt(t, filepath.Join(t.TempDir(), "test.db"), pageToken, &testClock{now: pageT0})
+	return newPageEnvAt(t, dbtest.DSN(t, "test.db"), pageToken, &testClock{now: pageT0})
 }
 
 // newPageEnvAt is newPageEnv on the database at path, with admin token

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/policyguard/policyguard/db/dbtest"
 )
 
 // tiersCmd runs "policyguard tiers args..." with env as the environment.
@@ -143,8 +145,14 @@ func TestParseInterspersed(t *testing.T) {
 // A tiers file may list user records: they are imported with the tiers in
 // one transaction, exported back, and refused whole when one is wrong; a
 // tier a record assigns cannot be pruned.
+// The same file round-trips through a SQLite file and a PostgreSQL
+// database (skipped without one, except under CI=true).
 func TestTiersFileWithUsers(t *testing.T) {
-	dbPath := filepath.Join(t.TempDir(), "guardrail.db")
+	t.Run("sqlite", func(t *testing.T) { testTiersFileWithUsers(t, filepath.Join(t.TempDir(), "guardrail.db")) })
+	t.Run("postgres", func(t *testing.T) { testTiersFileWithUsers(t, dbtest.Postgres(t)) })
+}
+
+func testTiersFileWithUsers(t *testing.T, dbPath string) {
 	env := map[string]string{"GUARDRAIL_DB": dbPath}
 	team := `{"name": "team", "requests_per_minute": 1, "requests_per_hour": 1, "requests_per_day": 1, "burst_allowance": 0}`
 	file := `{"tiers": [` + team + `], "users": [{"user_id": "ann", "tier": "team", "limits": {"requests_per_minute": 5, "tokens_per_day": null}, "note": "pilot"}, {"user_id": "bob"}]}`

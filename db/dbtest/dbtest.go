@@ -1,4 +1,9 @@
-// Package dbtest gives tests a fresh PostgreSQL database each.
+// Package dbtest gives tests a fresh database each: a SQLite file, or a
+// PostgreSQL database.
+//
+// DSN picks the store under test: SQLite unless POLICYGUARD_TEST_STORE is
+// "postgres", so that one environment variable runs a package's tests on
+// PostgreSQL (CI runs the API's and the admin page's tests both ways).
 //
 // Postgres connects to the server that POLICYGUARD_TEST_POSTGRES names (a
 // URL of a database the user may create databases from; by default
@@ -14,6 +19,7 @@ import (
 	"encoding/hex"
 	"net/url"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -54,6 +60,31 @@ func connect() {
 	}
 	db.SetMaxOpenConns(2)
 	admin, adminU = db, u
+}
+
+// Store returns the store under test: "sqlite" or "postgres" (see DSN).
+func Store() string {
+	if os.Getenv("POLICYGUARD_TEST_STORE") == "postgres" {
+		return "postgres"
+	}
+	return "sqlite"
+}
+
+// DSN returns a new, empty database of the store under test, removed
+// when t ends: a SQLite file named name in t's temporary directory, or,
+// when POLICYGUARD_TEST_STORE is "postgres", a PostgreSQL database (see
+// Postgres).
+func DSN(t testing.TB, name string) string {
+	t.Helper()
+	switch store := os.Getenv("POLICYGUARD_TEST_STORE"); store {
+	case "", "sqlite":
+		return filepath.Join(t.TempDir(), name)
+	case "postgres":
+		return Postgres(t)
+	default:
+		t.Fatalf("POLICYGUARD_TEST_STORE=%q: want sqlite or postgres", store)
+		return ""
+	}
 }
 
 // Postgres returns the URL of a new, empty database that is dropped when

@@ -1,0 +1,57 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/policyguard/policyguard/db/dbtest"
+	"github.com/policyguard/policyguard/policy"
+)
+
+// On PostgreSQL the cleanup runs on one replica at a time: while another
+// session holds its lock, Prune deletes nothing; once released, it does.
+func TestPruneOneReplicaAtATime(t *testing.T) {
+	dsn := dbtest.Postgres(t)
+	ctx := context.Background()
+	s, err := Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for i := range 3 {
+		at := t0.Add(time.Duration(i) * time.Second)
+		if err := s.Admit(ctx, "old", func(policy.History) (policy.Admission, error) { return policy.Admission{At: at, Record: true}, nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	conn, err := other.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock($1, 0)`, lockPrune); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Prune(ctx, t0.Add(time.Hour)); err != nil || n != 0 {
+		t.Fatalf("Prune while another replica cleans up: %d deleted, %v; want 0, nil", n, err)
+	}
+	if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_unlock($1, 0)`, lockPrune); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Prune(ctx, t0.Add(time.Hour)); err != nil || n != 3 {
+		t.Fatalf("Prune once the lock is free: %d deleted, %v; want 3", n, err)
+	}
+	// Prune let the lock go when it returned.
+	var held int
+	if err := other.QueryRowContext(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = $1`, lockPrune).Scan(&held); err != nil || held != 0 {
+		t.Fatalf("cleanup locks held after Prune returned: %d, %v", held, err)
+	}
+}

@@ -455,3 +455,22 @@ func TestCleanupOnAFastClockKeepsWhatCounts(t *testing.T) {
 		}
 	})
 }
+
+// A PostgreSQL URL's password is in no error Open returns, nor in Redact.
+func TestPostgresPasswordStaysOutOfErrors(t *testing.T) {
+	for _, dsn := range []string{
+		"postgres://guard:topsecret-41@127.0.0.1:1/none?sslmode=disable&connect_timeout=1", // nothing listens
+		"postgresql://guard:topsecret-41@[::1/none",                                        // does not parse
+	} {
+		_, err := db.Open(context.Background(), dsn)
+		if err == nil || strings.Contains(err.Error(), "topsecret-41") {
+			t.Errorf("Open(%s): %v; want an error without the password", db.Redact(dsn), err)
+		}
+		if r := db.Redact(dsn); strings.Contains(r, "topsecret-41") {
+			t.Errorf("Redact: %s", r)
+		}
+	}
+	if got := db.Redact("guardrail.db"); got != "guardrail.db" {
+		t.Errorf("Redact of a file path: %q", got)
+	}
+}

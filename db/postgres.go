@@ -69,6 +69,11 @@ func openPostgres(ctx context.Context, dsn string, o *options) (*Store, error) {
 	// holding them.
 	cfg.RuntimeParams["statement_timeout"] = strconv.FormatInt(o.statementTimeout.Milliseconds(), 10)
 	cfg.RuntimeParams["lock_timeout"] = strconv.FormatInt(o.busyTimeout.Milliseconds(), 10)
+	if cfg.ConnectTimeout == 0 {
+		// A server that does not answer fails a check like a slow
+		// statement does, not after the system's TCP timeout.
+		cfg.ConnectTimeout = o.statementTimeout
+	}
 	sdb := stdlib.OpenDB(*cfg)
 	sdb.SetMaxOpenConns(o.poolSize)
 	sdb.SetMaxIdleConns(o.poolSize)
@@ -147,14 +152,10 @@ func (w *pgWriter) run(ctx context.Context, fn func(tx *writeTx) error) error {
 	w.running.Add(1)
 	w.mu.RUnlock()
 	defer w.running.Done()
-	// A caller that gave up before its job started gets nothing written.
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	// Once begun, the job runs to its outcome even if the caller goes
-	// away, which the caller then hears: it must not believe nothing
-	// happened when its admission committed. statement_timeout bounds it.
-	ctx = context.WithoutCancel(ctx)
+	// The transaction lives in the caller's context: a caller that goes
+	// away before COMMIT has it rolled back by database/sql and hears
+	// so, and nothing is recorded. (On SQLite a job shares its
+	// transaction with others, so the writer cannot do that.)
 	sqlTx, err := w.db.BeginTx(ctx, nil)
 	if err != nil {
 		return unavailable(err)

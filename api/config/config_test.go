@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestFailOpenSetting: -fail-open and GUARDRAIL_FAIL_OPEN reach the server;
@@ -35,7 +36,8 @@ func TestFailOpenSetting(t *testing.T) {
 // A usage message, as a mistyped flag prints it, must not carry the tokens
 // set in the environment: it goes to whatever log catches stderr.
 func TestUsageMessageHidesTokens(t *testing.T) {
-	env := map[string]string{"GUARDRAIL_ADMIN_TOKEN": "admin-secret-77", "GUARDRAIL_API_TOKEN": "api-secret-88"}
+	env := map[string]string{"GUARDRAIL_ADMIN_TOKEN": "admin-secret-77", "GUARDRAIL_API_TOKEN": "api-secret-88",
+		"GUARDRAIL_DB": "postgres://guard:db-secret-99@db.internal:5432/guard"}
 	getenv := func(k string) string { return env[k] }
 	var usage strings.Builder
 	if _, err := Parse([]string{"-adr", "127.0.0.1:0"}, getenv, &usage); err == nil {
@@ -50,12 +52,48 @@ func TestUsageMessageHidesTokens(t *testing.T) {
 		}
 	}
 	cfg, err := Parse(nil, getenv, io.Discard)
-	if err != nil || cfg.AdminToken != "admin-secret-77" || cfg.APIToken != "api-secret-88" {
-		t.Fatalf("tokens from the environment: %q %q (%v)", cfg.AdminToken, cfg.APIToken, err)
+	if err != nil || cfg.AdminToken != "admin-secret-77" || cfg.APIToken != "api-secret-88" || cfg.DBPath != env["GUARDRAIL_DB"] {
+		t.Fatalf("tokens and database from the environment: %q %q %q (%v)", cfg.AdminToken, cfg.APIToken, cfg.DBPath, err)
 	}
 	cfg, err = Parse([]string{"-admin-token", "from-flag"}, getenv, io.Discard)
 	if err != nil || cfg.AdminToken != "from-flag" || cfg.APIToken != "api-secret-88" {
 		t.Fatalf("a flag must win over its variable: %q %q (%v)", cfg.AdminToken, cfg.APIToken, err)
+	}
+}
+
+// The PostgreSQL settings have defaults, take flags over variables, and
+// refuse what cannot work; only a PostgreSQL database gets them.
+func TestPostgresSettings(t *testing.T) {
+	env := map[string]string{}
+	getenv := func(k string) string { return env[k] }
+	cfg, err := Parse(nil, getenv, io.Discard)
+	if err != nil || cfg.DBPath != "guardrail.db" || cfg.PGPoolSize != 16 || cfg.PGStatementTimeout != 5*time.Second || cfg.PGLockTimeout != 5*time.Second {
+		t.Fatalf("defaults: %+v %v", cfg, err)
+	}
+	if n := len(cfg.StoreOptions()); n != 1 {
+		t.Fatalf("a SQLite file gets %d options, want 1 (-sync)", n)
+	}
+	env["GUARDRAIL_PG_POOL_SIZE"], env["GUARDRAIL_PG_LOCK_TIMEOUT"] = "4", "250ms"
+	cfg, err = Parse([]string{"-db", "postgresql://h/db", "-pg-statement-timeout", "2s", "-pg-pool-size", "9"}, getenv, io.Discard)
+	if err != nil || cfg.PGPoolSize != 9 || cfg.PGStatementTimeout != 2*time.Second || cfg.PGLockTimeout != 250*time.Millisecond {
+		t.Fatalf("flags over variables: %+v %v", cfg, err)
+	}
+	if n := len(cfg.StoreOptions()); n != 3 {
+		t.Fatalf("a PostgreSQL URL gets %d options, want 3", n)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-pg-pool-size", "0"}, "pool size"},
+		{[]string{"-pg-pool-size", "many"}, "pool size"},
+		{[]string{"-pg-statement-timeout", "0s"}, "statement timeout"},
+		{[]string{"-pg-lock-timeout", "soon"}, "lock timeout"},
+		{[]string{"-db", ""}, "names no database"},
+	} {
+		if _, err := Parse(tc.args, getenv, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want an error about %s", tc.args, err, tc.want)
+		}
 	}
 }
 

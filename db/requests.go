@@ -270,7 +270,9 @@ func (h *history) Prefetch(cutoffs *[len(policy.Windows)]time.Time) error {
 	switch {
 	case needed == 0:
 		return nil
-	case h.st == nil:
+	case h.st == nil || h.tx.w == nil:
+		// No cursor outlives this admission (a read, or PostgreSQL):
+		// the oldest row of each window is all it needs.
 		return h.fetchFirsts(&c)
 	case needed == 1:
 		for i := range need {

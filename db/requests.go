@@ -659,7 +659,12 @@ func (s *Store) prepareReads(ctx context.Context) error {
 // View implements policy.RequestStore on a read connection, so it never
 // waits for the writer.
 func (s *Store) View(ctx context.Context, userID string, fn func(policy.History) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	var opts *sql.TxOptions // SQLite: a read transaction sees one snapshot
+	if s.d.postgres {
+		// Under READ COMMITTED each statement would see its own.
+		opts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
+	}
+	tx, err := s.db.BeginTx(ctx, opts)
 	if err != nil {
 		return unavailable(err)
 	}

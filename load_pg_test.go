@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -62,8 +63,22 @@ func startPostgres(t *testing.T, out io.Writer, cfg loadConfig, bin, dir string)
 		urls[i] = dbtest.Postgres(t)
 	}
 	server, settings := pgSettings(t, urls[0])
-	fmt.Fprintf(out, "PostgreSQL %s at %s (%s); the service as 1, 2 and 3 replicas (-pg-pool-size %d each), each set on a fresh database\n",
-		server.version, server.host, settings, db.DefaultPoolSize)
+	// All six processes run at once, and a pool keeps the connections it
+	// opened: six of the default size would take most of a default server
+	// (max_connections 100), and a check that cannot connect fails. Each
+	// gets an equal share of what the server has free, less a spare for
+	// other clients, up to the default.
+	const processes, spare = 6, 10
+	pool := min(db.DefaultPoolSize, (server.free-spare)/processes)
+	if pool < 1 {
+		t.Fatalf("PostgreSQL at %s has %d connections free; the benchmark needs %d", server.host, server.free, processes+spare)
+	}
+	fmt.Fprintf(out, "PostgreSQL %s at %s (%s); the service as 1, 2 and 3 replicas, each set on a fresh database, -pg-pool-size %d each",
+		server.version, server.host, settings, pool)
+	if pool < db.DefaultPoolSize {
+		fmt.Fprintf(out, " (not the default %d: the server has %d connections free for all %d processes)", db.DefaultPoolSize, server.free, processes)
+	}
+	fmt.Fprintln(out)
 	fmt.Fprintf(out, "a set of k replicas takes k generators at once, one per replica, %d/k connections each (the remainder to the first),\n"+
 		"each rotating over all %d users from its own first user; its req/s is their sum, its latencies the worst of the k\n", cfg.conns, cfg.users)
 
@@ -78,7 +93,7 @@ func startPostgres(t *testing.T, out io.Writer, cfg loadConfig, bin, dir string)
 		for r := range k {
 			set.replicas = append(set.replicas, startServiceArgs(t, bin, fmt.Sprintf("%s #%d", name, r+1),
 				filepath.Join(dir, fmt.Sprintf("pg%d-%d.log", k, r+1)),
-				"-db", urls[i], "-cleanup-interval", time.Hour.String()))
+				"-db", urls[i], "-pg-pool-size", strconv.Itoa(pool), "-cleanup-interval", time.Hour.String()))
 		}
 		if k == 1 {
 			set = set.replicas[0]
@@ -93,10 +108,13 @@ func startPostgres(t *testing.T, out io.Writer, cfg loadConfig, bin, dir string)
 	return pg
 }
 
-type pgServer struct{ version, host string }
+type pgServer struct {
+	version, host string
+	free          int // connections free: max_connections less the reserved and those open
+}
 
-// pgSettings returns the server's version and address, and the settings
-// that decide what a commit costs.
+// pgSettings returns the server's version, address and free connections,
+// and the settings that decide what a commit costs.
 func pgSettings(t *testing.T, dsn string) (pgServer, string) {
 	t.Helper()
 	sdb, err := sql.Open("pgx", dsn)
@@ -111,8 +129,10 @@ func pgSettings(t *testing.T, dsn string) (pgServer, string) {
 	var settings string
 	if err := sdb.QueryRow(`SELECT current_setting('server_version'),
 		'synchronous_commit=' || current_setting('synchronous_commit') || ', fsync=' || current_setting('fsync') ||
-		', shared_buffers=' || current_setting('shared_buffers') || ', max_connections=' || current_setting('max_connections')`,
-	).Scan(&s.version, &settings); err != nil {
+		', shared_buffers=' || current_setting('shared_buffers') || ', max_connections=' || current_setting('max_connections'),
+		current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int -
+		(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')`,
+	).Scan(&s.version, &settings, &s.free); err != nil {
 		t.Fatal(err)
 	}
 	return s, settings
@@ -179,7 +199,7 @@ func (g *generator) runSet(t *testing.T, set *target, conns int, d time.Duration
 			if err := cmd.Wait(); err != nil {
 				errs[i] = fmt.Errorf("wrk: %v\n%s", err, outs[i])
 			} else if res[i], err = wrkResult(outs[i].Bytes()); err != nil {
-				errs[i] = fmt.Errorf("%v\n%s", err, outs[i])
+				errs[i] = fmt.Errorf("%v\n%s%s", err, outs[i], set.replicas[i].logErrors())
 			}
 		}
 	} else {

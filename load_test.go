@@ -480,7 +480,7 @@ func (g *generator) run(t *testing.T, tg *target, conns int, d time.Duration) re
 	}
 	res, err := wrkResult(out.Bytes())
 	if err != nil {
-		t.Fatalf("%s: %v\n%s", tg.name, err, out)
+		t.Fatalf("%s: %v\n%s%s", tg.name, err, out, tg.logErrors())
 	}
 	return res
 }
@@ -941,6 +941,32 @@ func readResponse(br *bufio.Reader) (int, error) {
 func (tg *target) dayCount(t *testing.T, user string) int {
 	t.Helper()
 	return dayCount(t, "http://"+tg.addr, user)
+}
+
+// logErrors returns the first errors the service has logged, to explain
+// the answers that failed a round; "" for a baseline or a clean log.
+func (tg *target) logErrors() string {
+	if tg.log == "" {
+		return ""
+	}
+	data, err := os.ReadFile(tg.log)
+	if err != nil {
+		return ""
+	}
+	var b strings.Builder
+	n := 0
+	for line := range strings.Lines(string(data)) {
+		if strings.Contains(line, " level=ERROR ") || strings.Contains(line, " level=WARN ") {
+			if n == 0 {
+				fmt.Fprintf(&b, "the first errors %s logged:\n", tg.name)
+			}
+			if n++; n > 5 {
+				break
+			}
+			b.WriteString(line)
+		}
+	}
+	return b.String()
 }
 
 var cleanupRE = regexp.MustCompile(`time=(\S+) level=INFO msg=cleanup deleted=(\d+) took=(\S+)`)

@@ -50,6 +50,11 @@ import (
 // the figures of record. The flatness and cleanup phases, which count
 // checks and time each one, always use the Go generator.
 //
+// With a PostgreSQL server (dbtest.Postgres: POLICYGUARD_TEST_POSTGRES, by
+// default the local one), the same rounds also drive the service on
+// PostgreSQL as 1, 2 and 3 replicas, and the flatness test runs on the
+// 1-replica set too (load_pg_test.go); without one, that part is left out.
+//
 // POLICYGUARD_LOAD=short runs every phase briefly with smaller data, for CI.
 // Targets are printed beside the figures; only failures (errors, wrong
 // answers, a cleanup that never finishes) fail the test.
@@ -114,6 +119,7 @@ func TestLoad(t *testing.T) {
 	metered.meter(t)
 	base := startBaseline(t, "do-nothing handler", "POLICYGUARD_LOAD_BASELINE=1")
 	bare := startBaseline(t, "bare durable FULL", "POLICYGUARD_LOAD_BARE="+filepath.Join(dir, "bare.db"))
+	pg := startPostgres(t, out, cfg, bin, dir) // nil without a server
 	users := make([]string, cfg.users)
 	for i := range users {
 		users[i] = fmt.Sprintf("user-%05d", i)
@@ -124,6 +130,9 @@ func TestLoad(t *testing.T) {
 
 	// Throughput and latency at cfg.conns connections.
 	targets := []*target{base, bare, full, normal, metered}
+	if pg != nil {
+		targets = append(targets, pg.sets[:]...)
+	}
 	for _, tg := range targets {
 		gen.run(t, tg, cfg.conns, time.Second) // warm up
 	}
@@ -163,17 +172,25 @@ func TestLoad(t *testing.T) {
 	fmt.Fprintf(out, "FULL costs %.1f%% of NORMAL's throughput   target <= 10%%: %s\n", 100*cost, verdict(cost <= 0.10))
 	p99 := medianResult(results[full]).p99
 	fmt.Fprintf(out, "FULL p99 at %d connections: %s   target < 25 ms: %s\n", cfg.conns, ms(p99), verdict(p99 < 25*time.Millisecond))
+	if pg != nil {
+		pg.ratios(out, results, full, base)
+	}
 
-	// One client: latency of a lone check.
+	// One client: latency of a lone check. A set of replicas adds nothing
+	// here to one replica, whose one connection goes to one process.
 	single := map[*target][]result{}
+	singleTargets := []*target{base, bare, full, normal, metered}
+	if pg != nil {
+		singleTargets = append(singleTargets, pg.sets[0])
+	}
 	for range cfg.rounds {
-		for _, tg := range targets {
+		for _, tg := range singleTargets {
 			single[tg] = append(single[tg], gen.run(t, tg, 1, max(cfg.round/2, time.Second)))
 		}
 	}
 	fmt.Fprintf(out, "\nPOST /v1/check, 1 connection, %s (median of %d rounds)\n", gen.name(), cfg.rounds)
 	fmt.Fprintf(out, "%-26s %10s %8s %8s %8s\n", "target", "req/s", "p50", "p99", "max")
-	for _, tg := range targets {
+	for _, tg := range singleTargets {
 		m := medianResult(single[tg])
 		fmt.Fprintf(out, "%-26s %10.0f %8s %8s %8s\n", tg.name, m.rps, ms(m.p50), ms(m.p99), ms(m.max))
 	}
@@ -181,6 +198,10 @@ func TestLoad(t *testing.T) {
 	fmt.Fprintf(out, "FULL single-client median: %s   target < 1 ms: %s\n", ms(p50), verdict(p50 < time.Millisecond))
 
 	flatness(t, out, cfg, full)
+	if pg != nil {
+		flatness(t, out, cfg, pg.sets[0])
+		pg.stop(t)
+	}
 	full.stop(t)
 	normal.stop(t)
 	metered.stop(t)
@@ -195,6 +216,7 @@ func TestLoad(t *testing.T) {
 // Each light round uses a new user seeded with 10 checks; the light user
 // gains the round's checks as it runs, so the comparison favours it.
 func flatness(t *testing.T, out io.Writer, cfg loadConfig, full *target) {
+	t.Helper()
 	heavy := checkRequests([]string{"heavy"})
 	before := full.dayCount(t, "heavy")
 	var res [2][2][]result // [conns=1, conns=N][light, heavy]
@@ -208,8 +230,8 @@ func flatness(t *testing.T, out io.Writer, cfg loadConfig, full *target) {
 		}
 	}
 	after := full.dayCount(t, "heavy")
-	fmt.Fprintf(out, "\nFlat in history: %d checks per round, light user starts at 10 requests, heavy at %d (%d at the end)\n",
-		cfg.flatChecks, before, after)
+	fmt.Fprintf(out, "\nFlat in history, %s: %d checks per round, light user starts at 10 requests, heavy at %d (%d at the end)\n",
+		full.name, cfg.flatChecks, before, after)
 	fmt.Fprintf(out, "%-26s %10s %8s %8s\n", "", "req/s", "p50", "p99")
 	for ci, conns := range []int{1, cfg.conns} {
 		for hi, name := range []string{"light", "heavy"} {
@@ -383,7 +405,8 @@ type generator struct {
 
 // newGenerator writes wrk's script into dir: it builds one request per
 // user, user-00000 to user-<users-1>, with the body of checkBody, and sends
-// them in turn; at the end it prints one line of figures for wrkResult.
+// them in turn, from the first or from the one its argument numbers; at the
+// end it prints one line of figures for wrkResult.
 func newGenerator(t *testing.T, dir string, users int, bodies [][]byte) *generator {
 	t.Helper()
 	g := &generator{bodies: bodies}
@@ -401,15 +424,19 @@ func newGenerator(t *testing.T, dir string, users int, bodies [][]byte) *generat
 	}
 	script := fmt.Sprintf(`-- Written by load_test.go: %d rotating users.
 local requests = {}
+local n = 0
 
 function init(args)
 	for i = 0, %d do
 		local body = %q .. string.format("user-%%05d", i) .. %q
 		requests[#requests + 1] = wrk.format("POST", "/v1/check", {["Content-Type"] = "application/json"}, body)
 	end
+	-- wrk ... -- <first>: the first request is for user <first>.
+	if args[1] then
+		n = tonumber(args[1]) %% #requests
+	end
 end
 
-local n = 0
 function request()
 	n = n %% #requests + 1
 	return requests[n]
@@ -436,23 +463,38 @@ func (g *generator) name() string {
 	return "wrk -t1 (" + g.wrk + ")"
 }
 
-// run drives tg over conns connections for d (whole seconds for wrk).
+// run drives tg over conns connections for d (whole seconds for wrk). A
+// set of replicas is driven by one wrk per replica at once (see runSet).
 func (g *generator) run(t *testing.T, tg *target, conns int, d time.Duration) result {
 	t.Helper()
+	if len(tg.replicas) > 0 {
+		return g.runSet(t, tg, conns, d)
+	}
 	if g.wrk == "" {
 		return tg.run(t, conns, d, 0, g.bodies)
 	}
-	secs := max(1, int(d.Round(time.Second)/time.Second))
-	cmd := exec.Command(g.wrk, "-t1", fmt.Sprintf("-c%d", conns), fmt.Sprintf("-d%ds", secs), "-s", g.script, "http://"+tg.addr+"/v1/check")
-	out, err := cmd.CombinedOutput()
+	cmd, out := g.wrkCommand(tg, conns, d, 0)
+	err := cmd.Run()
 	if err != nil {
 		t.Fatalf("%s: wrk: %v\n%s", tg.name, err, out)
 	}
-	res, err := wrkResult(out)
+	res, err := wrkResult(out.Bytes())
 	if err != nil {
-		t.Fatalf("%s: %v\n%s", tg.name, err, out)
+		t.Fatalf("%s: %v\n%s%s", tg.name, err, out, tg.logErrors())
 	}
 	return res
+}
+
+// wrkCommand returns wrk's command to drive tg over conns connections for
+// d, its first request for user number first, and the buffer its output
+// goes to.
+func (g *generator) wrkCommand(tg *target, conns int, d time.Duration, first int) (*exec.Cmd, *bytes.Buffer) {
+	secs := max(1, int(d.Round(time.Second)/time.Second))
+	cmd := exec.Command(g.wrk, "-t1", fmt.Sprintf("-c%d", conns), fmt.Sprintf("-d%ds", secs), "-s", g.script, "http://"+tg.addr+"/v1/check",
+		"--", strconv.Itoa(first))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	return cmd, &out
 }
 
 var wrkLine = regexp.MustCompile(`policyguard-wrk requests=(\d+) duration_us=(\d+) p50_us=(\d+) p90_us=(\d+) p99_us=(\d+) p999_us=(\d+) max_us=(\d+) status_errors=(\d+) socket_errors=(\d+)`)
@@ -481,20 +523,26 @@ func wrkResult(out []byte) (result, error) {
 	}, nil
 }
 
-// target is a server under load: the service or the baseline.
+// target is a server under load: the service or the baseline, or a set
+// of service replicas on one database, which has replicas and no process
+// of its own.
 type target struct {
 	name      string
 	addr      string // host:port on 127.0.0.1
 	cmd       *exec.Cmd
 	log       string // the service's log file
 	logOffset int64
+	replicas  []*target
 }
 
 func (tg *target) pid() int { return tg.cmd.Process.Pid }
 
 func (tg *target) stop(t *testing.T) {
 	t.Helper()
-	if tg.cmd.ProcessState != nil {
+	for _, r := range tg.replicas {
+		r.stop(t)
+	}
+	if tg.cmd == nil || tg.cmd.ProcessState != nil {
 		return
 	}
 	tg.cmd.Process.Signal(syscall.SIGTERM)
@@ -507,21 +555,27 @@ func (tg *target) stop(t *testing.T) {
 // in a file, and creates the benchmark tier, which admits everything.
 func startService(t *testing.T, bin, dir, dbPath, sync string, cleanup time.Duration) *target {
 	t.Helper()
-	logPath := dbPath + ".log"
+	return startServiceArgs(t, bin, "service sync="+sync, dbPath+".log",
+		"-db", dbPath, "-sync", sync, "-cleanup-interval", cleanup.String())
+}
+
+// startServiceArgs starts the service binary as startService does, named
+// name, with its log in logPath and args after the address and token.
+func startServiceArgs(t *testing.T, bin, name, logPath string, args ...string) *target {
+	t.Helper()
 	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(bin, "-addr", "127.0.0.1:0", "-db", dbPath, "-admin-token", token,
-		"-sync", sync, "-cleanup-interval", cleanup.String())
+	cmd := exec.Command(bin, append([]string{"-addr", "127.0.0.1:0", "-admin-token", token}, args...)...)
 	cmd.Env = []string{} // flags only, whatever the caller's environment holds
 	cmd.Stderr = logf
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	tg := &target{name: "service sync=" + sync, cmd: cmd, log: logPath}
+	tg := &target{name: name, cmd: cmd, log: logPath}
 	t.Cleanup(func() { tg.stop(t) })
 	tg.addr = strings.TrimPrefix(waitURL(t, stdout), "http://")
 	go io.Copy(io.Discard, stdout)
@@ -761,6 +815,15 @@ type sample struct {
 // the test.
 func (tg *target) run(t *testing.T, conns int, d time.Duration, n int, reqs [][]byte) result {
 	t.Helper()
+	res, err := tg.load(conns, d, n, reqs)
+	if err != nil {
+		t.Fatalf("%s: %v", tg.name, err)
+	}
+	return res
+}
+
+// load is run, returning its failure.
+func (tg *target) load(conns int, d time.Duration, n int, reqs [][]byte) (result, error) {
 	var next atomic.Int64
 	var mu sync.Mutex
 	var all []sample
@@ -819,7 +882,7 @@ func (tg *target) run(t *testing.T, conns int, d time.Duration, n int, reqs [][]
 	wg.Wait()
 	elapsed := time.Since(begin)
 	if failure != nil {
-		t.Fatalf("%s: %v", tg.name, failure)
+		return result{}, failure
 	}
 	lat := make([]time.Duration, len(all))
 	for i, s := range all {
@@ -830,7 +893,7 @@ func (tg *target) run(t *testing.T, conns int, d time.Duration, n int, reqs [][]
 		rps: float64(len(all)) / elapsed.Seconds(),
 		p50: pct(lat, 50), p90: pct(lat, 90), p99: pct(lat, 99), p999: pct(lat, 99.9), max: pct(lat, 100),
 		samples: all,
-	}
+	}, nil
 }
 
 var contentLength = []byte("content-length:")
@@ -878,6 +941,32 @@ func readResponse(br *bufio.Reader) (int, error) {
 func (tg *target) dayCount(t *testing.T, user string) int {
 	t.Helper()
 	return dayCount(t, "http://"+tg.addr, user)
+}
+
+// logErrors returns the first errors the service has logged, to explain
+// the answers that failed a round; "" for a baseline or a clean log.
+func (tg *target) logErrors() string {
+	if tg.log == "" {
+		return ""
+	}
+	data, err := os.ReadFile(tg.log)
+	if err != nil {
+		return ""
+	}
+	var b strings.Builder
+	n := 0
+	for line := range strings.Lines(string(data)) {
+		if strings.Contains(line, " level=ERROR ") || strings.Contains(line, " level=WARN ") {
+			if n == 0 {
+				fmt.Fprintf(&b, "the first errors %s logged:\n", tg.name)
+			}
+			if n++; n > 5 {
+				break
+			}
+			b.WriteString(line)
+		}
+	}
+	return b.String()
 }
 
 var cleanupRE = regexp.MustCompile(`time=(\S+) level=INFO msg=cleanup deleted=(\d+) took=(\S+)`)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
+	"hash/fnv"
 	"net/url"
 	"strconv"
 	"strings"
@@ -92,7 +93,7 @@ func openPostgres(ctx context.Context, dsn string, o *options) (*Store, error) {
 // Advisory locks, in PostgreSQL's two-key space: a class and a number.
 // Every process on the database takes the same ones.
 const (
-	lockUser  = 1 // number: hashtext(user id); one user's writes
+	lockUser  = 1 // number: userLockKey(user id); one user's writes
 	lockAdmin = 2 // number 0: changes to tiers and user records
 	lockPrune = 3 // number 0: the cleanup, one replica at a time
 	lockSetup = 4 // number 0: migrations, one process at a time
@@ -131,19 +132,19 @@ type pgWriter struct {
 }
 
 func (w *pgWriter) do(ctx context.Context, fn func(tx *writeTx) error) error {
-	return w.run(ctx, fn)
+	return w.run(ctx, "BEGIN", fn)
 }
 
+// admit begins the transaction and takes the user's lock in one round trip
+// (see userLockKey), as an admission always needs both.
 func (w *pgWriter) admit(ctx context.Context, user string, decide func(policy.History) (policy.Admission, error)) error {
-	return w.run(ctx, func(tx *writeTx) error {
-		if err := tx.lockUser(user); err != nil {
-			return err
-		}
-		return tx.admit(user, decide)
-	})
+	begin := fmt.Sprintf("BEGIN; SELECT pg_advisory_xact_lock(%d, %d)", lockUser, userLockKey(user))
+	return w.run(ctx, begin, func(tx *writeTx) error { return tx.admit(user, decide) })
 }
 
-func (w *pgWriter) run(ctx context.Context, fn func(tx *writeTx) error) error {
+// run runs fn in a transaction that begin (a statement without
+// parameters, which may be several) starts.
+func (w *pgWriter) run(ctx context.Context, begin string, fn func(tx *writeTx) error) error {
 	w.mu.RLock()
 	if w.closed {
 		w.mu.RUnlock()
@@ -153,19 +154,51 @@ func (w *pgWriter) run(ctx context.Context, fn func(tx *writeTx) error) error {
 	w.mu.RUnlock()
 	defer w.running.Done()
 	// The transaction lives in the caller's context: a caller that goes
-	// away before COMMIT has it rolled back by database/sql and hears
-	// so, and nothing is recorded. (On SQLite a job shares its
-	// transaction with others, so the writer cannot do that.)
-	sqlTx, err := w.db.BeginTx(ctx, nil)
+	// away before COMMIT has it rolled back and hears so, and nothing is
+	// recorded. (On SQLite a job shares its transaction with others, so
+	// the writer cannot do that.) It is run by hand on a connection of
+	// the pool rather than through database/sql's Tx, so that BEGIN can
+	// travel with the first statement; a connection returned with a
+	// transaction still open is discarded by the driver (ResetSession).
+	conn, err := w.db.Conn(ctx)
 	if err != nil {
 		return unavailable(err)
 	}
-	tx := &writeTx{ctx: ctx, conn: sqlTx, d: postgresDialect}
-	if err := fn(tx); err != nil {
-		_ = sqlTx.Rollback() // the job's error says what matters
-		return err
+	defer conn.Close()
+	// Without parameters pgx sends the text as one simple query, which
+	// may hold several statements.
+	if _, err := conn.ExecContext(ctx, begin); err != nil {
+		discard(conn)
+		return unavailable(err)
 	}
-	return unavailable(sqlTx.Commit())
+	tx := &writeTx{ctx: ctx, conn: conn, d: postgresDialect}
+	if err := fn(tx); err != nil {
+		if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
+			discard(conn)
+		}
+		return err // the job's error says what matters
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		discard(conn)
+		return unavailable(err)
+	}
+	return nil
+}
+
+// discard keeps conn from going back to the pool: its session may be in
+// a transaction or in an unknown state.
+func discard(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+}
+
+// userLockKey is the number of user's advisory lock: a 32-bit FNV-1a hash
+// of the id. Every replica must compute the same number, so it is part of
+// the database's format: changing it would let an old and a new replica
+// admit the same user at once.
+func userLockKey(user string) int32 {
+	h := fnv.New32a()
+	h.Write([]byte(user))
+	return int32(h.Sum32())
 }
 
 func (w *pgWriter) close() error {
@@ -183,7 +216,7 @@ func (tx *writeTx) lockUser(user string) error {
 	if tx.w != nil {
 		return nil
 	}
-	_, err := tx.conn.ExecContext(tx.ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, lockUser, user)
+	_, err := tx.conn.ExecContext(tx.ctx, `SELECT pg_advisory_xact_lock($1, $2)`, lockUser, userLockKey(user))
 	return unavailable(err)
 }
 
@@ -219,7 +252,7 @@ func (s *Store) pruneLock(ctx context.Context) (ok bool, release func(), err err
 		if err != nil {
 			// A connection that cannot unlock must not go back to the
 			// pool holding the lock; closing the session releases it.
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+			discard(conn)
 		}
 		conn.Close()
 	}, nil

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -83,7 +84,7 @@ func openPostgres(ctx context.Context, dsn string, o *options) (*Store, error) {
 		sdb.Close()
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	s.writer = &pgWriter{db: sdb}
+	s.writer = &pgWriter{db: sdb, tiers: &s.tiers}
 	if err := s.start(ctx); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -124,7 +125,8 @@ func (s *Store) migrateLocked(ctx context.Context) error {
 // commit made before it began, and the lock is granted after the previous
 // holder committed). Nothing is cached between jobs.
 type pgWriter struct {
-	db *sql.DB
+	db    *sql.DB
+	tiers *atomic.Pointer[tierCache] // the store's
 
 	mu      sync.RWMutex // guards closed against Add on a waited-for running
 	closed  bool
@@ -171,7 +173,7 @@ func (w *pgWriter) run(ctx context.Context, begin string, fn func(tx *writeTx) e
 		discard(conn)
 		return unavailable(err)
 	}
-	tx := &writeTx{ctx: ctx, conn: conn, d: postgresDialect}
+	tx := &writeTx{ctx: ctx, conn: conn, d: postgresDialect, tiers: w.tiers}
 	if err := fn(tx); err != nil {
 		if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
 			discard(conn)
@@ -256,4 +258,59 @@ func (s *Store) pruneLock(ctx context.Context) (ok bool, release func(), err err
 		}
 		conn.Close()
 	}, nil
+}
+
+// pgFirstRead is what a PostgreSQL admission reads first, in one statement
+// once its user's lock is held: the version of the tiers, the user's
+// newest request and the user's record. Read one by one they would cost
+// three round trips (see history.currentTierPG).
+var pgFirstRead = func() string {
+	cols := strings.Split(userColumns, ", ")
+	for i, c := range cols {
+		switch c {
+		case "user_id", "note":
+			cols[i] = "coalesce(u." + c + ", '')"
+		case "overrides", "updated_at":
+			cols[i] = "coalesce(u." + c + ", 0)"
+		default:
+			cols[i] = "u." + c
+		}
+	}
+	return `SELECT (SELECT version FROM tier_version WHERE id = 1), r.ts, r.seq, u.user_id IS NOT NULL, ` + strings.Join(cols, ", ") + `
+	FROM (SELECT 1) AS one
+	LEFT JOIN LATERAL (SELECT ts, seq FROM requests WHERE user_id = $1 ORDER BY ts DESC LIMIT 1) AS r ON true
+	LEFT JOIN users AS u ON u.user_id = $1`
+}()
+
+// currentTierPG is CurrentTier on PostgreSQL, where the admission's
+// transaction is the only truth: one statement reads the tiers' version,
+// which says whether the store's cache of tiers is current, and with it
+// what load and CurrentUser would read next, which they then find loaded.
+// A cache older than the table costs one more read, of the tier's row.
+func (h *history) currentTierPG(name string) (*policy.Tier, bool, error) {
+	if !h.loaded {
+		var (
+			version int64
+			ts, seq sql.NullInt64
+			found   bool
+			r       userRow
+		)
+		args := append([]any{&version, &ts, &seq, &found}, r.scanArgs()...)
+		if err := h.tx.conn.QueryRowContext(h.tx.ctx, pgFirstRead, h.user).Scan(args...); err != nil {
+			return nil, false, unavailable(err)
+		}
+		h.loaded, h.any, h.lastTS, h.lastSeq = true, ts.Valid, ts.Int64, seq.Int64
+		h.st = &userState{any: h.any, lastTS: h.lastTS, lastSeq: h.lastSeq, recordLoaded: true}
+		if found {
+			u := r.record()
+			h.st.record = &u
+		}
+		if c := h.tx.tiers.Load(); c != nil && c.version == version {
+			t, ok := c.byName[name]
+			return &t, ok, nil
+		}
+	}
+	tiers, err := queryTiers(h.tx, ` WHERE name = ?`, name)
+	t, ok := tiers[name]
+	return &t, ok, err
 }

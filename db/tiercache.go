@@ -25,9 +25,7 @@ func (h *history) CurrentTier(name string) (*policy.Tier, bool, error) {
 	}
 	w := h.tx.w
 	if w == nil {
-		tiers, err := queryTiers(h.tx, ` WHERE name = ?`, name)
-		t, ok := tiers[name]
-		return &t, ok, err
+		return h.currentTierPG(name)
 	}
 	if w.tiersStale || w.tierView == nil {
 		tiers, err := tiersInTx(h.tx)

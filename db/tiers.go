@@ -166,7 +166,13 @@ func (s *Store) reloadTiers(ctx context.Context, atLeast int64) error {
 	if c := s.tiers.Load(); c != nil && atLeast > 0 && c.version >= atLeast {
 		return nil // another caller reloaded meanwhile
 	}
-	tx, err := s.db.BeginTxx(ctx, nil)
+	var opts *sql.TxOptions // SQLite: a read transaction sees one snapshot
+	if s.d.postgres {
+		// The version must describe the tiers read with it (see
+		// history.currentTierPG): one snapshot for both.
+		opts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
+	}
+	tx, err := s.db.BeginTxx(ctx, opts)
 	if err != nil {
 		return unavailable(err)
 	}

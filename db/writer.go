@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/policyguard/policyguard/policy"
@@ -96,6 +97,9 @@ type writeTx struct {
 	// keeps up to date; nil on PostgreSQL, where other processes write
 	// the same rows, so that the transaction reads what it needs.
 	w *writer
+	// tiers is the store's cache of tiers, on PostgreSQL: current when
+	// its version is the table's (see history.currentTierPG).
+	tiers *atomic.Pointer[tierCache]
 	// touched lists the users whose cached state this transaction read or
 	// changed: a rollback forgets them, since what was cached may not have
 	// happened.

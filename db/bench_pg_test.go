@@ -1,0 +1,61 @@
+package db_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/policyguard/policyguard/db"
+	"github.com/policyguard/policyguard/db/dbtest"
+	"github.com/policyguard/policyguard/policy"
+)
+
+// BenchmarkCheckPostgres is a recording check on PostgreSQL: one caller
+// (the latency of one check, mostly round trips to the server and its
+// commit) and 16 (the pool's size; what a replica sustains). Each of 1,000
+// users keeps about 100 requests in the day window. Skipped without a
+// server.
+func BenchmarkCheckPostgres(b *testing.B) {
+	ctx := context.Background()
+	store, err := db.Open(ctx, dbtest.Postgres(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { store.Close() })
+	if _, err := store.UpdateTiers(ctx, policy.TierUpdate{Put: []policy.Tier{benchTier}}); err != nil {
+		b.Fatal(err)
+	}
+	clock := &stepClock{start: time.Now(), step: 24 * time.Hour / 100_000}
+	svc := policy.NewService(store, store, policy.WithClock(clock.Now), policy.WithUsers(store))
+	users := make([]string, 1000)
+	for i := range users {
+		users[i] = fmt.Sprintf("user-%04d", i)
+	}
+	check := func(i int) {
+		if _, err := svc.Check(ctx, policy.Request{UserID: users[i%len(users)], Tier: benchTier.Name}, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range 100 * len(users) / 10 { // a tenth of the history: enough for steady seeks
+		check(i)
+	}
+	b.Run("serial", func(b *testing.B) {
+		defer reportCPU(b, cpuTime())
+		for i := range b.N {
+			check(i)
+		}
+	})
+	b.Run("16 callers", func(b *testing.B) {
+		b.SetParallelism(max(16/runtime.GOMAXPROCS(0), 1))
+		defer reportCPU(b, cpuTime())
+		var next atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				check(int(next.Add(1)))
+			}
+		})
+	})
+}

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -245,4 +247,139 @@ func TestReplicasShareOneDatabase(t *testing.T) {
 	}
 	t.Logf("%d clients on three replicas sent %d checks; SIGKILL of one with %d unanswered; %d counted on the survivors: over-admitted 0, lost 0",
 		clients, sent, inFlight, recorded)
+}
+
+// tcpProxy forwards connections to a server and can cut them all and
+// refuse new ones, as a network partition or a stopped server would, then
+// listen again on the same address.
+type tcpProxy struct {
+	t      *testing.T
+	addr   string // where it listens
+	target string
+
+	mu    sync.Mutex
+	ln    net.Listener
+	conns []net.Conn
+}
+
+func newTCPProxy(t *testing.T, target string) *tcpProxy {
+	p := &tcpProxy{t: t, target: target}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.addr = ln.Addr().String()
+	p.serve(ln)
+	t.Cleanup(p.cut)
+	return p
+}
+
+func (p *tcpProxy) serve(ln net.Listener) {
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			go func() { io.Copy(s, c); s.Close() }()
+			go func() { io.Copy(c, s); c.Close() }()
+		}
+	}()
+}
+
+// cut closes the listener and every connection.
+func (p *tcpProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// restore listens again on the same address.
+func (p *tcpProxy) restore() {
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.serve(ln)
+}
+
+// TestReplicaSurvivesALostDatabase cuts a replica off from PostgreSQL
+// (through a proxy that drops every connection and refuses new ones):
+// checks answer 503, or are admitted unrecorded with -fail-open, and
+// /healthz says so; once the database is reachable again both recover by
+// themselves, with no restart.
+func TestReplicaSurvivesALostDatabase(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	dsn, err := url.Parse(dbtest.Postgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newTCPProxy(t, dsn.Host)
+	dsn.Host = proxy.addr
+	bin := buildFaultBinary(t)
+	strict := startFaultProc(t, bin, append(replicaArgs(dsn.String()), "-pg-statement-timeout", "1s")...)
+	open := startFaultProc(t, bin, append(replicaArgs(dsn.String()), "-pg-statement-timeout", "1s", "-fail-open")...)
+	health := func(url string) int {
+		res, err := http.Get(url + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	body := `{"context":{"user_id":"lost","user_tier":"pro"}}`
+	for _, r := range []*faultProc{strict, open} {
+		if code, d, err := replicaCheck(t, http.DefaultClient, r.url, body); err != nil || code != http.StatusOK || d["guardrail"] != "rate_limiter" {
+			t.Fatalf("before: %d %v %v", code, d, err)
+		}
+	}
+
+	proxy.cut()
+	if code, d, err := replicaCheck(t, http.DefaultClient, strict.url, body); err != nil || code != http.StatusServiceUnavailable || d["allowed"] != false || d["reason"] != "storage unavailable" {
+		t.Fatalf("database unreachable: %d %v %v; want 503, storage unavailable", code, d, err)
+	}
+	if code, d, err := replicaCheck(t, http.DefaultClient, open.url, body); err != nil || code != http.StatusOK || d["guardrail"] != "fail_open" {
+		t.Fatalf("database unreachable, -fail-open: %d %v %v; want 200 from fail_open", code, d, err)
+	}
+	for _, r := range []*faultProc{strict, open} {
+		if code := health(r.url); code != http.StatusServiceUnavailable {
+			t.Fatalf("/healthz with the database unreachable: %d, want 503", code)
+		}
+	}
+
+	proxy.restore()
+	for _, r := range []*faultProc{strict, open} {
+		faultWaitFor(t, "a check to succeed again", 30*time.Second, func() bool {
+			code, d, err := replicaCheck(t, http.DefaultClient, r.url, body)
+			return err == nil && code == http.StatusOK && d["guardrail"] == "rate_limiter"
+		})
+		if code := health(r.url); code != http.StatusOK {
+			t.Fatalf("/healthz once the database is back: %d, want 200", code)
+		}
+	}
+	// Two admissions before the cut and one after each recovery: the
+	// fail-open one recorded nothing.
+	if got := dayCount(t, strict.url, "lost"); got != 4 {
+		t.Fatalf("lost has %d requests recorded, want 4", got)
+	}
 }

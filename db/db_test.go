@@ -403,20 +403,22 @@ func TestOpenRefusesUnusableFiles(t *testing.T) {
 }
 
 func TestOpenRefusesNewerSchema(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "test.db")
-	s := openStore(t, path)
-	s.Close()
-	raw, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := raw.Exec(`INSERT INTO goose_db_version (version_id, is_applied) VALUES (99999, 1)`); err != nil {
-		t.Fatal(err)
-	}
-	raw.Close()
-	if _, err := db.Open(context.Background(), path); err == nil || !strings.Contains(err.Error(), "newer than this binary") {
-		t.Fatalf("opened a database from a newer binary: %v", err)
-	}
+	eachBackend(t, func(t *testing.T, bk backend) {
+		path := bk.newDSN(t)
+		s := openStore(t, path)
+		s.Close()
+		raw, err := bk.raw(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := raw.Exec(`INSERT INTO goose_db_version (version_id, is_applied) VALUES (99999, true)`); err != nil {
+			t.Fatal(err)
+		}
+		raw.Close()
+		if _, err := db.Open(context.Background(), path); err == nil || !strings.Contains(err.Error(), "newer than this binary") {
+			t.Fatalf("opened a database from a newer binary: %v", err)
+		}
+	})
 }
 
 // The cleanup deletes by the clock of the moment. A clock that ran up to an

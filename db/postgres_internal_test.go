@@ -55,3 +55,35 @@ func TestPruneOneReplicaAtATime(t *testing.T) {
 		t.Fatalf("cleanup locks held after Prune returned: %d, %v", held, err)
 	}
 }
+
+// Replicas started at once on a new database migrate it once: each waits
+// for the migration lock, and the later ones find nothing to do.
+func TestReplicasStartedTogetherMigrateOnce(t *testing.T) {
+	dsn := dbtest.Postgres(t)
+	errs := make(chan error, 4)
+	stores := make(chan *Store, 4)
+	for range 4 {
+		go func() {
+			s, err := Open(context.Background(), dsn)
+			errs <- err
+			stores <- s
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Errorf("a replica failed to start: %v", err)
+		}
+		if s := <-stores; s != nil {
+			defer s.Close()
+		}
+	}
+	raw, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	var tiers int
+	if err := raw.QueryRow(`SELECT count(*) FROM tiers`).Scan(&tiers); err != nil || tiers != 3 {
+		t.Fatalf("seeded tiers: %d, %v; want 3", tiers, err)
+	}
+}

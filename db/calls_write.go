@@ -330,6 +330,10 @@ func pruneCallsStep(tx *writeTx, cursor string, cutoff int64) (deleted int64, ne
 		if err != nil {
 			return 0, "", false, unavailable(err)
 		}
+		// Settling writes the user's running totals of tokens, as an
+		// admission may at the same time on another replica. (Deleting
+		// old rows needs no lock: no admission reads or writes rows
+		// older than a day.)
 		if err := tx.lockUser(user); err != nil {
 			return 0, "", false, err
 		}
@@ -369,9 +373,6 @@ func pruneTokensStep(tx *writeTx, cursor string, cutoff int64) (deleted int64, n
 		}
 		if err != nil {
 			return 0, "", false, unavailable(err)
-		}
-		if err := tx.lockUser(user); err != nil {
-			return 0, "", false, err
 		}
 		bound, partial := cutoff, false
 		var nth int64

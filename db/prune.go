@@ -20,8 +20,8 @@ const pruneBatch = 1000
 // with whatever checks are queued, so checks never wait behind it for long.
 //
 // On PostgreSQL one replica at a time cleans up: while another holds the
-// cleanup's lock, Prune deletes nothing and returns 0. Each step takes the
-// lock of every user it visits, as admissions do.
+// cleanup's lock, Prune deletes nothing and returns 0. Settling expired
+// calls takes the lock of each user it visits, as admissions do.
 func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 	ok, release, err := s.pruneLock(ctx)
 	if !ok {
@@ -76,9 +76,6 @@ func pruneStep(tx *writeTx, cursor string, cutoff int64) (deleted int64, next st
 		}
 		if err != nil {
 			return 0, "", false, unavailable(err)
-		}
-		if err := tx.lockUser(user); err != nil {
-			return 0, "", false, err
 		}
 		// Delete at most what is left of the budget: the oldest rows up to
 		// the budget-th old one, or all old rows if there are fewer.

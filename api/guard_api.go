@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -46,17 +47,42 @@ func (s *Server) serve(next echo.HandlerFunc) echo.HandlerFunc {
 		if err := s.guard(c, next); err != nil {
 			c.Error(err)
 		}
-		s.log.LogAttrs(req.Context(), slog.LevelInfo, "request",
-			slog.String("id", id),
-			slog.String("method", req.Method),
-			slog.String("path", req.URL.Path),
-			slog.Int("status", res.Status),
-			slog.Int64("bytes", res.Size),
-			slog.Duration("took", time.Since(start)),
-			slog.String("remote", c.RealIP()),
-		)
+		ctx := req.Context()
+		if h := s.log.Handler(); h.Enabled(ctx, slog.LevelInfo) {
+			// The record is made here rather than by LogAttrs, which
+			// walks the stack for the caller's program counter on every
+			// line (runtime.Callers: a quarter of the access log's CPU);
+			// the counter is the same every time, so it is taken once.
+			r := slog.NewRecord(time.Now(), slog.LevelInfo, "request", accessLogPC())
+			r.AddAttrs(
+				slog.String("id", id),
+				slog.String("method", req.Method),
+				slog.String("path", req.URL.Path),
+				slog.Int("status", res.Status),
+				slog.Int64("bytes", res.Size),
+				slog.Duration("took", time.Since(start)),
+				slog.String("remote", c.RealIP()),
+			)
+			_ = h.Handle(ctx, r)
+		}
 		return nil
 	}
+}
+
+// accessLogPCs holds the program counter of the access log's call to
+// accessLogPC, the source a handler with AddSource names for its lines.
+var accessLogPCs atomic.Uintptr
+
+// accessLogPC returns the program counter of its caller, taken on the
+// first call only.
+func accessLogPC() uintptr {
+	if pc := accessLogPCs.Load(); pc != 0 {
+		return pc
+	}
+	var pcs [1]uintptr
+	runtime.Callers(2, pcs[:]) // skip runtime.Callers and accessLogPC
+	accessLogPCs.Store(pcs[0])
+	return pcs[0]
 }
 
 // guard runs next with the request body limited to MaxBodyBytes (413

@@ -1,9 +1,14 @@
 package api
 
 import (
+	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
+
+	"github.com/labstack/echo/v4"
 
 	"github.com/policyguard/policyguard/policy"
 )
@@ -38,4 +43,21 @@ func BenchmarkObserveCheck(b *testing.B) {
 			m.observeCheck(&d, nil, false, 300*time.Microsecond)
 		}
 	})
+}
+
+// BenchmarkServe is the middleware every route has (request id, body
+// limit, access log written by a text handler) around a handler that
+// does nothing.
+func BenchmarkServe(b *testing.B) {
+	s := NewServer(Config{Service: policy.NewService(nil, nil), AdminToken: "t",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h := s.serve(func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
+	req := httptest.NewRequest(http.MethodPost, "/v1/check", nil)
+	rec := httptest.NewRecorder()
+	b.ReportAllocs()
+	for b.Loop() {
+		clear(rec.Header())
+		c := s.echo.NewContext(req, rec)
+		h(c)
+	}
 }

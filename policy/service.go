@@ -107,11 +107,13 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 	// the check again on what is stored, at most maxCheckAttempts times. A
 	// request store that cannot confirm tiers or records says so once,
 	// and from then on they are read (readTier, readUser).
+	// The check, the tier it is decided on (base with the user's
+	// overrides) and base share one allocation: each was one of its own.
+	st := new(checkState)
+	tier, base := &st.tier, &st.base
 	var (
-		tier Tier // the tier decided on: base with the user's overrides
-		base Tier
-		c    *Check
-		d    Decision
+		c *Check
+		d Decision
 	)
 	for attempt := 1; ; attempt++ {
 		fromMemory := attempt == 1 && !dryRun
@@ -122,21 +124,22 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 		name := s.tierName(&req, rec)
 		cached := false
 		if fromMemory && !s.tiersUnconfirmable.Load() {
-			base, cached = s.tiers.CachedTier(name)
+			*base, cached = s.tiers.CachedTier(name)
 		}
 		if !cached {
-			if base, err = s.readTier(ctx, name); err != nil {
+			if *base, err = s.readTier(ctx, name); err != nil {
 				return Decision{}, err
 			}
 		}
-		tier = base
+		*tier = *base
 		if rec != nil {
-			tier = base.WithOverrides(rec.Limits)
+			*tier = base.WithOverrides(rec.Limits)
 		}
 		r := req
 		r.Tier = name
-		c = &Check{Request: r, Tier: &tier, Now: s.now(), DryRun: dryRun, unconfirmed: cached,
-			base: &base, confirmUser: s.users != nil, userUnconfirmed: recCached, user: rec}
+		st.check = Check{Request: r, Tier: tier, Now: s.now(), DryRun: dryRun, unconfirmed: cached,
+			base: base, confirmUser: s.users != nil, userUnconfirmed: recCached, user: rec}
+		c = &st.check
 		d, err = s.chain.Check(ctx, c)
 		switch {
 		case errors.Is(err, errTierUnconfirmed):
@@ -154,7 +157,7 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 		case (cached || recCached) && d.Windows == nil:
 			// Refused before the rate limiter could confirm the tier and
 			// the record: confirm them here.
-			same, err := s.sameAsStored(ctx, req.UserID, rec, &base)
+			same, err := s.sameAsStored(ctx, req.UserID, rec, base)
 			if err != nil {
 				return Decision{}, err
 			}
@@ -167,12 +170,12 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 	if d.Windows == nil {
 		// Refused before the rate limiter ran: report the windows as they
 		// stand, with nothing consumed.
-		u, err := s.limiter.usage(ctx, c.UserID, &tier, c.Now, tier.Metered())
+		u, err := s.limiter.usage(ctx, c.UserID, tier, c.Now, tier.Metered())
 		if err != nil {
 			return Decision{}, err
 		}
-		d.Windows, d.Concurrency = &u.Windows, unconsumed(&u, &tier)
-		if d.Shadow, err = s.limiter.shadowView(ctx, c.UserID, &tier, c.Now); err != nil {
+		d.Windows, d.Concurrency = &u.Windows, unconsumed(&u, tier)
+		if d.Shadow, err = s.limiter.shadowView(ctx, c.UserID, tier, c.Now); err != nil {
 			return Decision{}, err
 		}
 	}
@@ -183,6 +186,12 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 		}
 	}
 	return d, nil
+}
+
+// checkState is what one Service.Check decides on.
+type checkState struct {
+	check      Check
+	tier, base Tier
 }
 
 // Usage returns userID's window state. With a tier name, each window also

@@ -649,7 +649,7 @@ func (s *Store) prepareReads(ctx context.Context) error {
 	for _, q := range readQueries {
 		st, err := s.db.PrepareContext(ctx, s.d.queries[q])
 		if err != nil {
-			return fmt.Errorf("prepare %q: %w", queries[q], err)
+			return fmt.Errorf("prepare %q: %w", s.d.queries[q], err)
 		}
 		s.reads[q] = st
 	}

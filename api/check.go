@@ -25,56 +25,6 @@ type checkContext struct {
 	Feature  string `json:"feature"`
 }
 
-// decisionResponse is the body of every check answer: 200, 403 and 429.
-type decisionResponse struct {
-	Allowed    bool            `json:"allowed"`
-	Reason     *string         `json:"reason"`
-	RetryAfter int64           `json:"retry_after"`
-	Tier       string          `json:"tier"`
-	Guardrail  string          `json:"guardrail"`
-	Windows    windowsResponse `json:"windows"`
-	// CallID names the call an admitted check of a metered tier opened;
-	// null otherwise.
-	CallID      *string              `json:"call_id"`
-	Concurrency *concurrencyResponse `json:"concurrency,omitzero"`
-	// Shadow is left out when the tier has no shadow limits.
-	Shadow *shadowResponse `json:"shadow,omitzero"`
-}
-
-// concurrencyResponse is a user's calls in flight against max_concurrent.
-type concurrencyResponse struct {
-	Limit    int64 `json:"limit"`
-	InFlight int64 `json:"in_flight"`
-}
-
-// tokensResponse is one window's tokens under the tier's token limit.
-type tokensResponse struct {
-	Limit     int64 `json:"limit"`
-	Used      int64 `json:"used"`
-	Remaining int64 `json:"remaining"`
-	Reset     int64 `json:"reset"`
-}
-
-// shadowResponse is how a tier's shadow limits decided a check.
-type shadowResponse struct {
-	Allowed bool    `json:"allowed"`
-	Reason  *string `json:"reason"`
-}
-
-type windowsResponse struct {
-	Minute windowResponse `json:"minute"`
-	Hour   windowResponse `json:"hour"`
-	Day    windowResponse `json:"day"`
-}
-
-type windowResponse struct {
-	Limit     int64 `json:"limit"`
-	Remaining int64 `json:"remaining"`
-	Reset     int64 `json:"reset"`
-	// Tokens is set for a window whose tokens the tier limits.
-	Tokens *tokensResponse `json:"tokens,omitzero"`
-}
-
 func (s *Server) handleCheck(c echo.Context) error {
 	start := time.Now()
 	dryRun := false
@@ -123,12 +73,4 @@ func checkTokens(raw jsontext.Value) (int64, error) {
 		return 0, policy.Errorf(policy.EINVALID, "tokens must be an integer from 0 to %d", policy.MaxLimit)
 	}
 	return n, nil
-}
-
-func windowOf(w policy.WindowState) windowResponse {
-	r := windowResponse{Limit: w.Limit, Remaining: w.Remaining, Reset: w.Reset}
-	if t := w.Tokens; t != nil && t.Limited {
-		r.Tokens = &tokensResponse{Limit: t.Limit, Used: t.Used, Remaining: t.Remaining, Reset: t.Reset}
-	}
-	return r
 }

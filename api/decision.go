@@ -3,44 +3,13 @@ package api
 import (
 	"net/http"
 	"strconv"
+	"sync"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/labstack/echo/v4"
 
 	"github.com/policyguard/policyguard/policy"
 )
-
-// decisionBody returns the body of a check answer for d.
-func decisionBody(d *policy.Decision) decisionResponse {
-	res := decisionResponse{
-		Allowed:    d.Allowed(),
-		RetryAfter: d.RetryAfter,
-		Tier:       d.Tier,
-		Guardrail:  d.Guardrail,
-	}
-	if d.Reason != "" {
-		res.Reason = &d.Reason
-	}
-	if d.CallID != "" {
-		res.CallID = &d.CallID
-	}
-	if c := d.Concurrency; c != nil {
-		res.Concurrency = &concurrencyResponse{Limit: c.Limit, InFlight: c.InFlight}
-	}
-	if w := d.Windows; w != nil {
-		res.Windows = windowsResponse{
-			Minute: windowOf(w[policy.Minute]),
-			Hour:   windowOf(w[policy.Hour]),
-			Day:    windowOf(w[policy.Day]),
-		}
-	}
-	if sd := d.Shadow; sd != nil {
-		res.Shadow = &shadowResponse{Allowed: sd.Allowed}
-		if r := sd.Reason(); r != "" {
-			res.Shadow.Reason = &r
-		}
-	}
-	return res
-}
 
 // decisionStatus returns the status of a check answer for d: 200 when
 // admitted, 429 when rate-limited, 403 when denied.
@@ -69,5 +38,95 @@ func setDecisionHeaders(h http.Header, d *policy.Decision) {
 // the decision as the body.
 func writeDecision(c echo.Context, d *policy.Decision) error {
 	setDecisionHeaders(c.Response().Header(), d)
-	return c.JSON(decisionStatus(d), decisionBody(d))
+	buf := answerBuffers.Get().(*[]byte)
+	*buf = appendDecision((*buf)[:0], d)
+	err := c.JSONBlob(decisionStatus(d), *buf)
+	answerBuffers.Put(buf)
+	return err
+}
+
+// answerBuffers hold the bodies of check answers while they are written.
+var answerBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// appendDecision appends the body of a check answer for d to b: the JSON
+// that go-json-experiment/json writes for the decision's shape
+// (decisionResponse in decision_internal_test.go, where a test and a fuzz
+// target hold the two to the same bytes), and the newline every answer
+// ends with. It is written by hand because it is on every check's path:
+// BenchmarkDecisionBody measured 3.4 µs with the library and 0.35 µs with
+// this for an unmetered answer, 4.5 µs and 0.57 µs for a metered one.
+func appendDecision(b []byte, d *policy.Decision) []byte {
+	b = append(b, `{"allowed":`...)
+	b = strconv.AppendBool(b, d.Allowed())
+	b = append(b, `,"reason":`...)
+	b = appendNullString(b, d.Reason)
+	b = append(b, `,"retry_after":`...)
+	b = strconv.AppendInt(b, d.RetryAfter, 10)
+	b = append(b, `,"tier":`...)
+	b = appendString(b, d.Tier)
+	b = append(b, `,"guardrail":`...)
+	b = appendString(b, d.Guardrail)
+	b = append(b, `,"windows":{`...)
+	for i, w := range policy.Windows {
+		var ws policy.WindowState // zeros when the check reached no window
+		if d.Windows != nil {
+			ws = d.Windows[w]
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, w.String()...)
+		b = append(b, `":{"limit":`...)
+		b = strconv.AppendInt(b, ws.Limit, 10)
+		b = append(b, `,"remaining":`...)
+		b = strconv.AppendInt(b, ws.Remaining, 10)
+		b = append(b, `,"reset":`...)
+		b = strconv.AppendInt(b, ws.Reset, 10)
+		if t := ws.Tokens; t != nil && t.Limited {
+			b = append(b, `,"tokens":{"limit":`...)
+			b = strconv.AppendInt(b, t.Limit, 10)
+			b = append(b, `,"used":`...)
+			b = strconv.AppendInt(b, t.Used, 10)
+			b = append(b, `,"remaining":`...)
+			b = strconv.AppendInt(b, t.Remaining, 10)
+			b = append(b, `,"reset":`...)
+			b = strconv.AppendInt(b, t.Reset, 10)
+			b = append(b, '}')
+		}
+		b = append(b, '}')
+	}
+	b = append(b, `},"call_id":`...)
+	b = appendNullString(b, d.CallID)
+	if c := d.Concurrency; c != nil {
+		b = append(b, `,"concurrency":{"limit":`...)
+		b = strconv.AppendInt(b, c.Limit, 10)
+		b = append(b, `,"in_flight":`...)
+		b = strconv.AppendInt(b, c.InFlight, 10)
+		b = append(b, '}')
+	}
+	if sd := d.Shadow; sd != nil {
+		b = append(b, `,"shadow":{"allowed":`...)
+		b = strconv.AppendBool(b, sd.Allowed)
+		b = append(b, `,"reason":`...)
+		b = appendNullString(b, sd.Reason())
+		b = append(b, '}')
+	}
+	return append(b, "}\n"...)
+}
+
+// appendString appends s as a JSON string, quoted as the library quotes it
+// with AllowInvalidUTF8: invalid UTF-8 becomes U+FFFD, which is the only
+// error AppendQuote reports.
+func appendString(b []byte, s string) []byte {
+	b, _ = jsontext.AppendQuote(b, s)
+	return b
+}
+
+// appendNullString appends s as a JSON string, or null when it is empty.
+func appendNullString(b []byte, s string) []byte {
+	if s == "" {
+		return append(b, "null"...)
+	}
+	return appendString(b, s)
 }

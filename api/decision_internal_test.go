@@ -1,0 +1,194 @@
+package api
+
+import (
+	"bytes"
+	"io"
+	"testing"
+
+	"github.com/go-json-experiment/json"
+
+	"github.com/policyguard/policyguard/policy"
+)
+
+// The shape below is the reference for appendDecision: what the library
+// writes for it, with the options of every other answer, is what
+// appendDecision must write byte for byte.
+
+// decisionResponse is the body of every check answer: 200, 403 and 429.
+type decisionResponse struct {
+	Allowed    bool            `json:"allowed"`
+	Reason     *string         `json:"reason"`
+	RetryAfter int64           `json:"retry_after"`
+	Tier       string          `json:"tier"`
+	Guardrail  string          `json:"guardrail"`
+	Windows    windowsResponse `json:"windows"`
+	// CallID names the call an admitted check of a metered tier opened;
+	// null otherwise.
+	CallID      *string              `json:"call_id"`
+	Concurrency *concurrencyResponse `json:"concurrency,omitzero"`
+	// Shadow is left out when the tier has no shadow limits.
+	Shadow *shadowResponse `json:"shadow,omitzero"`
+}
+
+// concurrencyResponse is a user's calls in flight against max_concurrent.
+type concurrencyResponse struct {
+	Limit    int64 `json:"limit"`
+	InFlight int64 `json:"in_flight"`
+}
+
+// tokensResponse is one window's tokens under the tier's token limit.
+type tokensResponse struct {
+	Limit     int64 `json:"limit"`
+	Used      int64 `json:"used"`
+	Remaining int64 `json:"remaining"`
+	Reset     int64 `json:"reset"`
+}
+
+// shadowResponse is how a tier's shadow limits decided a check.
+type shadowResponse struct {
+	Allowed bool    `json:"allowed"`
+	Reason  *string `json:"reason"`
+}
+
+type windowsResponse struct {
+	Minute windowResponse `json:"minute"`
+	Hour   windowResponse `json:"hour"`
+	Day    windowResponse `json:"day"`
+}
+
+type windowResponse struct {
+	Limit     int64 `json:"limit"`
+	Remaining int64 `json:"remaining"`
+	Reset     int64 `json:"reset"`
+	// Tokens is set for a window whose tokens the tier limits.
+	Tokens *tokensResponse `json:"tokens,omitzero"`
+}
+
+// decisionBody returns the body of a check answer for d.
+func decisionBody(d *policy.Decision) decisionResponse {
+	res := decisionResponse{
+		Allowed:    d.Allowed(),
+		RetryAfter: d.RetryAfter,
+		Tier:       d.Tier,
+		Guardrail:  d.Guardrail,
+	}
+	if d.Reason != "" {
+		res.Reason = &d.Reason
+	}
+	if d.CallID != "" {
+		res.CallID = &d.CallID
+	}
+	if c := d.Concurrency; c != nil {
+		res.Concurrency = &concurrencyResponse{Limit: c.Limit, InFlight: c.InFlight}
+	}
+	if w := d.Windows; w != nil {
+		res.Windows = windowsResponse{
+			Minute: windowOf(w[policy.Minute]),
+			Hour:   windowOf(w[policy.Hour]),
+			Day:    windowOf(w[policy.Day]),
+		}
+	}
+	if sd := d.Shadow; sd != nil {
+		res.Shadow = &shadowResponse{Allowed: sd.Allowed}
+		if r := sd.Reason(); r != "" {
+			res.Shadow.Reason = &r
+		}
+	}
+	return res
+}
+
+func windowOf(w policy.WindowState) windowResponse {
+	r := windowResponse{Limit: w.Limit, Remaining: w.Remaining, Reset: w.Reset}
+	if t := w.Tokens; t != nil && t.Limited {
+		r.Tokens = &tokensResponse{Limit: t.Limit, Used: t.Used, Remaining: t.Remaining, Reset: t.Reset}
+	}
+	return r
+}
+
+// decisionSamples are decisions of every kind a check answers, with
+// strings that need escaping where a client's string can reach the answer.
+func decisionSamples() []policy.Decision {
+	windows := func(tokens bool) *[len(policy.Windows)]policy.WindowState {
+		var ws [len(policy.Windows)]policy.WindowState
+		for i := range ws {
+			ws[i] = policy.WindowState{Count: int64(i + 3), Limit: 2147483647, Remaining: int64(i), Reset: int64(60 * (i + 1))}
+			if tokens && i != 1 { // the hour's tokens unlimited
+				ws[i].Tokens = &policy.TokenState{Limited: true, Limit: 1000, Used: 250, Remaining: 750, Reset: int64(i)}
+			}
+		}
+		ws[1].Tokens = &policy.TokenState{} // set but not limited: left out
+		return &ws
+	}
+	return []policy.Decision{
+		{Outcome: policy.Admitted, Tier: "pro", Guardrail: "rate_limiter", Windows: windows(false)},
+		{Outcome: policy.RateLimited, Reason: "per-minute limit exceeded", RetryAfter: 17, Tier: "free", Guardrail: "rate_limiter", Windows: windows(false)},
+		{Outcome: policy.Denied, Reason: "feature not included in tier", Tier: "free", Guardrail: "feature_gate"},
+		{Outcome: policy.Admitted, Tier: "metered", Guardrail: "rate_limiter", Windows: windows(true),
+			CallID: "-P7i3qS5RDTYd1wGHcqx78", Concurrency: &policy.ConcurrencyState{Limit: 5, InFlight: 2}},
+		{Outcome: policy.RateLimited, Reason: "concurrent call limit exceeded", RetryAfter: 1, Tier: "metered", Guardrail: "rate_limiter",
+			Windows: windows(true), Concurrency: &policy.ConcurrencyState{Limit: 5, InFlight: 5}},
+		{Outcome: policy.Admitted, Tier: "canary", Guardrail: "rate_limiter", Windows: windows(false),
+			Shadow: &policy.ShadowDecision{Allowed: true}},
+		{Outcome: policy.Admitted, Tier: "canary", Guardrail: "rate_limiter", Windows: windows(false),
+			Shadow: &policy.ShadowDecision{Blocked: policy.Hour}},
+		{Outcome: policy.Denied, Reason: "unknown tier", Tier: "q\"uote\\ <b>&amp; \u2028\x00\x1f\xff\xfe tab\t é 🙂", Guardrail: "tier"},
+		{Outcome: policy.Admitted, Tier: "", Guardrail: "", Windows: &[len(policy.Windows)]policy.WindowState{{Limit: -1, Remaining: -9223372036854775808, Reset: 9223372036854775807}}},
+	}
+}
+
+func TestAppendDecisionMatchesTheLibrary(t *testing.T) {
+	for i, d := range decisionSamples() {
+		var want bytes.Buffer
+		if err := json.MarshalWrite(&want, decisionBody(&d), answerOptions); err != nil {
+			t.Fatal(err)
+		}
+		want.WriteByte('\n')
+		if got := appendDecision(nil, &d); !bytes.Equal(got, want.Bytes()) {
+			t.Errorf("decision %d:\n got %s\nwant %s", i, got, want.Bytes())
+		}
+	}
+}
+
+// FuzzAppendDecision gives the strings of an answer any bytes.
+func FuzzAppendDecision(f *testing.F) {
+	f.Add("free", "rate_limiter", "per-minute limit exceeded", "abc")
+	f.Add("\xff<\u2028>", "", "", "")
+	f.Fuzz(func(t *testing.T, tier, guardrail, reason, callID string) {
+		d := decisionSamples()[3]
+		d.Tier, d.Guardrail, d.Reason, d.CallID = tier, guardrail, reason, callID
+		var want bytes.Buffer
+		if err := json.MarshalWrite(&want, decisionBody(&d), answerOptions); err != nil {
+			t.Fatal(err)
+		}
+		want.WriteByte('\n')
+		if got := appendDecision(nil, &d); !bytes.Equal(got, want.Bytes()) {
+			t.Errorf("\n got %s\nwant %s", got, want.Bytes())
+		}
+	})
+}
+
+// BenchmarkDecisionBody writes the answer of an unmetered check and of a
+// metered one, the largest, with the library over the reference shape and
+// with appendDecision.
+func BenchmarkDecisionBody(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		d    policy.Decision
+	}{{"unmetered", decisionSamples()[0]}, {"metered", decisionSamples()[3]}} {
+		b.Run(tc.name+"/library", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := json.MarshalWrite(io.Discard, decisionBody(&tc.d), answerOptions); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(tc.name+"/append", func(b *testing.B) {
+			b.ReportAllocs()
+			buf := make([]byte, 0, 512)
+			for b.Loop() {
+				buf = appendDecision(buf[:0], &tc.d)
+			}
+		})
+	}
+}

@@ -31,8 +31,9 @@ var (
 	strictOptions = json.RejectUnknownMembers(true)
 )
 
-// jsonSerializer writes every answer of the server through the library,
-// as Echo's JSONSerializer: c.JSON comes here. Maps are written in key
+// jsonSerializer writes the answers of the server through the library,
+// as Echo's JSONSerializer: c.JSON comes here. Check answers do not: they
+// are on every check's path, and appendDecision writes the same bytes. Maps are written in key
 // order, and text that is not UTF-8 is written as U+FFFD rather than
 // failing the answer.
 type jsonSerializer struct{}

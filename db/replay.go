@@ -96,8 +96,9 @@ func (s *Store) replayChunk(ctx context.Context, tierID int64, from, to time.Tim
 }
 
 // parseTimes appends the comma-separated integers of b, as group_concat
-// writes them, to ts. It reads the digits itself: strconv.ParseInt on
-// each field took a tenth of a preview's CPU.
+// writes them, to ts. It reads the digits itself: against
+// strconv.ParseInt on each field, BenchmarkPreview took 3 to 6% less CPU
+// (0.88 to 0.91 s against 0.94 s, 3 alternating runs).
 func parseTimes(ts []int64, b []byte) ([]int64, error) {
 	if len(b) == 0 {
 		return ts, nil

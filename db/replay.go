@@ -135,7 +135,7 @@ func parseTimes(ts []int64, b []byte) ([]int64, error) {
 // after each turn as long as it worked, and longer when it is ahead of
 // previewRate. BenchmarkCheckDuringPreview measured the p99 of checks
 // against the rate: 300,000 requests a second 1.3x the p99 without a
-// preview, 450,000 1.5x, 600,000 2.3x (1.7 to 2.7x), with a preview then
+// preview, 450,000 1.5x, 600,000 2.3 to 2.7x, with a preview then
 // taking 3.3, 2.2 and 1.7 s for a million requests.
 type pacer struct {
 	start time.Time // when the preview began

@@ -33,9 +33,9 @@ var (
 
 // jsonSerializer writes the answers of the server through the library,
 // as Echo's JSONSerializer: c.JSON comes here. Check answers do not: they
-// are on every check's path, and appendDecision writes the same bytes. Maps are written in key
-// order, and text that is not UTF-8 is written as U+FFFD rather than
-// failing the answer.
+// are on every check's path, and appendDecision writes the same bytes.
+// Maps are written in key order, and text that is not UTF-8 is written as
+// U+FFFD rather than failing the answer.
 type jsonSerializer struct{}
 
 var answerOptions = json.JoinOptions(json.Deterministic(true), jsontext.AllowInvalidUTF8(true))

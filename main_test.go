@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"regexp"
 	"strings"
 	"sync"
@@ -322,6 +323,29 @@ func TestRunTestClockRefusals(t *testing.T) {
 		err := run(context.Background(), args, getenv, io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s %v %v: err = %v, want %q", tc.addr, tc.args, tc.env, err, tc.want)
+		}
+	}
+}
+
+// TestRunTestClockRequestsAtOneInstant is what a user's integration test
+// does first with -test-clock: three checks at one instant fill a minute
+// of three, and exactly a minute later three more are admitted.
+func TestRunTestClockRequestsAtOneInstant(t *testing.T) {
+	url, _ := startWithEnv(t, nil, "-test-clock")
+	if status, body := call(t, "PUT", url+"/v1/tiers/three",
+		`{"requests_per_minute":3,"requests_per_hour":100,"requests_per_day":1000,"burst_allowance":0}`, true); status != 201 {
+		t.Fatalf("PUT tier: %d %s", status, body)
+	}
+	for round := range 2 {
+		var got []int
+		for range 4 {
+			got = append(got, check(t, url, "agent", "three"))
+		}
+		if want := []int{200, 200, 200, 429}; !slices.Equal(got, want) {
+			t.Fatalf("round %d: %v, want %v", round+1, got, want)
+		}
+		if status, body := call(t, "POST", url+"/v1/test/clock", `{"advance":"60s"}`, true); status != 200 {
+			t.Fatalf("advance: %d %s", status, body)
 		}
 	}
 }

@@ -183,3 +183,65 @@ func throttledTestClockServer(e *env) *api.Server {
 	}
 	return srv
 }
+
+// TestTestClockRequestsAtOneInstantLeaveTogether fills a window with
+// checks at one instant and moves the clock by exactly the window, in one
+// step or in steps that add up to it: the requests leave together, as the
+// lesson's t > now - window counts them, and the window admits its ceiling
+// again.
+func TestTestClockRequestsAtOneInstantLeaveTogether(t *testing.T) {
+	for _, tc := range []struct {
+		name, limits string
+		ceiling      int
+		steps        []string
+		retry        string // the full window's Retry-After at the first instant
+	}{
+		{"minute", `{"requests_per_minute":3,"requests_per_hour":100,"requests_per_day":1000,"burst_allowance":0}`, 3, []string{"60s"}, "60"},
+		{"minute in halves", `{"requests_per_minute":3,"requests_per_hour":100,"requests_per_day":1000,"burst_allowance":0}`, 3, []string{"30s", "30s"}, "60"},
+		{"hour", `{"requests_per_minute":3,"requests_per_hour":3,"requests_per_day":1000,"burst_allowance":0}`, 3, []string{"1h"}, "3600"},
+		{"hour in steps", `{"requests_per_minute":3,"requests_per_hour":3,"requests_per_day":1000,"burst_allowance":0}`, 3, []string{"59m", "59s", "1s"}, "3600"},
+		{"day", `{"requests_per_minute":5,"requests_per_hour":5,"requests_per_day":5,"burst_allowance":0}`, 5, []string{"24h"}, "86400"},
+		{"day in steps", `{"requests_per_minute":5,"requests_per_hour":5,"requests_per_day":5,"burst_allowance":0}`, 5, []string{"12h", "11h59m", "60s"}, "86400"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.putTier("instant", tc.limits)
+			srv, _ := newTestClockServer(e)
+			send := func(method, path, body string) *httptest.ResponseRecorder {
+				req := httptest.NewRequest(method, path, strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Bearer "+adminToken)
+				rec := httptest.NewRecorder()
+				srv.ServeHTTP(rec, req)
+				return rec
+			}
+			check := `{"context":{"user_id":"burst","user_tier":"instant"}}`
+			fill := func(when string) {
+				t.Helper()
+				for i := range tc.ceiling {
+					if rec := send("POST", "/v1/check", check); rec.Code != 200 {
+						t.Fatalf("%s, check %d: %d %s", when, i+1, rec.Code, rec.Body)
+					}
+				}
+				// Every window that is full frees at once, a whole window on.
+				rec := send("POST", "/v1/check", check)
+				if rec.Code != 429 || rec.Header().Get("Retry-After") != tc.retry {
+					t.Fatalf("%s, check %d: %d Retry-After %q %s, want 429 and %s", when, tc.ceiling+1, rec.Code, rec.Header().Get("Retry-After"), rec.Body, tc.retry)
+				}
+			}
+			fill("at the first instant")
+			for i, step := range tc.steps {
+				if rec := send("POST", "/v1/test/clock", `{"advance":"`+step+`"}`); rec.Code != 200 {
+					t.Fatalf("advance %s: %d %s", step, rec.Code, rec.Body)
+				}
+				if i < len(tc.steps)-1 {
+					// Not yet a whole window: the first instant still counts.
+					if rec := send("POST", "/v1/check", check); rec.Code != 429 {
+						t.Fatalf("after step %d (%s): %d %s, want 429", i+1, step, rec.Code, rec.Body)
+					}
+				}
+			}
+			fill("a whole window later")
+		})
+	}
+}

@@ -15,17 +15,17 @@ import (
 // are counted from running totals (see call_tokens in the migration), and
 // the open calls are read through the index calls_user.
 var callQueries = map[query]string{
-	qTokLast:       `SELECT ts, total FROM call_tokens WHERE user_id = ? ORDER BY ts DESC LIMIT 1`,
-	qTokFirstAfter: `SELECT ts, total - tokens FROM call_tokens WHERE user_id = ? AND ts > ? ORDER BY ts LIMIT 1`,
+	qTokLast:       `SELECT ts, total FROM call_tokens WHERE user_id = ? ORDER BY ts DESC, total DESC LIMIT 1`,
+	qTokFirstAfter: `SELECT ts, total - tokens FROM call_tokens WHERE user_id = ? AND ts > ? ORDER BY ts, total LIMIT 1`,
 	// The same for three cutoffs, in one statement.
-	qTokFirstAfter3: `SELECT 0, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?2 ORDER BY ts LIMIT 1) a
-		UNION ALL SELECT 1, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?3 ORDER BY ts LIMIT 1) b
-		UNION ALL SELECT 2, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?4 ORDER BY ts LIMIT 1) c`,
+	qTokFirstAfter3: `SELECT 0, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?2 ORDER BY ts, total LIMIT 1) a
+		UNION ALL SELECT 1, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?3 ORDER BY ts, total LIMIT 1) b
+		UNION ALL SELECT 2, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?4 ORDER BY ts, total LIMIT 1) c`,
 	// The same, reading ahead: at most readahead rows after each cutoff,
 	// for the writer's token cursors.
-	qTokRowsAfter3: `SELECT 0, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?2 ORDER BY ts LIMIT 8) a
-		UNION ALL SELECT 1, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?3 ORDER BY ts LIMIT 8) b
-		UNION ALL SELECT 2, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?4 ORDER BY ts LIMIT 8) c`,
+	qTokRowsAfter3: `SELECT 0, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?2 ORDER BY ts, total LIMIT 8) a
+		UNION ALL SELECT 1, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?3 ORDER BY ts, total LIMIT 8) b
+		UNION ALL SELECT 2, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?4 ORDER BY ts, total LIMIT 8) c`,
 	qTokReaching: `SELECT ts FROM call_tokens WHERE user_id = ? AND total >= ? ORDER BY total LIMIT 1`,
 	qTokInsert:   `INSERT INTO call_tokens (user_id, ts, tokens, total) VALUES (?, ?, ?, ?)`,
 	qTokForget:   `DELETE FROM call_tokens WHERE user_id = ?`,
@@ -199,12 +199,12 @@ func expiredCalls(q rowQuerier, user string, now int64) ([]expiredCall, error) {
 	return out, unavailable(rows.Err())
 }
 
-// countAt returns when tokens finished at t are counted: at t, or just after
-// the newest counted tokens when the clock stepped back, so that a user's
+// countAt returns when tokens finished at t are counted: at t, or at the
+// newest counted tokens' time when the clock stepped back, so that a user's
 // rows stay in time order.
 func (st *ledgerState) countAt(t int64) int64 {
-	if st.anyRow && t <= st.lastTS {
-		return st.lastTS + 1
+	if st.anyRow && t < st.lastTS {
+		return st.lastTS
 	}
 	return t
 }

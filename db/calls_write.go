@@ -376,7 +376,7 @@ func pruneTokensStep(tx *writeTx, cursor string, cutoff int64) (deleted int64, n
 		}
 		bound, partial := cutoff, false
 		var nth int64
-		err = tx.queryRowSQL(`SELECT ts FROM call_tokens WHERE user_id = ? AND ts <= ? ORDER BY ts LIMIT 1 OFFSET ?`,
+		err = tx.queryRowSQL(`SELECT ts FROM call_tokens WHERE user_id = ? AND ts <= ? ORDER BY ts, total LIMIT 1 OFFSET ?`,
 			user, cutoff, pruneBatch-deleted-1).Scan(&nth)
 		switch {
 		case err == nil:

@@ -140,16 +140,26 @@ func TestCountsSurviveReopen(t *testing.T) {
 	})
 }
 
-func TestAdmitRejectsNonIncreasingTimestamps(t *testing.T) {
+func TestAdmitRejectsDecreasingTimestamps(t *testing.T) {
 	eachBackend(t, func(t *testing.T, bk backend) {
 		s := openStore(t, bk.newDSN(t))
 		admit(t, s, "u", t0)
-		err := s.Admit(context.Background(), "u", func(policy.History) (policy.Admission, error) { return policy.Admission{At: t0, Record: true}, nil })
+		// Requests at one instant are recorded together, at that instant.
+		admit(t, s, "u", t0)
+		err := s.Admit(context.Background(), "u", func(policy.History) (policy.Admission, error) {
+			return policy.Admission{At: t0.Add(-time.Microsecond), Record: true}, nil
+		})
 		if err == nil {
-			t.Fatal("a second request at the same instant was recorded")
+			t.Fatal("a request before the newest one was recorded")
 		}
-		if got := count(t, s, "u", t0.Add(-time.Hour)); got != 1 {
-			t.Fatalf("count = %d, want 1", got)
+		if got := count(t, s, "u", t0.Add(-time.Hour)); got != 2 {
+			t.Fatalf("count = %d, want 2", got)
+		}
+		if got := count(t, s, "u", t0.Add(-time.Microsecond)); got != 2 {
+			t.Fatalf("count after just before the instant = %d, want 2", got)
+		}
+		if got := count(t, s, "u", t0); got != 0 {
+			t.Fatalf("count after the instant = %d, want 0: both leave together", got)
 		}
 	})
 }
@@ -164,7 +174,9 @@ func TestHistoryMatchesReference(t *testing.T) {
 		now := t0
 		users := []string{"a", "b", "c"}
 		for i := 0; i < 400; i++ {
-			now = now.Add(time.Millisecond + time.Duration(rng.IntN(90))*time.Second)
+			if rng.IntN(4) > 0 { // else another request at the same instant
+				now = now.Add(time.Millisecond + time.Duration(rng.IntN(90))*time.Second)
+			}
 			u := users[rng.IntN(len(users))]
 			admit(t, s, u, now)
 			ref[u] = append(ref[u], now)

@@ -176,12 +176,12 @@ func blocked(recs []refRecord, ceilings [3]int64, now time.Time) string {
 	return ""
 }
 
-// countAt is when tokens finished at t are counted for user: at t, or just
-// after the newest counted tokens when the clock stepped back.
+// countAt is when tokens finished at t are counted for user: at t, or at
+// the newest counted tokens' time when the clock stepped back.
 func (m *refModel) countAt(user string, t time.Time) time.Time {
 	rows := m.tokens[user]
-	if len(rows) > 0 && !rows[len(rows)-1].at.Before(t) {
-		return rows[len(rows)-1].at.Add(time.Microsecond)
+	if len(rows) > 0 && rows[len(rows)-1].at.After(t) {
+		return rows[len(rows)-1].at
 	}
 	return t
 }
@@ -373,12 +373,13 @@ func (m *refModel) check(user, tier string, l refLimits, tokens int64, now time.
 	}
 	after := recs
 	if d.allowed {
-		// Recorded at max(now, newest + 1µs): a user's timestamps strictly
-		// increase even when the clock steps back.
+		// Recorded at now, as the lesson records time.time(), whatever
+		// else was recorded then; at the newest timestamp when the clock
+		// stepped back before it.
 		at := now
 		if len(recs) > 0 {
-			if next := recs[len(recs)-1].at.Add(time.Microsecond); next.After(at) {
-				at = next
+			if newest := recs[len(recs)-1].at; newest.After(at) {
+				at = newest
 			}
 		}
 		after = append(slices.Clone(recs), refRecord{at: at, ceilings: c, tier: tier})
@@ -550,11 +551,14 @@ func (o modelOp) String() string {
 }
 
 // exactSteps are clock steps that land exactly on (or a microsecond beside)
-// a window's edge, where "strictly after" matters.
+// a window's edge, where "strictly after" matters, alone or added up: a
+// sequence's zero steps put many checks on one instant, and these then
+// move them out of a window together.
 var exactSteps = [...]time.Duration{
 	time.Minute, time.Hour, 24 * time.Hour,
 	time.Minute - time.Microsecond, time.Minute + time.Microsecond,
 	time.Second, time.Hour - time.Microsecond, 24*time.Hour - time.Microsecond,
+	30 * time.Second, 20 * time.Second, 30 * time.Minute, 12 * time.Hour, 8 * time.Hour,
 }
 
 // opReader turns bytes into operations. Random tests feed it random bytes
@@ -1281,11 +1285,13 @@ func (h *modelHarness) compareHistories(run *modelRun) {
 		if !slices.EqualFunc(stored, want, time.Time.Equal) {
 			run.fatalf("user %q: store holds %v, reference %v", user, stored, want)
 		}
-		for _, r := range recs {
+		for j, r := range recs {
 			for i, w := range refWindows {
+				// The window r was admitted into: r and the requests
+				// recorded before it (at its instant too) after its cutoff.
 				var n int64
-				for _, o := range recs {
-					if o.at.After(r.at.Add(-w.length)) && !o.at.After(r.at) {
+				for _, o := range recs[:j+1] {
+					if o.at.After(r.at.Add(-w.length)) {
 						n++
 					}
 				}

@@ -24,8 +24,8 @@ type rowShape struct {
 }
 
 // nthShapes are spacings that interpolation finds easy (steady), hard
-// (rows ever sparser, or bursts of microseconds between long silences) or
-// that span most of int64.
+// (rows ever sparser, or bursts of microseconds between long silences),
+// that span most of int64, or that put many rows at one instant.
 var nthShapes = []rowShape{
 	{"steady", 0, func(rng *rand.Rand, _ int) int64 { return 432_000 + rng.Int64N(864_000) }},
 	{"gaps", 0, func(rng *rand.Rand, _ int) int64 {
@@ -43,6 +43,21 @@ var nthShapes = []rowShape{
 	{"sparser", 0, func(_ *rand.Rand, i int) int64 { return 1 + int64(math.Pow(1.0008, float64(min(i, 20_000)))) }},
 	// Gaps doubling every 300 rows: after 15,000 rows, 2^50 µs apart.
 	{"doubling", 0, func(_ *rand.Rand, i int) int64 { return int64(math.Exp2(float64(min(i, 15_000)) / 300)) }},
+	// Runs of a few hundred requests at one instant, as under a clock that
+	// stands still, a minute or less apart.
+	{"instants", 0, func(rng *rand.Rand, _ int) int64 {
+		if rng.IntN(300) == 0 {
+			return 1 + rng.Int64N(int64(time.Minute/time.Microsecond))
+		}
+		return 0
+	}},
+	// A third of the requests at the instant of the one before.
+	{"ties", 0, func(rng *rand.Rand, _ int) int64 {
+		if rng.IntN(3) == 0 {
+			return 0
+		}
+		return 1 + rng.Int64N(2000)
+	}},
 }
 
 // fillRows writes ts as user's rows, numbered from 1, in one transaction on
@@ -75,7 +90,7 @@ func shapeRows(rng *rand.Rand, shape rowShape, n int) []int64 {
 	at := w0.UnixMicro()
 	for i := range ts {
 		if i > 0 {
-			at += max(shape.gap(rng, i), 1)
+			at += max(shape.gap(rng, i), 0)
 		}
 		ts[i] = at
 	}
@@ -295,7 +310,8 @@ func TestNthAfterCostDoesNotGrowWithK(t *testing.T) {
 	ctx := context.Background()
 	s := openNthStore(t)
 	rng := rand.New(rand.NewPCG(7, 8))
-	sizes := map[string]int{"steady": 100_000, "gaps": 100_000, "bursts": 100_000, "sparser": 20_000, "doubling": 16_000}
+	sizes := map[string]int{"steady": 100_000, "gaps": 100_000, "bursts": 100_000, "sparser": 20_000, "doubling": 16_000,
+		"instants": 100_000, "ties": 100_000}
 	for _, shape := range nthShapes {
 		r := shapeRows(rng, shape, sizes[shape.name])
 		fillRows(t, s, shape.name, r)

@@ -278,7 +278,7 @@ var pgFirstRead = func() string {
 	}
 	return `SELECT (SELECT version FROM tier_version WHERE id = 1), r.ts, r.seq, u.user_id IS NOT NULL, ` + strings.Join(cols, ", ") + `
 	FROM (SELECT 1) AS one
-	LEFT JOIN LATERAL (SELECT ts, seq FROM requests WHERE user_id = $1 ORDER BY ts DESC LIMIT 1) AS r ON true
+	LEFT JOIN LATERAL (SELECT ts, seq FROM requests WHERE user_id = $1 ORDER BY ts DESC, seq DESC LIMIT 1) AS r ON true
 	LEFT JOIN users AS u ON u.user_id = $1`
 }()
 

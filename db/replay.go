@@ -17,7 +17,7 @@ var _ policy.ReplayStore = (*Store)(nil)
 // requests for a preview, one row per user holding the user's times,
 // comma-separated: a row per request through database/sql costs more than
 // the replay itself. With no index on tier_id
-// it reads the table in key order, (user_id, ts), which groups it by user
+// it reads the table in key order, (user_id, ts, seq), which groups it by user
 // in time order already, and each row is read once. Its cost grows with
 // the table, not with any window. group_concat keeps the order rows come
 // in, which SQLite does not promise; ReplayRequests sorts a user's times

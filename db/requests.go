@@ -58,33 +58,33 @@ const (
 const readahead = 8
 
 // queries are the statements of the hot path and of pruning. Each is a seek
-// on the primary key (user_id, ts); none scans a user's window.
+// on the primary key (user_id, ts, seq); none scans a user's window.
 var queries = [numQueries]string{
-	qLast:       `SELECT ts, seq FROM requests WHERE user_id = ? ORDER BY ts DESC LIMIT 1`,
-	qFirstAfter: `SELECT ts, seq FROM requests WHERE user_id = ? AND ts > ? ORDER BY ts LIMIT 1`,
+	qLast:       `SELECT ts, seq FROM requests WHERE user_id = ? ORDER BY ts DESC, seq DESC LIMIT 1`,
+	qFirstAfter: `SELECT ts, seq FROM requests WHERE user_id = ? AND ts > ? ORDER BY ts, seq LIMIT 1`,
 	// The oldest row after each of three cutoffs, in one statement: one
 	// round trip through database/sql instead of three.
-	qFirstAfter3: `SELECT 0, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?2 ORDER BY ts LIMIT 1) a
-		UNION ALL SELECT 1, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?3 ORDER BY ts LIMIT 1) b
-		UNION ALL SELECT 2, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?4 ORDER BY ts LIMIT 1) c`,
+	qFirstAfter3: `SELECT 0, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?2 ORDER BY ts, seq LIMIT 1) a
+		UNION ALL SELECT 1, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?3 ORDER BY ts, seq LIMIT 1) b
+		UNION ALL SELECT 2, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?4 ORDER BY ts, seq LIMIT 1) c`,
 	// The same, reading ahead: the oldest rows after a cutoff (or each of
 	// three), at most readahead of them, for the writer's cursors.
-	qRowsAfter: `SELECT ts, seq FROM requests WHERE user_id = ? AND ts > ? ORDER BY ts LIMIT 8`,
-	qRowsAfter3: `SELECT 0, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?2 ORDER BY ts LIMIT 8) a
-		UNION ALL SELECT 1, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?3 ORDER BY ts LIMIT 8) b
-		UNION ALL SELECT 2, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?4 ORDER BY ts LIMIT 8) c`,
+	qRowsAfter: `SELECT ts, seq FROM requests WHERE user_id = ? AND ts > ? ORDER BY ts, seq LIMIT 8`,
+	qRowsAfter3: `SELECT 0, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?2 ORDER BY ts, seq LIMIT 8) a
+		UNION ALL SELECT 1, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?3 ORDER BY ts, seq LIMIT 8) b
+		UNION ALL SELECT 2, ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?4 ORDER BY ts, seq LIMIT 8) c`,
 	// Only needed when a lowered limit leaves a window more than one
 	// request over its ceiling. It visits every row it steps over, so
 	// NthAfter steps over few (nthOffsetMax) and searches for the rest.
-	qNthAfter: `SELECT ts FROM requests WHERE user_id = ? AND ts > ? ORDER BY ts LIMIT 1 OFFSET ?`,
+	qNthAfter: `SELECT ts FROM requests WHERE user_id = ? AND ts > ? ORDER BY ts, seq LIMIT 1 OFFSET ?`,
 	// The newest row before a time and the oldest at or after it: one
 	// probe of NthAfter's search (see seekSeq).
-	qAround: `SELECT ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts < ?2 ORDER BY ts DESC LIMIT 1) a
-		UNION ALL SELECT ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts >= ?2 ORDER BY ts LIMIT 1) b`,
+	qAround: `SELECT ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts < ?2 ORDER BY ts DESC, seq DESC LIMIT 1) a
+		UNION ALL SELECT ts, seq FROM (SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts >= ?2 ORDER BY ts, seq LIMIT 1) b`,
 	qInsert:      `INSERT INTO requests (user_id, ts, seq, tier_id) VALUES (?, ?, ?, ?)`,
 	qForget:      `DELETE FROM requests WHERE user_id = ?`,
 	qNextUser:    `SELECT user_id FROM requests WHERE user_id > ? ORDER BY user_id LIMIT 1`,
-	qPruneBound:  `SELECT ts FROM requests WHERE user_id = ? AND ts <= ? ORDER BY ts LIMIT 1 OFFSET ?`,
+	qPruneBound:  `SELECT ts FROM requests WHERE user_id = ? AND ts <= ? ORDER BY ts, seq LIMIT 1 OFFSET ?`,
 	qPruneDelete: `DELETE FROM requests WHERE user_id = ? AND ts <= ?`,
 	qBegin:       `BEGIN IMMEDIATE`,
 	qCommit:      `COMMIT`,
@@ -173,8 +173,10 @@ func (k *cursor) appended(ts, seq int64) {
 
 // history implements policy.History for one user on one transaction.
 //
-// A user's rows have strictly increasing ts and consecutive seq (pruning
-// only removes the oldest rows, Forget removes all), so the number of rows
+// A user's rows are numbered consecutively by seq, and ts never decreases
+// as seq grows: requests at one instant share their ts and are told apart
+// by seq alone, so ordering by (ts, seq) is ordering by seq. Pruning only
+// removes the oldest rows and Forget removes all, so the number of rows
 // after a cutoff is last.seq - first_after_cutoff.seq + 1: two seeks,
 // whatever the count. In the writer, both usually come from the writer's
 // cache (see userState), which a query refills; on a read connection,
@@ -456,7 +458,7 @@ var errNoNth = unavailable(sql.ErrNoRows)
 // requests, and refused checks are not recorded, so a client could repeat
 // them at will in the writer, where every other admission waits. So only a
 // small k steps over rows; a larger one is found by searching on ts, which
-// increases with seq (see seekSeq): a few seeks whatever k.
+// never decreases as seq grows (see seekSeq): a few seeks whatever k.
 func (h *history) NthAfter(t time.Time, k int64) (time.Time, error) {
 	cutoff := t.UnixMicro()
 	if k == 1 {
@@ -514,8 +516,13 @@ func (h *history) seekSeq(lo firstRow, target int64) (int64, error) {
 	hiTS, hiSeq := h.lastTS, h.lastSeq
 	bisect := false
 	for probes := 0; target-lo.seq > nthOffsetMax && probes < nthMaxProbes; probes++ {
-		// More than nthOffsetMax rows, with distinct timestamps, lie in
-		// [lo.ts, hiTS]: width > 1, and x is in (lo.ts, hiTS].
+		if hiTS == lo.ts {
+			// Every row from lo to hi, target among them, is at one
+			// instant.
+			return lo.ts, nil
+		}
+		// More than nthOffsetMax rows lie in [lo.ts, hiTS], which is
+		// at least one tick wide: x is in (lo.ts, hiTS].
 		width := uint64(hiTS - lo.ts) // unsigned: right even past MaxInt64
 		span := hiSeq - lo.seq
 		off := width / 2
@@ -605,8 +612,8 @@ func (tx *writeTx) admit(user string, decide func(policy.History) (policy.Admiss
 	if err := h.load(); err != nil {
 		return err
 	}
-	if h.any && ts <= h.lastTS {
-		return fmt.Errorf("admit %q: timestamp %d not after the last one %d", user, ts, h.lastTS)
+	if h.any && ts < h.lastTS {
+		return fmt.Errorf("admit %q: timestamp %d before the last one %d", user, ts, h.lastTS)
 	}
 	seq := h.lastSeq + 1
 	var tierID any // NULL when the check named no stored tier

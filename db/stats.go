@@ -57,7 +57,7 @@ func (s *Store) CountCheck(at time.Time, user, tier, reason string) {
 func (s *Store) LastTier(ctx context.Context, user string) (string, bool, error) {
 	var name sql.NullString
 	err := s.db.QueryRowContext(ctx, s.d.bind(`SELECT (SELECT name FROM tier_ids WHERE id = r.tier_id)
-		FROM requests r WHERE r.user_id = ? ORDER BY r.ts DESC LIMIT 1`), user).Scan(&name)
+		FROM requests r WHERE r.user_id = ? ORDER BY r.ts DESC, r.seq DESC LIMIT 1`), user).Scan(&name)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", false, nil
 	}
@@ -311,9 +311,9 @@ const topUsersQuery = `WITH RECURSIVE u(id) AS (
 )
 SELECT id, last, coalesce(first1, last + 1), coalesce(first2, last + 1) FROM (
 	SELECT id,
-		(SELECT seq FROM requests WHERE user_id = u.id AND ts > ?1 ORDER BY ts LIMIT 1) AS first1,
-		(SELECT seq FROM requests WHERE user_id = u.id AND ts > ?2 ORDER BY ts LIMIT 1) AS first2,
-		(SELECT seq FROM requests WHERE user_id = u.id ORDER BY ts DESC LIMIT 1) AS last
+		(SELECT seq FROM requests WHERE user_id = u.id AND ts > ?1 ORDER BY ts, seq LIMIT 1) AS first1,
+		(SELECT seq FROM requests WHERE user_id = u.id AND ts > ?2 ORDER BY ts, seq LIMIT 1) AS first2,
+		(SELECT seq FROM requests WHERE user_id = u.id ORDER BY ts DESC, seq DESC LIMIT 1) AS last
 	FROM u WHERE id IS NOT NULL
 ) t WHERE first1 IS NOT NULL OR first2 IS NOT NULL`
 

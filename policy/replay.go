@@ -47,7 +47,8 @@ type LimitsLookup func(userID string) (RequestLimits, bool)
 // RateLimiter would decide them: a request is refused when a window already
 // holds its ceiling of the requests replayed before it and admitted, and a
 // refused request is not counted in any window. Requests must come grouped
-// by user and, within a user, in strictly increasing time, as a scan of
+// by user and, within a user, in time order (requests at one instant
+// together), as a scan of
 // the requests table in key order gives them.
 //
 // Each user's admitted requests are kept in one slice, with an index per
@@ -102,8 +103,8 @@ func (r *Replayer) Add(userID string, at int64) error {
 			}
 		}
 		r.admitted, r.heads, r.userReq, r.userRef = r.admitted[:0], [len(Windows)]int{}, 0, 0
-	} else if at <= r.last {
-		return Errorf(EINTERNAL, "replay: request of %s at %d not after %d", Quote(userID), at, r.last)
+	} else if at < r.last {
+		return Errorf(EINTERNAL, "replay: request of %s at %d before %d", Quote(userID), at, r.last)
 	}
 	r.last = at
 	r.userReq++

@@ -81,7 +81,8 @@ func referenceReplay(t *testing.T, rows []replayRow, l policy.RequestLimits, fro
 
 // randomRows returns the rows of users users over the day before to and a
 // little before it, grouped by user in time order as the table is read:
-// bursts a few milliseconds apart, pauses of minutes and of hours.
+// bursts a few milliseconds apart or at one instant, pauses of minutes and
+// of hours, and steps of exactly a window.
 func randomRows(rng *rand.Rand, users int, to time.Time) []replayRow {
 	var rows []replayRow
 	for u := range users {
@@ -93,6 +94,10 @@ func randomRows(rng *rand.Rand, users int, to time.Time) []replayRow {
 				at += rng.Int64N(int64(3 * time.Hour / time.Microsecond))
 			case 1, 2:
 				at += rng.Int64N(int64(2 * time.Minute / time.Microsecond))
+			case 3:
+				// another request at the same instant
+			case 4:
+				at += []time.Duration{time.Minute, time.Hour}[rng.IntN(2)].Microseconds()
 			default:
 				at += 1 + rng.Int64N(int64(5*time.Second/time.Microsecond))
 			}
@@ -159,8 +164,11 @@ func TestReplayEdges(t *testing.T) {
 	if err := r.Add("b", at(2*us)); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Add("b", at(2*us)); policy.ErrorCode(err) != policy.EINTERNAL {
-		t.Fatalf("a repeated time: %v, want EINTERNAL", err)
+	if err := r.Add("b", at(2*us)); err != nil {
+		t.Fatalf("a repeated time: %v, want it replayed", err)
+	}
+	if err := r.Add("b", at(us)); policy.ErrorCode(err) != policy.EINTERNAL {
+		t.Fatalf("a time out of order: %v, want EINTERNAL", err)
 	}
 	if err := r.Add("a", at(3*us)); policy.ErrorCode(err) != policy.EINTERNAL {
 		t.Fatalf("a user out of order: %v, want EINTERNAL", err)

@@ -167,12 +167,15 @@ func Evaluate(h History, t *Tier, now time.Time) (Evaluation, error) {
 	if err != nil {
 		return ev, err
 	}
-	// A user's timestamps strictly increase, so a clock that steps backwards
-	// records at the newest timestamp plus one tick: history never reorders
-	// and a request stays counted at least as long as the wall clock says.
+	// A request is recorded at the instant it was checked, whatever else
+	// shares it: requests at one instant count in a window together and
+	// leave it together, as t > now - window says. A clock that steps
+	// backwards records at the newest timestamp instead, so history never
+	// reorders and a request stays counted at least as long as the wall
+	// clock says.
 	ev.RecordAt = now
-	if found && !last.Before(now) {
-		ev.RecordAt = last.Add(Resolution)
+	if found && last.After(now) {
+		ev.RecordAt = last
 	}
 	if err := prefetch(h, now); err != nil {
 		return ev, err

@@ -157,14 +157,14 @@ func TestEvaluateClockStepsBackwards(t *testing.T) {
 	if ev.Allowed || ev.RetryAfter != 3660 {
 		t.Fatalf("got allowed=%v retry=%d, want refused with retry 3660", ev.Allowed, ev.RetryAfter)
 	}
-	// With room left, a request is recorded just after the newest one, so
+	// With room left, a request is recorded at the newest one's time, so
 	// history stays ordered and nothing goes negative.
 	h = h[:1]
 	ev, _ = policy.Evaluate(h, tier, t0)
 	if !ev.Allowed {
 		t.Fatal("refused with room left")
 	}
-	if want := h[0].Add(policy.Resolution); !ev.RecordAt.Equal(want) {
+	if want := h[0]; !ev.RecordAt.Equal(want) {
 		t.Fatalf("RecordAt = %v, want %v", ev.RecordAt, want)
 	}
 	for _, w := range ev.Windows {

@@ -23,9 +23,8 @@ func Example() {
 	// call 2 admitted at +0s, 1 left this minute
 	// call 3 admitted at +0s, 0 left this minute
 	// refused: per-minute limit exceeded; waiting 60s
-	// call 4 admitted at +1m0s, 0 left this minute
-	// refused: per-minute limit exceeded; waiting 1s
-	// call 5 admitted at +1m1s, 1 left this minute
+	// call 4 admitted at +1m0s, 2 left this minute
+	// call 5 admitted at +1m0s, 1 left this minute
 }
 
 func agentBacksOff(t testing.TB) {

@@ -22,8 +22,8 @@ var trial = client.Tier{Name: "trial", RequestsPerMinute: 3, RequestsPerHour: 5,
 // TestClockStepsBackAsAWallClockDoes walks the guard's clock forward and
 // back, one check per step, with every answer spelled out: as with a wall
 // clock stepped back, recorded requests stay counted, the ones recorded
-// "before" the latest land one microsecond after it, retry_after is never
-// negative and no window admits past its ceiling.
+// "before" the latest land at its instant, retry_after is never negative
+// and no window admits past its ceiling.
 func TestClockStepsBackAsAWallClockDoes(t *testing.T) {
 	g := guardtest.New(t, guardtest.WithStart(t0), guardtest.WithTiers(trial))
 	pg, ctx := g.Client(), context.Background()
@@ -42,8 +42,8 @@ func TestClockStepsBackAsAWallClockDoes(t *testing.T) {
 		{step: 0, reason: minute, retry: 58, counts: [3]int64{3, 3, 3}},                              // r1 leaves at t0+60s
 		{set: t0.Add(-3 * time.Hour), reason: minute, retry: 3*3600 + 60, counts: [3]int64{3, 3, 3}}, // back 3h: all three count
 		{set: t0.Add(2 * time.Hour), allowed: true, counts: [3]int64{1, 1, 4}},                       // r4 at t0+2h
-		{set: t0.Add(2*time.Hour - 30*time.Second), allowed: true, counts: [3]int64{2, 2, 5}},        // back 30s: r5 lands 1µs after r4
-		{step: 0, allowed: true, counts: [3]int64{3, 3, 6}},                                          // r6 1µs after r5
+		{set: t0.Add(2*time.Hour - 30*time.Second), allowed: true, counts: [3]int64{2, 2, 5}},        // back 30s: r5 lands at r4's instant
+		{step: 0, allowed: true, counts: [3]int64{3, 3, 6}},                                          // r6 there too
 		{step: 0, reason: minute, retry: 90, counts: [3]int64{3, 3, 6}},                              // r4 leaves at t0+2h+60s
 		{set: t0.Add(2*time.Hour + 2*time.Minute), allowed: true, counts: [3]int64{1, 4, 7}},         // r7
 		{step: 0, allowed: true, counts: [3]int64{2, 5, 8}},                                          // r8: hour and day full
@@ -69,6 +69,42 @@ func TestClockStepsBackAsAWallClockDoes(t *testing.T) {
 		if got := [3]int64{u.Windows.Minute.Count, u.Windows.Hour.Count, u.Windows.Day.Count}; got != st.counts {
 			t.Fatalf("step %d: counts %v, want %v", i, got, st.counts)
 		}
+	}
+}
+
+// TestRequestsAtOneInstantLeaveTogether is the first test a user writes
+// with the guard: fill the minute at one instant, advance exactly a
+// minute, and the minute has room for as many again. The same for a day
+// of 5, advanced by 24 hours.
+func TestRequestsAtOneInstantLeaveTogether(t *testing.T) {
+	for _, tc := range []struct {
+		tier client.Tier
+		n    int
+		step time.Duration
+	}{
+		{client.Tier{Name: "three", RequestsPerMinute: 3, RequestsPerHour: 100, RequestsPerDay: 1000}, 3, time.Minute},
+		{client.Tier{Name: "five", RequestsPerMinute: 5, RequestsPerHour: 5, RequestsPerDay: 5}, 5, 24 * time.Hour},
+	} {
+		t.Run(tc.tier.Name, func(t *testing.T) {
+			g := guardtest.New(t, guardtest.WithStart(t0), guardtest.WithTiers(tc.tier))
+			pg, ctx := g.Client(), context.Background()
+			req := client.CheckRequest{UserID: "agent", Tier: tc.tier.Name}
+			for round := range 2 {
+				for i := range tc.n + 1 {
+					d, err := pg.Check(ctx, req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if want := i < tc.n; d.Allowed != want {
+						t.Fatalf("round %d, check %d: allowed=%v %q retry_after %d, want allowed=%v", round+1, i+1, d.Allowed, d.Reason, d.RetryAfter, want)
+					}
+					if i == tc.n && d.RetryAfter != int64(tc.step/time.Second) {
+						t.Fatalf("round %d: retry_after %d, want %d", round+1, d.RetryAfter, int64(tc.step/time.Second))
+					}
+				}
+				g.Clock().Advance(tc.step)
+			}
+		})
 	}
 }
 

@@ -1,12 +1,3 @@
-// Package db stores tiers, user records and admitted requests in SQLite
-// or PostgreSQL. It implements the storage interfaces of package policy.
-//
-// Both databases run the same code and, but for a few texts (see dialect),
-// the same statements. They differ in who writes: on SQLite one writer
-// goroutine commits every write of the process, many per transaction (see
-// writer), and keeps what it wrote in memory; on PostgreSQL each write is
-// a transaction of its own, and a per-user lock orders the writes of one
-// user across every process that shares the database (see pgWriter).
 package db
 
 import (

@@ -1,0 +1,110 @@
+// Package db stores tiers, user records, admitted requests and metered
+// calls in SQLite or PostgreSQL. It implements the storage interfaces of
+// package policy.
+//
+// Both databases run the same code and, but for a few texts (see dialect),
+// the same statements. They differ in who writes: on SQLite one writer
+// goroutine commits every write of the process, many per transaction (see
+// writer), and keeps what it wrote in memory; on PostgreSQL each write is
+// a transaction of its own, and a per-user lock orders the writes of one
+// user across every process that shares the database (see pgWriter).
+//
+// # Counting a window
+//
+// requests is keyed by (user_id, ts, seq), WITHOUT ROWID on SQLite: one row
+// per admitted request and one B-tree insert per admission. A request is
+// recorded at the instant it was checked, so rows at one instant share
+// their ts; seq numbers each user's rows consecutively and tells them
+// apart, and ts never decreases as seq grows (a clock stepped back records
+// at the user's newest ts). A window's count is then
+// last.seq - first_in_window.seq + 1: two index seeks whatever the window
+// holds, never COUNT(*) and never a scan, so a user with 100,000 requests
+// today costs what a user with 10 does.
+//
+// When a lowered limit leaves a window over its ceiling, retry_after needs
+// the window's k-th oldest request, the row numbered first.seq + k - 1. seq
+// has no index (it would cost every admission a second insert), so a small
+// k is stepped to with OFFSET and a larger one is found by interpolation
+// and bisection over ts, each probe two seeks (history.seekSeq): at most 74
+// probes for a day, whatever k.
+//
+// Finished tokens (call_tokens) are kept the same way, keyed by
+// (user_id, ts, total), where total is the user's running sum: the tokens
+// in a window are the newest total minus the total before the window's
+// oldest row, and the row where enough tokens have left a window is one
+// seek on (user_id, total). Calls are keyed by id, with one index,
+// calls_user, that lists a user's open calls in expiry order.
+//
+// # The SQLite writer
+//
+// Every write goes through one goroutine that runs queued jobs together in
+// one transaction (group commit) and answers each only after COMMIT. With
+// synchronous=FULL, when four or more are waiting it waits up to 200 µs
+// for more before it commits, so that one fsync serves more of them; a
+// lone write never waits. Reads (usage, dry runs, the admin page) use a
+// pool of read connections in WAL mode and never wait for the writer.
+//
+// The writer remembers, for each user, the newest row and, per window, a
+// cursor on the oldest rows after the window's cutoff (up to eight).
+// Cutoffs move forward with the clock, so the next admission usually finds
+// its answers there: most admissions are a single INSERT with no query
+// before it. What it remembers is dropped for the users a rollback, a
+// cleanup step or a Forget touches, and entirely when another process
+// wrote the file (PRAGMA data_version, read once per batch).
+//
+// # What -sync promises
+//
+// With SyncFull (the default) every commit fsyncs the WAL before the writer
+// answers, so every answered admission survives power loss and an OS
+// crash. With SyncNormal commits are not fsynced (the WAL is, at
+// checkpoints): every answered admission survives a crash of the process,
+// but the last commits before a power loss may be lost, and with them the
+// requests they recorded, so a window may under-count after such a loss.
+// SQLite keeps the file consistent either way.
+//
+// # Tiers and user records
+//
+// Tiers are cached in memory, and no check decides on a stale tier.
+// Triggers on tiers count every write in tier_version, whoever makes it
+// (this service, policyguard tiers import in another process, the sqlite3
+// shell or psql). A recording check takes its tier from the cache; inside
+// the admission the writer confirms it against its own copy of the tiers,
+// read again after any tier write and whenever data_version shows another
+// process wrote, and a tier that changed starts the check again. Reads
+// (dry runs, usage, the admin API) read tier_version first and reload when
+// it moved. User records are cached and confirmed the same way. Every
+// change to a tier or a record writes its audit row in the same
+// transaction; a write may carry a precondition (create only, or replace
+// only the version read), checked in that transaction too.
+//
+// # PostgreSQL
+//
+// An admission is one transaction on the pool. It first takes a
+// transaction-scoped advisory lock on its user, pg_advisory_xact_lock(1,
+// key) where key is the 32-bit FNV-1a hash of the user id, so one user's
+// admissions, finishes and keepalives run one after another across every
+// replica while different users' run in parallel (two users that share a
+// key only wait for each other). Under READ COMMITTED each statement after
+// the lock sees everything committed before it. The admission is five
+// round trips: BEGIN with the lock; one statement that reads the tiers'
+// version, the user's record and newest request; the windows' oldest
+// requests; the insert; COMMIT. A replica's memory of tiers and records is
+// a hint each recording check confirms in its own transaction, after the
+// lock, so a change made through any replica, another process or psql
+// decides the very next check on every replica with nothing to wait for;
+// LISTEN/NOTIFY was not used because a notification arrives after the
+// change commits, so a check could slip in between. Changes to tiers and
+// records take one more advisory lock, so two replicas cannot both pass a
+// rule only one may. The cleanup runs on one replica at a time, under a
+// session advisory lock it only tries. A replica killed leaves nothing
+// half done: its transactions roll back and its locks go with its
+// connections.
+//
+// # Cleanup
+//
+// PruneEvery deletes rows older than policy.KeepFor (a day, the longest
+// window, and an hour more, so that a clock that ran up to an hour fast
+// when it deleted and was set back after still finds every request that
+// counts), a thousand at a time, each step a few milliseconds in the
+// writer's transaction, so checks never wait behind it for long.
+package db

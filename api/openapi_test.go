@@ -452,6 +452,7 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 		{"DELETE", "/v1/usage/{user_id}", "/v1/usage/" + strings.Repeat("u", 257), "", true, 400, nil, ""},
 		{"DELETE", "/v1/usage/{user_id}", "/v1/usage/oa", "", false, 401, nil, ""},
 		{"GET", "/v1/stats", "/v1/stats?period=hour", "", true, 200, nil, ""},
+		{"GET", "/v1/stats", "/v1/stats", "", true, 200, nil, ""},
 		{"GET", "/v1/stats", "/v1/stats?period=day&tier=pro", "", true, 200, nil, ""},
 		{"GET", "/v1/stats", "/v1/stats?period=week", "", true, 400, nil, ""},
 		{"GET", "/v1/stats", "/v1/stats?period=hour", "", false, 401, nil, ""},

@@ -131,3 +131,15 @@ func TestTiersImportIntoRunningService(t *testing.T) {
 		}
 	}
 }
+
+// policyguard -h lists the tiers command beside the flags, and starts
+// nothing.
+func TestHelpListsTiersCommand(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"-h"}, func(string) string { return "" }, &out, &errOut); err != nil {
+		t.Fatalf("-h: %v", err)
+	}
+	if help := errOut.String(); !strings.Contains(help, "Commands:\n  tiers export|import") || !strings.Contains(help, "-db") {
+		t.Fatalf("-h printed:\n%s", help)
+	}
+}

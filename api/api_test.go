@@ -156,7 +156,7 @@ func TestCheckStatuses(t *testing.T) {
 		{"admitted with defaults", "/v1/check", `{"input_text":"hi"}`, 200, `"tier":"free"`},
 		{"empty context", "/v1/check", `{"context":{}}`, 200, `"allowed":true`},
 		{"null fields are missing fields", "/v1/check", `{"context":{"user_id":null,"user_tier":null}}`, 200, `"tier":"free"`},
-		{"extra context fields are ignored", "/v1/check", `{"context":{"session":"x"},"model":"m"}`, 200, `"allowed":true`},
+		{"extra context fields are ignored", "/v1/check", `{"context":{"session":"x","model":"m"}}`, 200, `"allowed":true`},
 		{"feature outside plan", "/v1/check", `{"context":{"user_id":"f","feature":"search"}}`, 403, `feature \"search\" is not included in tier \"free\"`},
 		{"unknown tier", "/v1/check", `{"context":{"user_tier":"gold"}}`, 400, `unknown tier \"gold\"`},
 		{"malformed JSON", "/v1/check", `{"context":`, 400, `malformed JSON`},

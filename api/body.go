@@ -23,7 +23,8 @@ var (
 	// checkBodyOptions read a check body. Names match fields ignoring
 	// letter case, as encoding/json matched them (strings.EqualFold, so
 	// "user-id" is not "user_id"), and two names that match one field are
-	// a duplicate. Members no field takes are ignored.
+	// a duplicate. Members no field takes are ignored, except at the top
+	// level, where checkRequest collects them to refuse them.
 	checkBodyOptions = json.JoinOptions(json.MatchCaseInsensitiveNames(true), jsonv1.MatchCaseSensitiveDelimiter(true))
 	// strictOptions read tier bodies and tiers files: names match exactly,
 	// and a member no field takes is refused, so that a misspelt limit is

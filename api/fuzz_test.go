@@ -3,10 +3,12 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -17,8 +19,11 @@ import (
 
 // FuzzCheckBody sends any bytes as the body of a check. Whatever they are,
 // the answer is one of the documented statuses with a JSON body, an error
-// says what is wrong, and exactly the 200s are recorded. Its seed corpus is
-// in testdata/fuzz/FuzzCheckBody.
+// says what is wrong, and exactly the 200s that are not dry runs are
+// recorded. encoding/json's reading of the body is the reference for what
+// may be admitted: one object, whose top-level names are each one of the
+// four fields in some letter case, with no tokens in context and a dry_run
+// that is true or false. Its seed corpus is in testdata/fuzz/FuzzCheckBody.
 func FuzzCheckBody(f *testing.F) {
 	for _, seed := range []string{
 		`{"input_text":"hi","context":{"user_id":"alice","user_tier":"pro","feature":"search"}}`,
@@ -27,6 +32,14 @@ func FuzzCheckBody(f *testing.F) {
 		`{"context":{"user_tier":"gold"}}`,
 		`{"context":{"feature":"search"}}`,
 		`{"context":null,"extra":[1,{"x":{}}]}`,
+		`{"context":{"extra":[1,{"x":{}}]}}`,
+		`{"user_id":"x","user_tier":"pro"}`,
+		`{"User_ID":"x"}`,
+		`{"context":{"tokens":5}}`,
+		`{"tokens":5,"dry_run":true,"context":{"user_tier":"tiny"}}`,
+		`{"DRY_RUN":false}`,
+		`{"dry_run":"yes"}`,
+		`{"to\u212aens":1}`,
 		"{\"context\":{\"user_id\":\"\xff\"}}",
 		`[]`, ``, `{`, `{"a":1}{"b":2}`,
 	} {
@@ -44,19 +57,26 @@ func FuzzCheckBody(f *testing.F) {
 		if err := json.Unmarshal(rec.Body.Bytes(), &answer); err != nil {
 			t.Fatalf("%d answer is not JSON: %q", rec.Code, rec.Body)
 		}
+		ref, refErr := referenceCheckBody(body)
 		switch rec.Code {
 		case http.StatusOK:
-			if answer["allowed"] != true || recorded != 1 {
-				t.Fatalf("200 with allowed=%v and %d recorded: %s", answer["allowed"], recorded, rec.Body)
-			}
 			// What was admitted is JSON by encoding/json's own reading,
-			// and UTF-8.
+			// UTF-8, and holds only what a check body may hold.
 			if !json.Valid(body) || !utf8.Valid(body) {
 				t.Fatalf("admitted a body that is not valid JSON text: %q", body)
+			}
+			if refErr != nil {
+				t.Fatalf("admitted a body that %v: %q", refErr, body)
+			}
+			if want := int64(1 - b2i(ref.dryRun)); answer["allowed"] != true || recorded != want {
+				t.Fatalf("200 with allowed=%v and %d recorded (dry run %v): %s", answer["allowed"], recorded, ref.dryRun, rec.Body)
 			}
 		case http.StatusTooManyRequests, http.StatusForbidden:
 			if answer["allowed"] != false || recorded != 0 {
 				t.Fatalf("%d with allowed=%v and %d recorded", rec.Code, answer["allowed"], recorded)
+			}
+			if refErr != nil {
+				t.Fatalf("decided on a body that %v: %q", refErr, body)
 			}
 		case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
 			if msg, _ := answer["message"].(string); msg == "" || recorded != 0 {
@@ -66,6 +86,57 @@ func FuzzCheckBody(f *testing.F) {
 			t.Fatalf("status %d: %s", rec.Code, rec.Body)
 		}
 	})
+}
+
+// checkBodyReading is what encoding/json reads in a check body.
+type checkBodyReading struct {
+	dryRun bool
+}
+
+// referenceCheckBody reads a check body with encoding/json, whose names
+// match fields as strings.EqualFold does, and fails where the service must
+// not decide: a body that is not an object, a top-level member other than
+// input_text, context, tokens and dry_run, tokens inside context, or a
+// dry_run other than true or false. It does not repeat the library's
+// other refusals (duplicate names, bad UTF-8, types, ...).
+func referenceCheckBody(body []byte) (checkBodyReading, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil || top == nil {
+		return checkBodyReading{}, fmt.Errorf("is not a JSON object (%v)", err)
+	}
+	var r checkBodyReading
+	for name, v := range top {
+		i := slices.IndexFunc([]string{"input_text", "context", "tokens", "dry_run"}, func(f string) bool { return strings.EqualFold(name, f) })
+		switch {
+		case i < 0:
+			return r, fmt.Errorf("has the top-level member %q", name)
+		case i == 1:
+			var context map[string]json.RawMessage
+			if json.Unmarshal(v, &context) == nil {
+				for inner := range context {
+					if strings.EqualFold(inner, "tokens") {
+						return r, fmt.Errorf("has %q in context", inner)
+					}
+				}
+			}
+		case i == 3:
+			switch string(v) {
+			case "true":
+				r.dryRun = true
+			case "false":
+			default:
+				return r, fmt.Errorf("has dry_run %s", v)
+			}
+		}
+	}
+	return r, nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // FuzzTierPut sends any name and body to PUT /v1/tiers/{name}. A tier is

@@ -257,6 +257,37 @@ func TestOpenAPIDocument(t *testing.T) {
 	}
 }
 
+// TestOpenAPICheckRequest holds the description of a check body to what
+// the service reads: a body written with the described names is valid
+// exactly when the service takes it. (The service also takes names in
+// another letter case, which the description cannot say.)
+func TestOpenAPICheckRequest(t *testing.T) {
+	e := newEnv(t)
+	s := loadSpec(t, e.srv)
+	sch := s.schema(t, pointer("components", "schemas", "CheckRequest"))
+	for _, body := range []string{
+		`{}`,
+		`{"input_text":"hi","context":{"user_id":"oa","user_tier":"pro","feature":"search","session":{"id":1}},"tokens":10,"dry_run":true}`,
+		`{"input_text":null,"context":null,"dry_run":false}`,
+		`{"user_id":"oa"}`,
+		`{"context":{"user_id":"oa"},"feature":"search"}`,
+		`{"context":{"user_id":"oa","tokens":10}}`,
+		`{"extra":1}`,
+		`{"dry_run":"true"}`,
+		`{"dry_run":null}`,
+	} {
+		v, err := jsonschema.UnmarshalJSON(strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		valid := sch.Validate(v) == nil
+		rec := e.do(http.MethodPost, "/v1/check", body, false)
+		if taken := rec.Code != http.StatusBadRequest; valid != taken {
+			t.Errorf("%s: valid by the description: %v; the service answers %d %s", body, valid, rec.Code, rec.Body)
+		}
+	}
+}
+
 // answerCase is one request whose answer is checked against the
 // description of its operation and status.
 type answerCase struct {
@@ -318,7 +349,9 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 	cases := []answerCase{
 		{"POST", "/v1/check", "/v1/check", `{"input_text":"hi","context":{"user_id":"oa","user_tier":"pro","feature":"search"}}`, false, 200, nil, ""},
 		{"POST", "/v1/check", "/v1/check?dry_run=true", `{"context":{"user_id":"oa"}}`, false, 200, nil, ""},
-		{"POST", "/v1/check", "/v1/check", `{"context":null,"input_text":null,"extra":[1]}`, false, 200, nil, ""},
+		{"POST", "/v1/check", "/v1/check", `{"context":null,"input_text":null}`, false, 200, nil, ""},
+		{"POST", "/v1/check", "/v1/check", `{"context":{"extra":[1]},"dry_run":true}`, false, 200, nil, ""},
+		{"POST", "/v1/check", "/v1/check", `{"user_id":"oa"}`, false, 400, nil, ""},
 		{"POST", "/v1/check", "/v1/check", `{}`, false, 200, nil, "failopen"},
 		{"POST", "/v1/check", "/v1/check", `{}`, false, 200, map[string]string{"Authorization": "Bearer check-token"}, "token"},
 		{"POST", "/v1/check", "/v1/check", `{}`, false, 401, map[string]string{"Authorization": "Bearer wrong"}, "token"},
@@ -419,6 +452,7 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 		{"DELETE", "/v1/usage/{user_id}", "/v1/usage/" + strings.Repeat("u", 257), "", true, 400, nil, ""},
 		{"DELETE", "/v1/usage/{user_id}", "/v1/usage/oa", "", false, 401, nil, ""},
 		{"GET", "/v1/stats", "/v1/stats?period=hour", "", true, 200, nil, ""},
+		{"GET", "/v1/stats", "/v1/stats", "", true, 200, nil, ""},
 		{"GET", "/v1/stats", "/v1/stats?period=day&tier=pro", "", true, 200, nil, ""},
 		{"GET", "/v1/stats", "/v1/stats?period=week", "", true, 400, nil, ""},
 		{"GET", "/v1/stats", "/v1/stats?period=hour", "", false, 401, nil, ""},

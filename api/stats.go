@@ -33,9 +33,14 @@ type statsBucket struct {
 }
 
 func (s *Server) handleStats(c echo.Context) error {
-	p, err := policy.ParsePeriod(c.QueryParam("period"))
-	if err != nil {
-		return err
+	// Without a period, the last hour; a period given empty is a mistake
+	// like any other name.
+	p := policy.PeriodHour
+	if names, given := c.QueryParams()["period"]; given {
+		var err error
+		if p, err = policy.ParsePeriod(names[0]); err != nil {
+			return err
+		}
 	}
 	tier := c.QueryParam("tier")
 	if tier != "" && !policy.ValidTierName(tier) {

@@ -173,3 +173,28 @@ func TestStatsMatchCheckAnswers(t *testing.T) {
 		}
 	}
 }
+
+// GET /v1/stats without a period is the last hour; a period given must be
+// hour or day, an empty one too.
+func TestStatsPeriodDefaultsToHour(t *testing.T) {
+	e := newEnv(t)
+	if rec := e.do("POST", "/v1/check", `{"context":{"user_id":"a"}}`, false); rec.Code != 200 {
+		t.Fatalf("check: %d %s", rec.Code, rec.Body)
+	}
+	if err := e.store.FlushCounts(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	hour := e.do("GET", "/v1/stats?period=hour", "", true)
+	rec := e.do("GET", "/v1/stats", "", true)
+	if rec.Code != http.StatusOK || rec.Body.String() != hour.Body.String() {
+		t.Fatalf("without a period: %d %s\nwant the hour's: %s", rec.Code, rec.Body, hour.Body)
+	}
+	if got := decode[statsAnswer](t, rec); got.Period != "hour" || got.BucketSeconds != 60 || len(got.Tiers) != 1 {
+		t.Fatalf("without a period: %+v", got)
+	}
+	for _, path := range []string{"/v1/stats?period=", "/v1/stats?period=week", "/v1/stats?period=Hour"} {
+		if rec := e.do("GET", path, "", true); rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), `"period must be hour or day"`) {
+			t.Errorf("%s: %d %s", path, rec.Code, rec.Body)
+		}
+	}
+}

@@ -76,10 +76,13 @@ type Call struct {
 func (c *Call) Open() bool { return c.FinishedAt.IsZero() }
 
 // newCallID returns a new call id: 22 URL-safe characters, the first 8 the
-// milliseconds of now (48 bits) in an alphabet whose order is that of its
+// milliseconds of now (47 bits) in an alphabet whose order is that of its
 // bytes, the other 14 random (84 bits). Ids of calls opened close in time
 // sort close together, so a store keyed by id writes a new call next to the
-// recent ones instead of into a random page.
+// recent ones instead of into a random page. The first character holds the
+// top 5 bits from the alphabet's second character on, so that an id never
+// begins with '-', which a command line would take for a flag; it is '0'
+// until 2109, and the time wraps in the year 6429.
 func newCallID(now time.Time) string {
 	const ordered = "-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
 	var b [22]byte
@@ -88,10 +91,11 @@ func newCallID(now time.Time) string {
 		b[i] = ordered[b[i]&63]
 	}
 	ms := uint64(max(now.UnixMilli(), 0))
-	for i := 7; i >= 0; i-- {
+	for i := 7; i > 0; i-- {
 		b[i] = ordered[ms&63]
 		ms >>= 6
 	}
+	b[0] = ordered[1+ms&31]
 	return string(b[:])
 }
 

@@ -92,6 +92,18 @@ func DefaultTier(getenv func(string) string) string {
 	return withDefaults(getenv)("GUARDRAIL_DEFAULT_TIER", policy.DefaultTierName)
 }
 
+// usage opens the usage message, before the flags: how the program is run,
+// and the commands main runs instead of the service, one a line.
+const usage = `Usage:
+  policyguard [flags]            run the service
+  policyguard COMMAND [args]     run a command and exit
+
+Commands:
+  tiers export|import ...
+    	write the tiers and user records as a tiers file, or apply one (policyguard tiers -h tells more)
+
+Flags:`
+
 // Parse reads the service's flags from args, and the environment through
 // getenv. Usage messages go to stderr; -h returns flag.ErrHelp.
 func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
@@ -99,6 +111,10 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	var cfg Config
 	fs := flag.NewFlagSet("policyguard", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, usage)
+		fs.PrintDefaults()
+	}
 	fs.StringVar(&cfg.Addr, "addr", env("GUARDRAIL_ADDR", "127.0.0.1:8080"), "listen address (GUARDRAIL_ADDR)")
 	// Secrets and booleans take their variables after parsing, not as flag
 	// defaults: a usage message (-h, a mistyped flag) prints every default,

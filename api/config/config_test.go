@@ -1,6 +1,8 @@
 package config
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -189,5 +191,17 @@ func TestTrustClientTierSetting(t *testing.T) {
 	_, err := Parse(nil, func(k string) string { return map[string]string{"GUARDRAIL_TRUST_CLIENT_TIER": "maybe"}[k] }, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), `GUARDRAIL_TRUST_CLIENT_TIER "maybe": must be true or false`) {
 		t.Errorf("bad value: %v", err)
+	}
+}
+
+// -h lists the commands beside the service's flags.
+func TestUsageListsCommands(t *testing.T) {
+	var out strings.Builder
+	if _, err := Parse([]string{"-h"}, func(string) string { return "" }, &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-h: %v", err)
+	}
+	commands, flags, ok := strings.Cut(out.String(), "\nFlags:\n")
+	if !ok || !strings.Contains(commands, "\nCommands:\n  tiers export|import ...") || !strings.Contains(flags, "-addr") {
+		t.Fatalf("usage:\n%s", out.String())
 	}
 }

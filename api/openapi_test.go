@@ -23,7 +23,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/policyguard/policyguard/api"
-	"github.com/policyguard/policyguard/api/auth"
 	"github.com/policyguard/policyguard/db"
 	"github.com/policyguard/policyguard/policy"
 )
@@ -301,7 +300,7 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 		AdminToken: adminToken,
 		Logger:     quiet,
 	})
-	for range auth.MaxFailures {
+	for range policy.MaxAdminFailures {
 		send(throttled, "GET", "/v1/tiers", "", map[string]string{"Authorization": "Bearer wrong"})
 	}
 	servers["throttled"] = throttled

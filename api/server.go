@@ -14,7 +14,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/policyguard/policyguard/api/auth"
 	"github.com/policyguard/policyguard/policy"
 	"github.com/policyguard/policyguard/web"
 )
@@ -69,11 +68,11 @@ type Server struct {
 	svc  *policy.Service
 	// admin checks the admin token and counts wrong ones per client, for
 	// the admin API and the admin page's sign-in alike.
-	admin    *auth.Gate
+	admin    *policy.AdminGate
 	health   func(context.Context) error
 	log      *slog.Logger
 	metrics  *Metrics
-	apiToken *auth.Token // nil: checks need no token
+	apiToken *policy.Secret // nil: checks need no token
 	failOpen failOpen
 	// testClock is nil when the service runs on a real clock.
 	testClock *TestClock
@@ -85,7 +84,7 @@ func NewServer(cfg Config) *Server {
 	s := &Server{
 		echo:      echo.New(),
 		svc:       cfg.Service,
-		admin:     auth.NewGate(cfg.AdminToken),
+		admin:     policy.NewAdminGate(cfg.AdminToken),
 		health:    cfg.Health,
 		log:       cfg.Logger,
 		metrics:   cfg.Metrics,
@@ -102,7 +101,7 @@ func NewServer(cfg Config) *Server {
 		s.health = func(context.Context) error { return nil }
 	}
 	if cfg.APIToken != "" {
-		t := auth.NewToken(cfg.APIToken)
+		t := policy.NewSecret(cfg.APIToken)
 		s.apiToken = &t
 	}
 	s.failOpen.enabled = cfg.FailOpen

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/policyguard/policyguard/api"
-	"github.com/policyguard/policyguard/api/auth"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -178,7 +177,7 @@ func testClockServer(e *env) *api.Server {
 // sent too many wrong admin tokens.
 func throttledTestClockServer(e *env) *api.Server {
 	srv := testClockServer(e)
-	for range auth.MaxFailures {
+	for range policy.MaxAdminFailures {
 		send(srv, "GET", "/v1/test/clock", "", map[string]string{"Authorization": "Bearer wrong"})
 	}
 	return srv

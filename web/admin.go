@@ -11,7 +11,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/policyguard/policyguard/api/auth"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -27,7 +26,7 @@ type Config struct {
 	// Gate checks the admin token at sign-in and counts wrong ones. The
 	// JSON API's bearer check must use the same Gate, so that neither is a
 	// way around the other's throttle. Required.
-	Gate *auth.Gate
+	Gate *policy.AdminGate
 	// API judges and words things as the JSON API does. Required.
 	API API
 	// Logger receives internal failures (default slog.Default()).
@@ -56,7 +55,7 @@ type API interface {
 // policy.Service, as the JSON API does. It is safe for concurrent use.
 type Admin struct {
 	svc      *policy.Service
-	gate     *auth.Gate
+	gate     *policy.AdminGate
 	api      API
 	log      *slog.Logger
 	sessions *adminSessions
@@ -280,7 +279,7 @@ func (a *Admin) handleLogin(c echo.Context) error {
 		v.LoginError = "Enter the admin token."
 		return a.render(c, http.StatusBadRequest, "login", v)
 	}
-	ok, secs := a.gate.Admit(auth.Client(c), token, now)
+	ok, secs := a.gate.Admit(c.RealIP(), token, now)
 	if secs > 0 {
 		c.Response().Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 		v.LoginError = fmt.Sprintf("Too many failed sign-ins from your address. Try again in %s.", humanDuration(secs))

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/net/html"
 
-	"github.com/policyguard/policyguard/api/auth"
+	"github.com/policyguard/policyguard/policy"
 	"github.com/policyguard/policyguard/web"
 )
 
@@ -198,7 +198,7 @@ func TestAdminPageSignInThrottle(t *testing.T) {
 		return e.do(pageRequest{method: http.MethodPost, path: "/admin/login", form: url.Values{"token": {token}}, remote: remote, header: header})
 	}
 	const client = "198.51.100.7:4000"
-	for i := range auth.MaxFailures {
+	for i := range policy.MaxAdminFailures {
 		e.clock.Advance(time.Second)
 		if rec := login("wrong", client, nil); rec.Code != http.StatusUnauthorized {
 			t.Fatalf("failure %d: status %d, want 401", i+1, rec.Code)
@@ -229,23 +229,23 @@ func TestAdminPageSignInThrottle(t *testing.T) {
 
 	// The oldest failure leaves the window after SignInWindow: one attempt
 	// is allowed again, not five.
-	e.clock.Advance(auth.Window - auth.MaxFailures*time.Second + time.Second)
+	e.clock.Advance(policy.AdminFailureWindow - policy.MaxAdminFailures*time.Second + time.Second)
 	if rec := login("wrong", client, nil); rec.Code != http.StatusUnauthorized {
 		t.Fatalf("after the first failure left the window: status %d, want 401", rec.Code)
 	}
 	if rec := login(pageToken, client, nil); rec.Code != http.StatusTooManyRequests {
 		t.Fatalf("right after another failure: status %d, want 429", rec.Code)
 	}
-	e.clock.Advance(auth.Window)
+	e.clock.Advance(policy.AdminFailureWindow)
 	if rec := login(pageToken, client, nil); rec.Code != http.StatusSeeOther {
 		t.Fatalf("after the window: status %d, want 303", rec.Code)
 	}
 	// A success forgets the failures.
-	for range auth.MaxFailures - 1 {
+	for range policy.MaxAdminFailures - 1 {
 		login("wrong", client, nil)
 	}
 	if rec := login(pageToken, client, nil); rec.Code != http.StatusSeeOther {
-		t.Errorf("after %d failures: status %d, want 303", auth.MaxFailures-1, rec.Code)
+		t.Errorf("after %d failures: status %d, want 303", policy.MaxAdminFailures-1, rec.Code)
 	}
 }
 

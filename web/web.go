@@ -2,8 +2,8 @@
 // forms, and the HTML templates and static assets they use. The templates
 // and assets are embedded in the binary, so the page needs no files beside
 // it and makes no request outside the service: it works offline. It talks
-// to the policy.Service alone and checks the admin token through package
-// auth, as the JSON API does.
+// to the policy.Service alone and checks the admin token through the
+// policy.AdminGate the JSON API checks it with.
 package web
 
 import (

@@ -43,8 +43,3 @@ func (pageAPI) TierJSON(t policy.Tier) string {
 	}
 	return string(b)
 }
-
-// tierSummary and tierDiff word tier changes for the import report as the
-// admin page words them in its list of recent changes.
-func tierSummary(t *policy.Tier) string            { return web.TierSummary(t) }
-func tierDiff(before, after *policy.Tier) []string { return web.TierDiff(before, after) }

@@ -15,7 +15,6 @@ import (
 	"github.com/policyguard/policyguard/db"
 	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
-	"github.com/policyguard/policyguard/web"
 )
 
 // changeRows returns the rows of the Recent changes table, each as its
@@ -120,24 +119,5 @@ func TestAdminPageShowsRecentChanges(t *testing.T) {
 	}
 	if strings.Contains(doc.raw, "<script>") {
 		t.Error("the page carries an unescaped <script> from a tier description")
-	}
-}
-
-// The audit log's account of a change names a change of shadow limits, and
-// a promotion reads as the limits taking the shadow's values.
-func TestTierDiffShadow(t *testing.T) {
-	before := policy.Tier{Name: "s", RequestsPerMinute: 10, RequestsPerHour: 100, RequestsPerDay: 1000,
-		Shadow: &policy.RequestLimits{RequestsPerMinute: 5, RequestsPerHour: 100, RequestsPerDay: 1000}}
-	after, err := before.Promoted()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := strings.Join(web.TierDiff(&before, &after), "; ")
-	want := "requests_per_minute: 10 → 5; shadow: 5/min (+0 burst), 100/hour, 1,000/day → none"
-	if got != want {
-		t.Fatalf("TierDiff = %q, want %q", got, want)
-	}
-	if got := web.TierSummary(&before); !strings.HasSuffix(got, "; shadow 5/min (+0 burst), 100/hour, 1,000/day") {
-		t.Fatalf("TierSummary = %q", got)
 	}
 }

@@ -283,10 +283,10 @@ func (a *Admin) tiersView(c echo.Context, form *adminTierForm) (adminView, error
 		v.Tiers[i] = adminTierRow{
 			Name:              t.Name,
 			Default:           t.Name == a.svc.DefaultTier(),
-			RequestsPerMinute: groupDigits(t.RequestsPerMinute),
-			RequestsPerHour:   groupDigits(t.RequestsPerHour),
-			RequestsPerDay:    groupDigits(t.RequestsPerDay),
-			BurstAllowance:    groupDigits(t.BurstAllowance),
+			RequestsPerMinute: policy.GroupDigits(t.RequestsPerMinute),
+			RequestsPerHour:   policy.GroupDigits(t.RequestsPerHour),
+			RequestsPerDay:    policy.GroupDigits(t.RequestsPerDay),
+			BurstAllowance:    policy.GroupDigits(t.BurstAllowance),
 			Features:          t.Features,
 			Description:       t.Description,
 			Updated:           "not changed yet",
@@ -388,7 +388,7 @@ func (a *Admin) handleSaveTier(c echo.Context) error {
 			v := a.view(c, "Edit tier "+name, "tiers")
 			v.Form = newAdminTierForm(values, nil, name)
 			v.Form.Version = tierVersion(current)
-			v.Alert = fmt.Sprintf("The tier was not saved: someone else changed it since you opened this page. Stored now: %s. Save again to replace it with the values below.", TierSummary(&current))
+			v.Alert = fmt.Sprintf("The tier was not saved: someone else changed it since you opened this page. Stored now: %s. Save again to replace it with the values below.", policy.TierSummary(&current))
 			return a.render(c, http.StatusConflict, "tier", v)
 		case policy.EINVALID:
 			errs[""] = policy.ErrorMessage(err)
@@ -444,24 +444,4 @@ func (a *Admin) handleDeleteTier(c echo.Context) error {
 	}
 	a.flash(c, fmt.Sprintf("Deleted tier %s — checks that name it are refused from now on", name))
 	return c.Redirect(http.StatusSeeOther, "/admin")
-}
-
-// groupDigits formats n with a comma between groups of three digits.
-func groupDigits(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	if neg {
-		s = s[1:]
-	}
-	var b strings.Builder
-	if neg {
-		b.WriteByte('-')
-	}
-	for i, r := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }

@@ -155,7 +155,7 @@ func (s *Server) routes() {
 	e.GET("/v1/usage/:user_id", s.handleGetUsage, admin)
 	e.DELETE("/v1/usage/:user_id", s.handleDeleteUsage, admin)
 	e.GET("/v1/stats", s.handleStats, admin)
-	web.NewAdmin(web.Config{Service: s.svc, Gate: s.admin, API: pageAPI{}, Logger: s.log, Sessions: s.sessions}).Register(e)
+	web.NewAdmin(web.Config{Service: s.svc, Gate: s.admin, TierJSON: TierJSON, Logger: s.log, Sessions: s.sessions}).Register(e)
 	s.testClockRoutes()
 }
 

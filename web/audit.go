@@ -50,10 +50,11 @@ func (a *Admin) recentChanges(ctx context.Context) ([]adminChangeRow, error) {
 	return rows, nil
 }
 
-// tierJSON returns t as the JSON API shows it, or "" for no tier.
+// tierJSON returns t as the JSON API shows it, or "" for no tier or
+// without Config.TierJSON.
 func (a *Admin) tierJSON(t *policy.Tier) string {
-	if t == nil {
+	if t == nil || a.tierToJSON == nil {
 		return ""
 	}
-	return a.api.TierJSON(*t)
+	return a.tierToJSON(*t)
 }

@@ -76,7 +76,7 @@ func (a *Admin) shadowView(c echo.Context, t *policy.Tier) (*adminShadowView, er
 // Save follows with the same values and the version read at first.
 func (a *Admin) handlePreviewTier(c echo.Context) error {
 	ctx := c.Request().Context()
-	name, err := a.api.PathParam(c, "name")
+	name, err := pathParam(c, "name")
 	if err != nil {
 		return a.fail(c, err)
 	}
@@ -112,7 +112,7 @@ func (a *Admin) handlePreviewTier(c echo.Context) error {
 // audited change, unless someone changed the tier since the page was read.
 func (a *Admin) handlePromoteTier(c echo.Context) error {
 	ctx := c.Request().Context()
-	name, err := a.api.PathParam(c, "name")
+	name, err := pathParam(c, "name")
 	if err != nil {
 		return a.fail(c, err)
 	}

@@ -190,7 +190,7 @@ func postedTierValues(c echo.Context) map[string]string {
 
 // tierFromForm builds the tier named name from form values and returns it
 // with a message per invalid field. The checks and their words are the JSON
-// API's: API.ParseLimit for the limits, then policy's own validation.
+// API's: policy.ParseLimit for the limits, then policy's own validation.
 func (a *Admin) tierFromForm(name string, values map[string]string) (policy.Tier, map[string]string) {
 	t := policy.Tier{Name: name, Description: values["description"], Features: splitFeatures(values["features"])}
 	errs := make(map[string]string)
@@ -203,7 +203,7 @@ func (a *Admin) tierFromForm(name string, values map[string]string) (policy.Tier
 		{"requests_per_day", &t.RequestsPerDay},
 		{"burst_allowance", &t.BurstAllowance},
 	} {
-		v, err := a.api.ParseLimit(l.field, strings.TrimSpace(values[l.field]))
+		v, err := policy.ParseLimit(l.field, strings.TrimSpace(values[l.field]))
 		if err != nil {
 			errs[l.field] = policy.ErrorMessage(err)
 			continue
@@ -224,7 +224,7 @@ func (a *Admin) tierFromForm(name string, values map[string]string) (policy.Tier
 		if raw == "" {
 			continue
 		}
-		v, err := a.api.ParseLimit(l.field, raw)
+		v, err := policy.ParseLimit(l.field, raw)
 		if err != nil {
 			errs[l.field] = policy.ErrorMessage(err)
 			continue
@@ -239,7 +239,7 @@ func (a *Admin) tierFromForm(name string, values map[string]string) (policy.Tier
 	}
 	if l := t.Shadow; l != nil {
 		for i, dst := range [...]*int64{&l.RequestsPerMinute, &l.RequestsPerHour, &l.RequestsPerDay, &l.BurstAllowance} {
-			v, err := a.api.ParseLimit(shadowFields[i], strings.TrimSpace(values[shadowFields[i]]))
+			v, err := policy.ParseLimit(shadowFields[i], strings.TrimSpace(values[shadowFields[i]]))
 			if err != nil {
 				errs[shadowFields[i]] = policy.ErrorMessage(err)
 				continue
@@ -337,7 +337,7 @@ func (a *Admin) handleCreateTier(c echo.Context) error {
 }
 
 func (a *Admin) handleTierPage(c echo.Context) error {
-	name, err := a.api.PathParam(c, "name")
+	name, err := pathParam(c, "name")
 	if err != nil {
 		return a.fail(c, err)
 	}
@@ -356,7 +356,7 @@ func (a *Admin) handleTierPage(c echo.Context) error {
 
 func (a *Admin) handleSaveTier(c echo.Context) error {
 	ctx := c.Request().Context()
-	name, err := a.api.PathParam(c, "name")
+	name, err := pathParam(c, "name")
 	if err != nil {
 		return a.fail(c, err)
 	}
@@ -414,7 +414,7 @@ func notSaved(verb string, errs map[string]string) string {
 }
 
 func (a *Admin) handleDeletePage(c echo.Context) error {
-	name, err := a.api.PathParam(c, "name")
+	name, err := pathParam(c, "name")
 	if err != nil {
 		return a.fail(c, err)
 	}
@@ -430,7 +430,7 @@ func (a *Admin) handleDeletePage(c echo.Context) error {
 }
 
 func (a *Admin) handleDeleteTier(c echo.Context) error {
-	name, err := a.api.PathParam(c, "name")
+	name, err := pathParam(c, "name")
 	if err != nil {
 		return a.fail(c, err)
 	}

@@ -128,7 +128,7 @@ func (a *Admin) recordFromForm(user string, form url.Values) (policy.UserRecord,
 			values[name] = nil
 			continue
 		}
-		v, err := a.api.ParseLimit(name, raw)
+		v, err := policy.ParseLimit(name, raw)
 		if err != nil {
 			errs[name] = policy.ErrorMessage(err)
 			continue

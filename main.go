@@ -28,6 +28,7 @@ import (
 	"github.com/policyguard/policyguard/api/tierscmd"
 	"github.com/policyguard/policyguard/db"
 	"github.com/policyguard/policyguard/policy"
+	"github.com/policyguard/policyguard/web"
 )
 
 func main() {
@@ -121,10 +122,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stdout, "admin token (generated; set -admin-token or GUARDRAIL_ADMIN_TOKEN to choose one): %s\n", cfg.AdminToken)
 	}
 
+	// The JSON API and the admin page check the admin token through one
+	// gate, so that a wrong token counts wherever it is sent.
+	gate := policy.NewAdminGate(cfg.AdminToken)
+	admin := web.NewAdmin(web.Config{Service: svc, Gate: gate, TierJSON: api.TierJSON, Logger: log, Sessions: store})
 	srv := newHTTPServer(api.NewServer(api.Config{
 		Service:        svc,
 		Health:         store.Ping,
-		AdminToken:     cfg.AdminToken,
+		Admin:          gate,
 		Logger:         log,
 		Metrics:        metrics,
 		HideMetrics:    cfg.MetricsAddr != "",
@@ -132,7 +137,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		FailOpen:       cfg.FailOpen,
 		TrustedProxies: cfg.TrustedProxies,
 		TestClock:      testClock,
-		Sessions:       store,
+		Pages:          admin.Register, // the admin page, behind the API's middleware
 	}), tlsCfg, handler)
 	if cfg.MetricsAddr != "" {
 		// Metrics on their own address can stay inside the network while

@@ -21,6 +21,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/policyguard/policyguard/policy"
 )
 
 // runInProcess starts run() with args and env and returns its URL, its
@@ -383,5 +385,59 @@ func TestSecretsStayOutOfLogs(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "path=/v1/check") {
 		t.Fatalf("the log has no access lines to search:\n%s", logs)
+	}
+}
+
+// TestAdminPageAndAPIShareOneGate runs the service as main wires it: the
+// admin page is served behind the API's middleware (a request id, an
+// access-log line), and wrong admin tokens count the same whether they are
+// typed into the page's sign-in or sent to the JSON API, so neither is a
+// way around the other's throttle.
+func TestAdminPageAndAPIShareOneGate(t *testing.T) {
+	const adminSecret = "shared-gate-token"
+	u, logs, stop := runInProcess(t, []string{"-addr", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "gate.db"), "-admin-token", adminSecret}, nil)
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	signIn := func(token string) *http.Response {
+		t.Helper()
+		res, err := noRedirect.PostForm(u+"/admin/login", url.Values{"token": {token}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res
+	}
+	listTiers := func(token string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, u+"/v1/tiers", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res
+	}
+
+	res := signIn("wrong")
+	if res.StatusCode != http.StatusUnauthorized || res.Header.Get("X-Request-Id") == "" {
+		t.Fatalf("wrong sign-in: %d, X-Request-Id %q; want 401 with a request id", res.StatusCode, res.Header.Get("X-Request-Id"))
+	}
+	for i := 1; i < policy.MaxAdminFailures; i++ {
+		if res := listTiers("wrong"); res.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("wrong token %d on the API: %d, want 401", i+1, res.StatusCode)
+		}
+	}
+	if res := signIn(adminSecret); res.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("the right token on the page after %d wrong ones, one there and the rest on the API: %d, want 429",
+			policy.MaxAdminFailures, res.StatusCode)
+	}
+	if res := listTiers(adminSecret); res.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("the right token on the API after them: %d, want 429", res.StatusCode)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "path=/admin/login status=401") {
+		t.Errorf("no access-log line for the sign-in:\n%s", logs)
 	}
 }

@@ -54,10 +54,10 @@ func newEnv(t *testing.T) *env {
 	clk := &testClock{now: t0}
 	svc := policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithStats(store, store), policy.WithUsers(store))
 	srv := api.NewServer(api.Config{
-		Service:    svc,
-		Health:     store.Ping,
-		AdminToken: adminToken,
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Service: svc,
+		Health:  store.Ping,
+		Admin:   policy.NewAdminGate(adminToken),
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	return &env{t: t, srv: srv, store: store, clock: clk}
 }
@@ -266,6 +266,23 @@ func TestAdminAuth(t *testing.T) {
 	}
 }
 
+// A server given no admin gate admits no admin token at all, not even an
+// empty one.
+func TestNoAdminGateAdmitsNoOne(t *testing.T) {
+	srv := api.NewServer(api.Config{Service: policy.NewService(nil, nil), Logger: slog.New(slog.DiscardHandler)})
+	for _, header := range []string{"", "Bearer ", "Bearer " + adminToken} {
+		req := httptest.NewRequest(http.MethodGet, "/v1/tiers", nil)
+		if header != "" {
+			req.Header.Set("Authorization", header)
+		}
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, req)
+		if rec.Code != http.StatusUnauthorized {
+			t.Errorf("GET /v1/tiers with %q and no gate: %d, want 401", header, rec.Code)
+		}
+	}
+}
+
 // Wrong admin tokens on the API count in the admin page's sign-in throttle:
 // after policy.MaxAdminFailures from one client (an IPv6 client being its /64),
 // even the right token waits out the window, and other clients do not.
@@ -467,7 +484,7 @@ func TestTrustedProxiesNameTheClient(t *testing.T) {
 	newServer := func(trusted ...*net.IPNet) *api.Server {
 		return api.NewServer(api.Config{
 			Service:        policy.NewService(store, store, policy.WithClock(func() time.Time { return t0 })),
-			AdminToken:     adminToken,
+			Admin:          policy.NewAdminGate(adminToken),
 			Logger:         slog.New(slog.DiscardHandler),
 			TrustedProxies: trusted,
 		})

@@ -110,7 +110,7 @@ type guardEnv struct {
 }
 
 // newGuardEnv returns a guardEnv for cfg; Service, Health, Logger and, when
-// empty, AdminToken are filled in.
+// nil, Admin (for adminToken) are filled in.
 func newGuardEnv(t testing.TB, cfg api.Config, opts ...db.Option) *guardEnv {
 	t.Helper()
 	path := dbtest.DSN(t, "guard.db")
@@ -120,8 +120,8 @@ func newGuardEnv(t testing.TB, cfg api.Config, opts ...db.Option) *guardEnv {
 	}
 	t.Cleanup(func() { store.Close() })
 	e := &guardEnv{t: t, dbPath: path, cfg: cfg, store: store, requests: &recordingStore{RequestStore: store}, clock: &testClock{now: t0}, logs: &lockedBuffer{}}
-	if e.cfg.AdminToken == "" {
-		e.cfg.AdminToken = adminToken
+	if e.cfg.Admin == nil {
+		e.cfg.Admin = policy.NewAdminGate(adminToken)
 	}
 	e.cfg.Logger = slog.New(slog.NewJSONHandler(e.logs, nil))
 	e.build()

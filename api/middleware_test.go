@@ -44,7 +44,7 @@ func newEmbedEnv(t *testing.T, mutate func(*api.GuardConfig)) *embedEnv {
 		t.Fatal(err)
 	}
 	e := &embedEnv{t: t, svc: svc, store: store, clock: clk}
-	e.api = api.NewServer(api.Config{Service: svc, AdminToken: adminToken, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	e.api = api.NewServer(api.Config{Service: svc, Admin: policy.NewAdminGate(adminToken), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 
 	cfg := api.GuardConfig{
 		Service: svc,

@@ -277,10 +277,10 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 	servers := map[string]http.Handler{
 		"": e.srv,
 		"token": api.NewServer(api.Config{
-			Service:    policy.NewService(e.store, e.store, policy.WithClock(e.clock.Now)),
-			AdminToken: adminToken,
-			APIToken:   "check-token",
-			Logger:     quiet,
+			Service:  policy.NewService(e.store, e.store, policy.WithClock(e.clock.Now)),
+			Admin:    policy.NewAdminGate(adminToken),
+			APIToken: "check-token",
+			Logger:   quiet,
 		}),
 	}
 	broken, err := db.Open(context.Background(), filepath.Join(t.TempDir(), "broken.db"))
@@ -289,16 +289,16 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 	}
 	broken.Close()
 	servers["failopen"] = api.NewServer(api.Config{
-		Service:    policy.NewService(broken, broken),
-		AdminToken: adminToken,
-		FailOpen:   true,
-		Logger:     quiet,
+		Service:  policy.NewService(broken, broken),
+		Admin:    policy.NewAdminGate(adminToken),
+		FailOpen: true,
+		Logger:   quiet,
 	})
 	// A server this client already sent too many wrong admin tokens.
 	throttled := api.NewServer(api.Config{
-		Service:    policy.NewService(e.store, e.store, policy.WithClock(e.clock.Now)),
-		AdminToken: adminToken,
-		Logger:     quiet,
+		Service: policy.NewService(e.store, e.store, policy.WithClock(e.clock.Now)),
+		Admin:   policy.NewAdminGate(adminToken),
+		Logger:  quiet,
 	})
 	for range policy.MaxAdminFailures {
 		send(throttled, "GET", "/v1/tiers", "", map[string]string{"Authorization": "Bearer wrong"})

@@ -1,7 +1,8 @@
 // Package api is the HTTP face of the guardrail service: the check endpoint
 // and the routes that finish and keep alive metered calls, the admin JSON
-// API for tiers and usage, and health. It serves the admin page of package
-// web on the same Echo instance, behind the same middleware.
+// API for tiers and usage, and health. It does not know the admin page:
+// main mounts package web's on the same Echo instance (Config.Pages),
+// behind the same middleware, and gives both the same policy.AdminGate.
 package api
 
 import (
@@ -15,7 +16,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/policyguard/policyguard/policy"
-	"github.com/policyguard/policyguard/web"
 )
 
 // MaxBodyBytes is the largest request body accepted.
@@ -27,9 +27,11 @@ type Config struct {
 	Service *policy.Service
 	// Health reports whether storage is reachable; nil means always healthy.
 	Health func(context.Context) error
-	// AdminToken guards the admin API and the admin page. Required: an
-	// empty token would let anyone edit tiers.
-	AdminToken string
+	// Admin checks the admin token of the admin routes and counts wrong
+	// ones per client. Give the admin page the same one (web.Config.Gate),
+	// so that neither is a way around the other's throttle. Nil admits no
+	// one.
+	Admin *policy.AdminGate
 	// Logger receives the access log and internal errors (default
 	// slog.Default()).
 	Logger *slog.Logger
@@ -57,9 +59,11 @@ type Config struct {
 	// with the admin token, and GET /healthz says "test_clock": true.
 	// Nil, the usual case, those routes do not exist.
 	TestClock *TestClock
-	// Sessions keeps the admin page's sessions, so that they outlive the
-	// process; nil keeps them in memory.
-	Sessions policy.SessionStore
+	// Pages adds routes to the server's Echo instance after its own, under
+	// the same middleware: request ids, the access log, the body limit and
+	// the error handler. main mounts the admin page of package web with it
+	// (web.Admin.Register). Nil adds none.
+	Pages func(*echo.Echo)
 }
 
 // Server is the HTTP API. It is an http.Handler and safe for concurrent use.
@@ -76,7 +80,6 @@ type Server struct {
 	failOpen failOpen
 	// testClock is nil when the service runs on a real clock.
 	testClock *TestClock
-	sessions  policy.SessionStore
 }
 
 // NewServer returns a Server for cfg with every route registered.
@@ -84,12 +87,14 @@ func NewServer(cfg Config) *Server {
 	s := &Server{
 		echo:      echo.New(),
 		svc:       cfg.Service,
-		admin:     policy.NewAdminGate(cfg.AdminToken),
+		admin:     cfg.Admin,
 		health:    cfg.Health,
 		log:       cfg.Logger,
 		metrics:   cfg.Metrics,
 		testClock: cfg.TestClock,
-		sessions:  cfg.Sessions,
+	}
+	if s.admin == nil {
+		s.admin = policy.NewAdminGate("")
 	}
 	if s.metrics == nil {
 		s.metrics = NewMetrics(nil)
@@ -121,6 +126,9 @@ func NewServer(cfg Config) *Server {
 	s.echo.JSONSerializer = jsonSerializer{}
 	s.echo.Use(s.serve)
 	s.routes()
+	if cfg.Pages != nil {
+		cfg.Pages(s.echo)
+	}
 	if !cfg.HideMetrics {
 		s.echo.GET("/metrics", echo.WrapHandler(s.metrics.Handler()))
 	}
@@ -155,7 +163,6 @@ func (s *Server) routes() {
 	e.GET("/v1/usage/:user_id", s.handleGetUsage, admin)
 	e.DELETE("/v1/usage/:user_id", s.handleDeleteUsage, admin)
 	e.GET("/v1/stats", s.handleStats, admin)
-	web.NewAdmin(web.Config{Service: s.svc, Gate: s.admin, TierJSON: TierJSON, Logger: s.log, Sessions: s.sessions}).Register(e)
 	s.testClockRoutes()
 }
 

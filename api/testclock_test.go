@@ -18,11 +18,11 @@ import (
 func newTestClockServer(e *env) (*api.Server, *api.TestClock) {
 	clock := api.NewTestClock(t0)
 	return api.NewServer(api.Config{
-		Service:    policy.NewService(e.store, e.store, policy.WithClock(clock.Now)),
-		Health:     e.store.Ping,
-		AdminToken: adminToken,
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		TestClock:  clock,
+		Service:   policy.NewService(e.store, e.store, policy.WithClock(clock.Now)),
+		Health:    e.store.Ping,
+		Admin:     policy.NewAdminGate(adminToken),
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		TestClock: clock,
 	}), clock
 }
 

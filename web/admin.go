@@ -25,8 +25,8 @@ type Config struct {
 	// Service answers every page and form. Required.
 	Service *policy.Service
 	// Gate checks the admin token at sign-in and counts wrong ones. The
-	// JSON API's bearer check must use the same Gate, so that neither is a
-	// way around the other's throttle. Required.
+	// JSON API's bearer check must use the same one (api.Config.Admin), so
+	// that neither is a way around the other's throttle. Required.
 	Gate *policy.AdminGate
 	// TierJSON writes a tier as the JSON API does (main gives it
 	// api.TierJSON): the audit log on the tiers page shows the before and
@@ -91,8 +91,11 @@ type adminView struct {
 }
 
 // Register adds the admin page's routes to e, under the middleware e
-// already has. Every page and form except sign-in needs a session; the JSON
-// API under /v1 keeps its bearer token.
+// already has (main gives it to api.Config.Pages, so that the page is
+// served behind the API's). Every page and form except sign-in needs a
+// session; the JSON API under /v1 keeps its bearer token. The client
+// whose wrong tokens are counted is e's IPExtractor's, which the API
+// server sets.
 func (a *Admin) Register(e *echo.Echo) {
 	g := e.Group("/admin", a.headers, a.sameOrigin, a.attribute)
 	static := http.StripPrefix("/admin/static/", http.FileServerFS(Static))

@@ -52,9 +52,9 @@ func newEnv(t *testing.T, cfg func(*api.Config)) *env {
 	t.Cleanup(func() { store.Close() })
 	clk := &clock{now: t0}
 	c := api.Config{
-		Service:    policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithUsers(store)),
-		AdminToken: adminToken,
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Service: policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithUsers(store)),
+		Admin:   policy.NewAdminGate(adminToken),
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	if cfg != nil {
 		cfg(&c)

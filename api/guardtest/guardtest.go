@@ -137,12 +137,12 @@ func New(t testing.TB, opts ...Option) *Guard {
 
 	adminToken := newToken(t)
 	srv := httptest.NewServer(api.NewServer(api.Config{
-		Service:    svc,
-		Health:     store.Ping,
-		AdminToken: adminToken,
-		APIToken:   o.apiToken,
-		Logger:     slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelError})),
-		TestClock:  clock,
+		Service:   svc,
+		Health:    store.Ping,
+		Admin:     policy.NewAdminGate(adminToken),
+		APIToken:  o.apiToken,
+		Logger:    slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelError})),
+		TestClock: clock,
 	}))
 	t.Cleanup(srv.Close)
 	pg, err := client.New(srv.URL, client.WithHTTPClient(srv.Client()), client.WithAdminToken(adminToken), client.WithAPIToken(o.apiToken))

@@ -83,9 +83,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	now := time.Now
-	var testClock *api.TestClock
+	var testClock *policy.TestClock
 	if cfg.TestClock {
-		testClock = api.NewTestClock(time.Now())
+		testClock = policy.NewTestClock(time.Now())
 		now = testClock.Now
 	}
 	store, err := db.Open(ctx, cfg.DBPath, cfg.StoreOptions()...)

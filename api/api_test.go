@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,24 +23,11 @@ const adminToken = "test-admin-token"
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-// testClock is a manual clock: time moves only when the test says.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 type env struct {
 	t     *testing.T
 	srv   *api.Server
 	store *db.Store
-	clock *testClock
+	clock *policy.TestClock
 }
 
 func newEnv(t *testing.T) *env {
@@ -51,7 +37,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	clk := &testClock{now: t0}
+	clk := policy.NewTestClock(t0)
 	svc := policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithStats(store, store), policy.WithUsers(store))
 	srv := api.NewServer(api.Config{
 		Service: svc,

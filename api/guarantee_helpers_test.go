@@ -105,7 +105,7 @@ type guardEnv struct {
 	requests *recordingStore
 	svc      *policy.Service
 	srv      *api.Server
-	clock    *testClock
+	clock    *policy.TestClock
 	logs     *lockedBuffer
 }
 
@@ -119,7 +119,7 @@ func newGuardEnv(t testing.TB, cfg api.Config, opts ...db.Option) *guardEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	e := &guardEnv{t: t, dbPath: path, cfg: cfg, store: store, requests: &recordingStore{RequestStore: store}, clock: &testClock{now: t0}, logs: &lockedBuffer{}}
+	e := &guardEnv{t: t, dbPath: path, cfg: cfg, store: store, requests: &recordingStore{RequestStore: store}, clock: policy.NewTestClock(t0), logs: &lockedBuffer{}}
 	if e.cfg.Admin == nil {
 		e.cfg.Admin = policy.NewAdminGate(adminToken)
 	}

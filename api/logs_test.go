@@ -78,7 +78,7 @@ func newLogEnv(t *testing.T) (*env, *logBuffer) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	clk := &testClock{now: t0}
+	clk := policy.NewTestClock(t0)
 	logs := &logBuffer{}
 	srv := api.NewServer(api.Config{
 		Service: policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithGuardrails(panicGuardrail{})),

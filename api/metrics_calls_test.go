@@ -24,7 +24,7 @@ func TestMetricsCountCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	clk := &testClock{now: t0}
+	clk := policy.NewTestClock(t0)
 	m := api.NewMetrics(nil)
 	if v, _ := scrape(t, api.NewServer(api.Config{Service: policy.NewService(store, store), Admin: policy.NewAdminGate(adminToken), Metrics: api.NewMetrics(nil)})).value("policyguard_calls_in_flight", nil); !math.IsNaN(v) {
 		t.Errorf("calls in flight without a source: %v, want NaN", v)

@@ -32,7 +32,7 @@ func newMetricsEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	clk := &testClock{now: t0}
+	clk := policy.NewTestClock(t0)
 	m := api.NewMetrics(nil)
 	tiers, requests := m.MeterStorage(store, store)
 	srv := api.NewServer(api.Config{

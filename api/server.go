@@ -58,7 +58,7 @@ type Config struct {
 	// policy.WithClock): GET and POST /v1/test/clock then read and move it,
 	// with the admin token, and GET /healthz says "test_clock": true.
 	// Nil, the usual case, those routes do not exist.
-	TestClock *TestClock
+	TestClock *policy.TestClock
 	// Pages adds routes to the server's Echo instance after its own, under
 	// the same middleware: request ids, the access log, the body limit and
 	// the error handler. main mounts the admin page of package web with it
@@ -79,7 +79,7 @@ type Server struct {
 	apiToken *policy.Secret // nil: checks need no token
 	failOpen failOpen
 	// testClock is nil when the service runs on a real clock.
-	testClock *TestClock
+	testClock *policy.TestClock
 }
 
 // NewServer returns a Server for cfg with every route registered.

@@ -21,7 +21,7 @@ import (
 // browserService is the admin page over real HTTP on the database at
 // path, on clock, with the service it shows; stop closes the server and
 // the store, as a shutdown does.
-func browserService(t *testing.T, path, token string, clock *testClock) (url string, svc *policy.Service, store *db.Store, stop func()) {
+func browserService(t *testing.T, path, token string, clock *policy.TestClock) (url string, svc *policy.Service, store *db.Store, stop func()) {
 	t.Helper()
 	store, err := db.Open(context.Background(), path, db.WithSynchronous(db.SyncNormal))
 	if err != nil {
@@ -41,7 +41,7 @@ func TestBrowserOverview(t *testing.T) {
 	chromium := chromiumPath(t)
 	path := filepath.Join(t.TempDir(), "test.db")
 	const token = "browser-test-token"
-	clock := &testClock{now: time.Date(2026, 5, 4, 9, 0, 0, 0, time.UTC)}
+	clock := policy.NewTestClock(time.Date(2026, 5, 4, 9, 0, 0, 0, time.UTC))
 	base, svc, store, stop := browserService(t, path, token, clock)
 	defer func() { stop() }()
 	ctx := context.Background()

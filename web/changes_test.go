@@ -52,7 +52,7 @@ func TestAdminPageShowsRecentChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	clock := &testClock{now: pageT0}
+	clock := policy.NewTestClock(pageT0)
 	svc := policy.NewService(store, store, policy.WithClock(clock.Now))
 	srv := newPageServer(web.Config{Service: svc, Gate: policy.NewAdminGate(pageToken), TierJSON: pageTierJSON})
 	e := &pageEnv{t: t, srv: srv, svc: svc, clock: clock}
@@ -127,7 +127,7 @@ func TestAdminPageChangesWithoutTierJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	clock := &testClock{now: pageT0}
+	clock := policy.NewTestClock(pageT0)
 	svc := policy.NewService(store, store, policy.WithClock(clock.Now))
 	e := &pageEnv{t: t, srv: newPageServer(web.Config{Service: svc, Gate: policy.NewAdminGate(pageToken)}), svc: svc, clock: clock}
 	if err := svc.DeleteTier(context.Background(), "enterprise"); err != nil {

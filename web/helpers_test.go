@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,19 +28,6 @@ const pageToken = "page-test-token"
 // pageT0 is when every admin page test starts.
 var pageT0 = time.Date(2026, 5, 4, 12, 0, 0, 0, time.UTC)
 
-// testClock is a manual clock: time moves only when the test says.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // pageEnv is the admin page of the service on a temp-file database,
 // mounted on an Echo instance as main mounts it on the API's, driven
 // through ServeHTTP like a browser would. Checks go to the service itself:
@@ -51,17 +37,17 @@ type pageEnv struct {
 	srv   http.Handler
 	svc   *policy.Service
 	store *db.Store
-	clock *testClock
+	clock *policy.TestClock
 }
 
 func newPageEnv(t *testing.T) *pageEnv {
 	t.Helper()
-	return newPageEnvAt(t, dbtest.DSN(t, "test.db"), pageToken, &testClock{now: pageT0})
+	return newPageEnvAt(t, dbtest.DSN(t, "test.db"), pageToken, policy.NewTestClock(pageT0))
 }
 
 // newPageEnvAt is newPageEnv on the database at path, with admin token
 // token and clock: a second one on the same path is the service restarted.
-func newPageEnvAt(t testing.TB, path, token string, clock *testClock) *pageEnv {
+func newPageEnvAt(t testing.TB, path, token string, clock *policy.TestClock) *pageEnv {
 	t.Helper()
 	store, err := db.Open(context.Background(), path)
 	if err != nil {

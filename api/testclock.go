@@ -1,35 +1,13 @@
 package api
 
 import (
-	"fmt"
-	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/policyguard/policyguard/policy"
 )
-
-// CheckTestClockAddr refuses a listen address that is not loopback
-// (127.0.0.0/8, ::1 or localhost): a service whose clock anyone with the
-// admin token can move must not be mistaken for, or reachable as, a real
-// one. An address without a host (":8080") listens on every interface and
-// is refused.
-func CheckTestClockAddr(addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("-test-clock: listen address %q: %w", addr, err)
-	}
-	if strings.EqualFold(host, "localhost") {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
-	}
-	return fmt.Errorf("-test-clock: listen address %q is not loopback: a test clock listens only on 127.0.0.1, ::1 or localhost", addr)
-}
 
 // testClockFormat is RFC 3339 with every fractional digit, so that clients
 // see a fixed-width time and the clock's exact reading.

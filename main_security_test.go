@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -24,50 +23,6 @@ import (
 
 	"github.com/policyguard/policyguard/policy"
 )
-
-// runInProcess starts run() with args and env and returns its URL, its
-// log, and a stop function that returns run's error.
-func runInProcess(t *testing.T, args []string, env map[string]string) (string, *faultBuffer, func() error) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	logs := &faultBuffer{}
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, args, func(k string) string { return env[k] }, pw, logs)
-		pw.Close()
-	}()
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			if m := faultServingRE.FindStringSubmatch(sc.Text()); m != nil {
-				found <- m[1]
-			}
-		}
-	}()
-	var u string
-	select {
-	case u = <-found:
-	case err := <-done:
-		cancel()
-		t.Fatalf("run: %v\n%s", err, logs)
-	case <-time.After(30 * time.Second):
-		t.Fatal("service did not start")
-	}
-	stopped := false
-	var stopErr error
-	stop := func() error {
-		if !stopped {
-			stopped = true
-			cancel()
-			stopErr = <-done
-		}
-		return stopErr
-	}
-	t.Cleanup(func() { stop() })
-	return u, logs, stop
-}
 
 // selfSigned writes a certificate for 127.0.0.1 and localhost and its key,
 // and returns their files and a pool that trusts the certificate.
@@ -128,7 +83,7 @@ func TestTLS(t *testing.T) {
 				t.Fatalf("URL %q, want https", u)
 			}
 			client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-			res, err := faultPost(client, u+"/v1/check", `{"context":{"user_id":"tls"}}`)
+			res, err := postJSON(client, u+"/v1/check", `{"context":{"user_id":"tls"}}`)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -138,7 +93,7 @@ func TestTLS(t *testing.T) {
 			}
 			// Plain HTTP to the TLS port is refused.
 			plain := "http://" + strings.TrimPrefix(u, "https://")
-			if res, err := faultPost(http.DefaultClient, plain+"/v1/check", `{}`); err == nil {
+			if res, err := postJSON(http.DefaultClient, plain+"/v1/check", `{}`); err == nil {
 				res.Body.Close()
 				if res.StatusCode != http.StatusBadRequest {
 					t.Fatalf("plain HTTP to the TLS port: %d", res.StatusCode)
@@ -310,13 +265,13 @@ func TestSecretsStayOutOfLogs(t *testing.T) {
 	guesses := []string{adminSecret[:len(adminSecret)-1], adminSecret + "0", apiSecret[:len(apiSecret)-1]}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stdout, logs := &faultBuffer{}, &faultBuffer{}
+	stdout, logs := &lockedBuffer{}, &lockedBuffer{}
 	done := make(chan error, 1)
 	args := []string{"-addr", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "secrets.db"), "-admin-token", adminSecret, "-api-token", apiSecret}
 	go func() { done <- run(ctx, args, func(string) string { return "" }, stdout, logs) }()
 	var u string
-	faultWaitFor(t, "start-up", 30*time.Second, func() bool {
-		m := faultServingRE.FindStringSubmatch(stdout.String())
+	waitFor(t, "start-up", 30*time.Second, func() bool {
+		m := listeningRE.FindStringSubmatch(stdout.String())
 		if m != nil {
 			u = m[1]
 		}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -15,22 +14,6 @@ import (
 	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
-
-// tiersCmd runs "policyguard tiers args..." with env as the environment.
-func tiersCmd(env map[string]string, args ...string) (stdout, stderr string, err error) {
-	var out, errOut bytes.Buffer
-	err = run(context.Background(), append([]string{"tiers"}, args...), func(k string) string { return env[k] }, &out, &errOut)
-	return out.String(), errOut.String(), err
-}
-
-func writeFile(t *testing.T, name, content string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
 
 // tierNames lists the tiers of the running service through its API.
 func tierNames(t *testing.T, url string) string {

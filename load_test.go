@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -26,19 +23,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/labstack/echo/v4"
-
 	"github.com/policyguard/policyguard/db"
 	"github.com/policyguard/policyguard/policy"
 )
 
 // The load benchmark runs the real service binary and two baselines as
 // separate processes on loopback, and drives them with the same load
-// generator in alternating rounds. The baselines bind the same body in an
-// Echo v4 handler: one does nothing else, the other (the bare durable
-// handler) only queues one row to a single writer that commits batches to
-// SQLite with synchronous=FULL and answers after COMMIT, the ceiling of this
-// design. It is opt-in:
+// generator in alternating rounds. The baselines are one program,
+// api/testdata/baseline, which the test builds: an Echo v4 handler that
+// binds the same body and does nothing else, or with -bare (the bare
+// durable handler) only queues one row to a single writer that commits
+// batches to SQLite with synchronous=FULL and answers after COMMIT, the
+// ceiling of this design. It is opt-in:
 //
 //	POLICYGUARD_LOAD=1 go test -run '^TestLoad$' -v -timeout 900s .
 //
@@ -94,10 +90,7 @@ func TestLoad(t *testing.T) {
 		t.Skip("set POLICYGUARD_LOAD=1 (or short) to run the load benchmark")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "policyguard")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin, baseline := goBuild(t, "."), goBuild(t, "./api/testdata/baseline")
 	out := os.Stdout
 	fmt.Fprintf(out, "\nload benchmark: %s, %d CPUs (%s), GOMAXPROCS %d, %s\n",
 		cpuModel(), runtime.NumCPU(), runtime.GOARCH, runtime.GOMAXPROCS(0), runtime.Version())
@@ -117,8 +110,8 @@ func TestLoad(t *testing.T) {
 	normal := startService(t, bin, dir, filepath.Join(dir, "normal.db"), "NORMAL", time.Hour)
 	metered := startService(t, bin, dir, filepath.Join(dir, "metered.db"), "FULL", time.Hour)
 	metered.meter(t)
-	base := startBaseline(t, "do-nothing handler", "POLICYGUARD_LOAD_BASELINE=1")
-	bare := startBaseline(t, "bare durable FULL", "POLICYGUARD_LOAD_BARE="+filepath.Join(dir, "bare.db"))
+	base := startBaseline(t, baseline, "do-nothing handler")
+	bare := startBaseline(t, baseline, "bare durable FULL", "-bare", filepath.Join(dir, "bare.db"))
 	pg := startPostgres(t, out, cfg, bin, dir) // nil without a server
 	users := make([]string, cfg.users)
 	for i := range users {
@@ -610,12 +603,12 @@ func (tg *target) putTier(t *testing.T, body string) {
 	}
 }
 
-// startBaseline runs this test binary again as a baseline server: env
-// (NAME=value) selects TestLoadBaselineServer or TestLoadBareDurableServer.
-func startBaseline(t *testing.T, name, env string) *target {
+// startBaseline starts the baseline program (api/testdata/baseline, built
+// as bin) with args: none for the do-nothing handler, -bare FILE for the
+// bare durable one on FILE.
+func startBaseline(t *testing.T, bin, name string, args ...string) *target {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestLoad(BaselineServer|BareDurableServer)$")
-	cmd.Env = append(os.Environ(), env)
+	cmd := exec.Command(bin, args...)
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -625,176 +618,6 @@ func startBaseline(t *testing.T, name, env string) *target {
 	tg.addr = strings.TrimPrefix(waitURL(t, stdout), "http://")
 	go io.Copy(io.Discard, stdout)
 	return tg
-}
-
-// baselineBody is the check body as both baselines bind it: the same shape
-// as the service reads.
-type baselineBody struct {
-	InputText string `json:"input_text"`
-	Context   struct {
-		UserID   string `json:"user_id"`
-		UserTier string `json:"user_tier"`
-		Feature  string `json:"feature"`
-	} `json:"context"`
-}
-
-type baselineAnswer struct {
-	Allowed bool   `json:"allowed"`
-	Tier    string `json:"tier"`
-}
-
-// bindBaseline decodes the check body of c into body.
-func bindBaseline(c echo.Context, body *baselineBody) error {
-	if err := json.NewDecoder(c.Request().Body).Decode(body); err != nil {
-		return echo.NewHTTPError(http.StatusBadRequest, err.Error())
-	}
-	return nil
-}
-
-// serveBaseline serves e on a loopback port, prints its URL for
-// startBaseline, and returns on SIGTERM.
-func serveBaseline(t *testing.T, e *echo.Echo) {
-	t.Helper()
-	e.HideBanner, e.HidePort = true, true
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Printf("baseline listening on http://%s\n", ln.Addr())
-	srv := &http.Server{Handler: e, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
-	<-sig
-	srv.Close()
-}
-
-// TestLoadBaselineServer is the do-nothing baseline of the load benchmark
-// when run as its child: an Echo v4 handler that binds the check body and
-// answers a small JSON object, nothing else.
-func TestLoadBaselineServer(t *testing.T) {
-	if os.Getenv("POLICYGUARD_LOAD_BASELINE") == "" {
-		t.Skip("the load benchmark's baseline server; TestLoad starts it")
-	}
-	e := echo.New()
-	e.POST("/v1/check", func(c echo.Context) error {
-		var body baselineBody
-		if err := bindBaseline(c, &body); err != nil {
-			return err
-		}
-		return c.JSON(http.StatusOK, baselineAnswer{Allowed: true, Tier: body.Context.UserTier})
-	})
-	serveBaseline(t, e)
-}
-
-// TestLoadBareDurableServer is the bare durable baseline of the load
-// benchmark when run as its child, on the database file named by
-// POLICYGUARD_LOAD_BARE: the do-nothing handler, except that it queues one
-// row per check to a single writer goroutine and answers after the COMMIT
-// that holds it. The writer takes whatever is queued (up to 256 rows, as
-// the service's writer), inserts each row with one prepared INSERT into a
-// table of the same shape as the service's requests table, and commits,
-// with WAL and synchronous=FULL as the service's default. It is what a
-// durable check costs with nothing else: no windows, no tiers, no headers,
-// metrics or logs.
-func TestLoadBareDurableServer(t *testing.T) {
-	path := os.Getenv("POLICYGUARD_LOAD_BARE")
-	if path == "" {
-		t.Skip("the load benchmark's bare durable server; TestLoad starts it")
-	}
-	ctx := context.Background()
-	sdb, err := sql.Open("sqlite", path+"?_busy_timeout=5000&_journal_mode=WAL&_synchronous=FULL")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sdb.Close()
-	conn, err := sdb.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var journal string
-	var synchronous int
-	if err := errors.Join(
-		conn.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&journal),
-		conn.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&synchronous),
-	); err != nil {
-		t.Fatal(err)
-	}
-	if journal != "wal" || synchronous != 2 {
-		t.Fatalf("journal_mode %s, synchronous %d; want wal and 2 (FULL)", journal, synchronous)
-	}
-	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS requests (
-		user_id TEXT    NOT NULL,
-		ts      INTEGER NOT NULL,
-		seq     INTEGER NOT NULL,
-		PRIMARY KEY (user_id, ts)
-	) WITHOUT ROWID`); err != nil {
-		t.Fatal(err)
-	}
-	var stmts [3]*sql.Stmt
-	for i, q := range []string{"BEGIN IMMEDIATE", "INSERT INTO requests (user_id, ts, seq) VALUES (?, ?, ?)", "COMMIT"} {
-		if stmts[i], err = conn.PrepareContext(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	begin, insert, commit := stmts[0], stmts[1], stmts[2]
-
-	type row struct {
-		user string
-		done chan error
-	}
-	rows := sync.Pool{New: func() any { return &row{done: make(chan error, 1)} }}
-	queue := make(chan *row, 1024)
-	go func() {
-		var ts, seq int64 // ts strictly increases, so (user_id, ts) is unique
-		batch := make([]*row, 0, 256)
-		for r := range queue {
-			batch = append(batch[:0], r)
-		fill:
-			for len(batch) < cap(batch) {
-				select {
-				case r := <-queue:
-					batch = append(batch, r)
-				default:
-					break fill
-				}
-			}
-			_, err := begin.ExecContext(ctx)
-			for _, r := range batch {
-				if err != nil {
-					break
-				}
-				ts, seq = max(ts+1, time.Now().UnixMicro()), seq+1
-				_, err = insert.ExecContext(ctx, r.user, ts, seq)
-			}
-			if err == nil {
-				_, err = commit.ExecContext(ctx)
-			}
-			if err != nil {
-				conn.ExecContext(ctx, "ROLLBACK")
-			}
-			for _, r := range batch {
-				r.done <- err
-			}
-		}
-	}()
-
-	e := echo.New()
-	e.POST("/v1/check", func(c echo.Context) error {
-		var body baselineBody
-		if err := bindBaseline(c, &body); err != nil {
-			return err
-		}
-		r := rows.Get().(*row)
-		r.user = body.Context.UserID
-		queue <- r
-		if err := <-r.done; err != nil {
-			return err
-		}
-		rows.Put(r)
-		return c.JSON(http.StatusOK, baselineAnswer{Allowed: true, Tier: body.Context.UserTier})
-	})
-	serveBaseline(t, e)
 }
 
 // result is one round of load against one target.

@@ -1,9 +1,17 @@
 // Command policyguard serves policy-based guardrails for AI agents: per-user
 // rate limits over rolling minute, hour and day windows and the features of
 // each subscription tier, checked before a request reaches the model.
+//
+// This file is the command, and all of it: run wires the packages together
+// (the store of package db, the policy.Service, the JSON API of package api
+// with the admin page of package web mounted on it, the cleanup) and shuts
+// them down; below it come the configuration (flags and environment
+// variables), the subcommands ("policyguard tiers"), and the log writer
+// that batches the access log. Only this package imports every other one.
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -17,17 +25,17 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/policyguard/policyguard/api"
-	"github.com/policyguard/policyguard/api/config"
-	"github.com/policyguard/policyguard/api/logbatch"
-	"github.com/policyguard/policyguard/api/tierscmd"
 	"github.com/policyguard/policyguard/db"
 	"github.com/policyguard/policyguard/policy"
+	"github.com/policyguard/policyguard/web"
 )
 
 func main() {
@@ -55,39 +63,45 @@ func newHTTPServer(h http.Handler, tlsCfg *tls.Config, logs slog.Handler) *http.
 }
 
 // run starts the service and blocks until ctx ends, then shuts down
-// gracefully: in-flight checks finish and their writes commit. With "tiers"
-// as its first argument it runs that command instead (see tierscmd.Run).
+// gracefully: in-flight checks finish and their writes commit. With a
+// subcommand's name as its first argument ("tiers", "backup") it runs that command
+// instead (see Subcommands below).
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	if len(args) > 0 && args[0] == "tiers" {
-		return tierscmd.Run(ctx, args[1:], getenv, stdout, stderr)
+	if len(args) > 0 {
+		switch args[0] {
+		case "tiers":
+			return runTiers(ctx, args[1:], getenv, stdout, stderr)
+		case "backup":
+			return runBackup(ctx, args[1:], getenv, stdout, stderr)
+		}
 	}
-	cfg, err := config.Parse(args, getenv, stderr)
+	cfg, err := parseConfig(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	} else if err != nil {
 		return err
 	}
-	config.TuneGC(getenv)
-	logs := logbatch.NewWriter(stderr) // a line per request: written out in batches
+	tuneGC(getenv)
+	logs := newLogWriter(stderr) // a line per request: written out in batches
 	defer logs.Close()
 	var handler slog.Handler = slog.NewTextHandler(logs, nil)
 	if cfg.LogFormat == "json" {
 		handler = slog.NewJSONHandler(logs, nil)
 	}
-	handler = logbatch.NewHandler(handler, logs)
+	handler = newFlushingHandler(handler, logs)
 	log := slog.New(handler)
-	tlsCfg, err := cfg.TLS()
+	tlsCfg, err := cfg.tlsConfig()
 	if err != nil {
 		return err
 	}
 
 	now := time.Now
-	var testClock *api.TestClock
+	var testClock *policy.TestClock
 	if cfg.TestClock {
-		testClock = api.NewTestClock(time.Now())
+		testClock = policy.NewTestClock(time.Now())
 		now = testClock.Now
 	}
-	store, err := db.Open(ctx, cfg.DBPath, cfg.StoreOptions()...)
+	store, err := db.Open(ctx, cfg.DBPath, cfg.storeOptions()...)
 	if err != nil {
 		return err
 	}
@@ -121,10 +135,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stdout, "admin token (generated; set -admin-token or GUARDRAIL_ADMIN_TOKEN to choose one): %s\n", cfg.AdminToken)
 	}
 
+	// The JSON API and the admin page check the admin token through one
+	// gate, so that a wrong token counts wherever it is sent.
+	gate := policy.NewAdminGate(cfg.AdminToken)
+	admin := web.NewAdmin(web.Config{Service: svc, Gate: gate, TierJSON: api.TierJSON, Logger: log, Sessions: store})
 	srv := newHTTPServer(api.NewServer(api.Config{
 		Service:        svc,
 		Health:         store.Ping,
-		AdminToken:     cfg.AdminToken,
+		Admin:          gate,
 		Logger:         log,
 		Metrics:        metrics,
 		HideMetrics:    cfg.MetricsAddr != "",
@@ -132,7 +150,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		FailOpen:       cfg.FailOpen,
 		TrustedProxies: cfg.TrustedProxies,
 		TestClock:      testClock,
-		Sessions:       store,
+		Pages:          admin.Register, // the admin page, behind the API's middleware
 	}), tlsCfg, handler)
 	if cfg.MetricsAddr != "" {
 		// Metrics on their own address can stay inside the network while
@@ -218,4 +236,650 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 func loopback(addr net.Addr) bool {
 	tcp, ok := addr.(*net.TCPAddr)
 	return ok && tcp.IP.IsLoopback()
+}
+
+// ---- Configuration: flags, environment variables and their defaults ----
+
+// config is the service's configuration: flags over environment variables
+// over defaults, each checked before the service starts, so that a mistake
+// stops it at once and says what is wrong.
+type config struct {
+	Addr string
+	// DBPath is the database: a SQLite file, or a postgres:// URL.
+	DBPath          string
+	AdminToken      string // empty: the service generates one
+	DefaultTier     string
+	CleanupInterval time.Duration
+	Sync            string
+	LogFormat       string // text or json
+	MetricsAddr     string // empty: metrics are served on Addr
+	FailOpen        bool
+	// TrustClientTier believes a check's context.user_tier for a user
+	// without an assigned tier; false decides it under the default tier.
+	TrustClientTier bool
+	APIToken        string // empty: checks need no token
+	TLSCert         string // empty: plain HTTP
+	TLSKey          string
+	TrustedProxies  []*net.IPNet
+	// TestClock runs the service on a clock that moves only when told
+	// (POST /v1/test/clock); loopback addresses only.
+	TestClock bool
+	// CallTimeout is how long a metered call stays open without a finish
+	// or keepalive before the service finishes it with its reservation.
+	CallTimeout time.Duration
+	// PostgreSQL's connection pool size, statement timeout and lock wait;
+	// SQLite ignores them.
+	PGPoolSize         int
+	PGStatementTimeout time.Duration
+	PGLockTimeout      time.Duration
+}
+
+// storeOptions returns the options of db.Open for the configured database.
+func (cfg config) storeOptions() []db.Option {
+	if db.IsPostgres(cfg.DBPath) {
+		return []db.Option{db.WithPoolSize(cfg.PGPoolSize), db.WithStatementTimeout(cfg.PGStatementTimeout),
+			db.WithBusyTimeout(cfg.PGLockTimeout)}
+	}
+	return []db.Option{db.WithSynchronous(cfg.Sync)}
+}
+
+// withDefaults returns a lookup through getenv that gives def for a
+// variable that is unset or empty.
+func withDefaults(getenv func(string) string) func(key, def string) string {
+	return func(key, def string) string {
+		if v := getenv(key); v != "" {
+			return v
+		}
+		return def
+	}
+}
+
+// dbPathFromEnv returns the database used where -db names none:
+// GUARDRAIL_DB, or the SQLite file guardrail.db. The tiers commands share
+// it with the service.
+func dbPathFromEnv(getenv func(string) string) string {
+	return withDefaults(getenv)("GUARDRAIL_DB", "guardrail.db")
+}
+
+// dbUsage describes -db, for the service and the tiers commands.
+const dbUsage = "database: a SQLite file, created if missing, or a PostgreSQL URL (postgres://user:password@host:5432/name) (GUARDRAIL_DB, default guardrail.db)"
+
+// defaultPGLockTimeout is how long a check waits for its user's lock on
+// PostgreSQL by default.
+const defaultPGLockTimeout = 5 * time.Second
+
+// defaultTierFromEnv returns the default tier used where -default-tier
+// names none: GUARDRAIL_DEFAULT_TIER, or policy.DefaultTierName. The tiers
+// commands share it with the service.
+func defaultTierFromEnv(getenv func(string) string) string {
+	return withDefaults(getenv)("GUARDRAIL_DEFAULT_TIER", policy.DefaultTierName)
+}
+
+// parseConfig reads the service's flags from args, and the environment
+// through getenv. Usage messages go to stderr; -h returns flag.ErrHelp.
+func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	env := withDefaults(getenv)
+	var cfg config
+	fs := flag.NewFlagSet("policyguard", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, usage)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&cfg.Addr, "addr", env("GUARDRAIL_ADDR", "127.0.0.1:8080"), "listen address (GUARDRAIL_ADDR)")
+	// Secrets and booleans take their variables after parsing, not as flag
+	// defaults: a usage message (-h, a mistyped flag) prints every default,
+	// and would print the tokens, or a database URL's password, into
+	// whatever log catches stderr.
+	fs.StringVar(&cfg.DBPath, "db", "", dbUsage)
+	fs.StringVar(&cfg.AdminToken, "admin-token", "", "bearer token for the admin API; empty generates one and prints it (GUARDRAIL_ADMIN_TOKEN)")
+	fs.StringVar(&cfg.DefaultTier, "default-tier", defaultTierFromEnv(getenv), "tier of requests that name none (GUARDRAIL_DEFAULT_TIER)")
+	fs.StringVar(&cfg.Sync, "sync", env("GUARDRAIL_SYNC", db.SyncFull), "SQLite synchronous mode: FULL survives power loss, NORMAL only a process crash (GUARDRAIL_SYNC)")
+	fs.StringVar(&cfg.LogFormat, "log-format", env("GUARDRAIL_LOG_FORMAT", "text"), "log format: text or json (GUARDRAIL_LOG_FORMAT)")
+	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", env("GUARDRAIL_METRICS_ADDR", ""), "serve GET /metrics on this address instead of the API's (GUARDRAIL_METRICS_ADDR)")
+	fs.BoolVar(&cfg.FailOpen, "fail-open", false, "admit checks when storage fails instead of refusing them with 503; each is counted and logged (GUARDRAIL_FAIL_OPEN)")
+	fs.BoolVar(&cfg.TrustClientTier, "trust-client-tier", true, "decide a check under the context.user_tier it names when its user has no assigned tier; false uses the default tier (GUARDRAIL_TRUST_CLIENT_TIER)")
+	fs.StringVar(&cfg.APIToken, "api-token", "", "bearer token every POST /v1/check and call route (/v1/calls/...) must carry; empty leaves them open (GUARDRAIL_API_TOKEN)")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", env("GUARDRAIL_TLS_CERT", ""), "serve HTTPS with this PEM certificate (chain); needs -tls-key (GUARDRAIL_TLS_CERT)")
+	fs.StringVar(&cfg.TLSKey, "tls-key", env("GUARDRAIL_TLS_KEY", ""), "PEM private key of -tls-cert (GUARDRAIL_TLS_KEY)")
+	fs.BoolVar(&cfg.TestClock, "test-clock", false, "for tests: run on a clock that moves only through POST /v1/test/clock; loopback addresses only (GUARDRAIL_TEST_CLOCK)")
+	proxies := env("GUARDRAIL_TRUSTED_PROXIES", "")
+	fs.Func("trusted-proxies", "comma-separated addresses or CIDR ranges of reverse proxies whose X-Forwarded-For names the client (GUARDRAIL_TRUSTED_PROXIES, default none)", func(s string) error {
+		proxies = s
+		return nil
+	})
+	interval := env("GUARDRAIL_CLEANUP_INTERVAL", "1m")
+	fs.Func("cleanup-interval", "how often rows older than 25 hours (a day and an hour's slack for clock steps) are deleted (GUARDRAIL_CLEANUP_INTERVAL, default 1m)", func(s string) error {
+		interval = s
+		return nil
+	})
+	callTimeout := env("GUARDRAIL_CALL_TIMEOUT", policy.DefaultCallTimeout.String())
+	fs.Func("call-timeout", "how long a metered call stays open without a finish or keepalive before the service finishes it with its reserved tokens (GUARDRAIL_CALL_TIMEOUT, default 10m)", func(s string) error {
+		callTimeout = s
+		return nil
+	})
+	poolSize := env("GUARDRAIL_PG_POOL_SIZE", strconv.Itoa(db.DefaultPoolSize))
+	fs.Func("pg-pool-size", fmt.Sprintf("PostgreSQL only: connections the service opens at most; each check holds one while it records (GUARDRAIL_PG_POOL_SIZE, default %d)", db.DefaultPoolSize), func(s string) error {
+		poolSize = s
+		return nil
+	})
+	stmtTimeout := env("GUARDRAIL_PG_STATEMENT_TIMEOUT", db.DefaultStatementTimeout.String())
+	fs.Func("pg-statement-timeout", fmt.Sprintf("PostgreSQL only: how long one statement may run before it fails, and its check with 503 (GUARDRAIL_PG_STATEMENT_TIMEOUT, default %v)", db.DefaultStatementTimeout), func(s string) error {
+		stmtTimeout = s
+		return nil
+	})
+	lockTimeout := env("GUARDRAIL_PG_LOCK_TIMEOUT", defaultPGLockTimeout.String())
+	fs.Func("pg-lock-timeout", fmt.Sprintf("PostgreSQL only: how long a check waits for the lock of its user, which another replica's check of the same user holds, before it fails with 503 (GUARDRAIL_PG_LOCK_TIMEOUT, default %v)", defaultPGLockTimeout), func(s string) error {
+		lockTimeout = s
+		return nil
+	})
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["db"] {
+		cfg.DBPath = dbPathFromEnv(getenv)
+	}
+	if cfg.DBPath == "" {
+		return cfg, errors.New("-db names no database")
+	}
+	if n, err := strconv.Atoi(poolSize); err != nil || n < 1 {
+		return cfg, fmt.Errorf("pool size %q: must be a whole number of at least 1 (-pg-pool-size, GUARDRAIL_PG_POOL_SIZE)", poolSize)
+	} else {
+		cfg.PGPoolSize = n
+	}
+	for _, d := range []struct {
+		name, flag, value string
+		to                *time.Duration
+	}{
+		{"statement timeout", "-pg-statement-timeout, GUARDRAIL_PG_STATEMENT_TIMEOUT", stmtTimeout, &cfg.PGStatementTimeout},
+		{"lock timeout", "-pg-lock-timeout, GUARDRAIL_PG_LOCK_TIMEOUT", lockTimeout, &cfg.PGLockTimeout},
+	} {
+		v, err := time.ParseDuration(d.value)
+		if err != nil || v < time.Millisecond {
+			return cfg, fmt.Errorf("%s %q: must be a duration of at least 1ms such as 5s or 500ms (%s)", d.name, d.value, d.flag)
+		}
+		*d.to = v
+	}
+	if !set["admin-token"] {
+		cfg.AdminToken = getenv("GUARDRAIL_ADMIN_TOKEN")
+	}
+	if !set["api-token"] {
+		cfg.APIToken = getenv("GUARDRAIL_API_TOKEN")
+	}
+	if v := getenv("GUARDRAIL_FAIL_OPEN"); v != "" && !set["fail-open"] {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return cfg, fmt.Errorf("GUARDRAIL_FAIL_OPEN %q: must be true or false", v)
+		}
+		cfg.FailOpen = b
+	}
+	if v := getenv("GUARDRAIL_TRUST_CLIENT_TIER"); v != "" && !set["trust-client-tier"] {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return cfg, fmt.Errorf("GUARDRAIL_TRUST_CLIENT_TIER %q: must be true or false", v)
+		}
+		cfg.TrustClientTier = b
+	}
+	if v := getenv("GUARDRAIL_TEST_CLOCK"); v != "" && !set["test-clock"] {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return cfg, fmt.Errorf("GUARDRAIL_TEST_CLOCK %q: must be true or false", v)
+		}
+		cfg.TestClock = b
+	}
+	if cfg.TestClock {
+		if err := checkTestClockAddr(cfg.Addr); err != nil {
+			return cfg, err
+		}
+	}
+	for _, tok := range []struct{ name, value string }{
+		{"admin token (-admin-token, GUARDRAIL_ADMIN_TOKEN)", cfg.AdminToken},
+		{"API token (-api-token, GUARDRAIL_API_TOKEN)", cfg.APIToken},
+	} {
+		if err := checkToken(tok.value); err != nil {
+			return cfg, fmt.Errorf("%s %w", tok.name, err)
+		}
+	}
+	d, err := time.ParseDuration(interval)
+	if err != nil || d <= 0 {
+		return cfg, fmt.Errorf("cleanup interval %q: must be a positive duration such as 1m or 30s", interval)
+	}
+	cfg.CleanupInterval = d
+	if cfg.CallTimeout, err = time.ParseDuration(callTimeout); err != nil || cfg.CallTimeout <= 0 {
+		return cfg, fmt.Errorf("call timeout %q: must be a positive duration such as 10m or 90s (-call-timeout, GUARDRAIL_CALL_TIMEOUT)", callTimeout)
+	}
+	if cfg.TrustedProxies, err = parseProxies(proxies); err != nil {
+		return cfg, err
+	}
+	if cfg.LogFormat != "text" && cfg.LogFormat != "json" {
+		return cfg, fmt.Errorf("log format %q: must be text or json", cfg.LogFormat)
+	}
+	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
+		return cfg, errors.New("TLS needs both -tls-cert and -tls-key (GUARDRAIL_TLS_CERT, GUARDRAIL_TLS_KEY)")
+	}
+	return cfg, nil
+}
+
+// parseProxies reads a comma-separated list of addresses and CIDR ranges.
+func parseProxies(list string) ([]*net.IPNet, error) {
+	var nets []*net.IPNet
+	for _, item := range strings.Split(list, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		if !strings.Contains(item, "/") {
+			ip := net.ParseIP(item)
+			if ip == nil {
+				return nil, fmt.Errorf("trusted proxy %q: not an IP address or CIDR range", item)
+			}
+			bits := 128
+			if ip4 := ip.To4(); ip4 != nil {
+				ip, bits = ip4, 32
+			}
+			nets = append(nets, &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)})
+			continue
+		}
+		_, n, err := net.ParseCIDR(item)
+		if err != nil {
+			return nil, fmt.Errorf("trusted proxy %q: not an IP address or CIDR range", item)
+		}
+		nets = append(nets, n)
+	}
+	return nets, nil
+}
+
+// checkToken refuses a token no client could send back: a bearer token is
+// read from its header with the surrounding spaces removed, and a header
+// cannot carry control characters. A token pasted with a trailing space or
+// newline would otherwise never match, and nothing would say why.
+func checkToken(tok string) error {
+	if strings.TrimSpace(tok) != tok {
+		return errors.New("starts or ends with white space")
+	}
+	for _, r := range tok {
+		if r < 0x20 || r == 0x7f {
+			return errors.New("contains a control character")
+		}
+	}
+	return nil
+}
+
+// tlsConfig loads the certificate and key, so that a bad pair stops the
+// service at start-up rather than at the first client. Without a
+// certificate it returns nil: the service speaks plain HTTP.
+func (cfg config) tlsConfig() (*tls.Config, error) {
+	if cfg.TLSCert == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("TLS certificate %s and key %s: %w", cfg.TLSCert, cfg.TLSKey, err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// checkTestClockAddr refuses a listen address that is not loopback
+// (127.0.0.0/8, ::1 or localhost): a service whose clock anyone with the
+// admin token can move must not be mistaken for, or reachable as, a real
+// one. An address without a host (":8080") listens on every interface and
+// is refused.
+func checkTestClockAddr(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("-test-clock: listen address %q: %w", addr, err)
+	}
+	if strings.EqualFold(host, "localhost") {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("-test-clock: listen address %q is not loopback: a test clock listens only on 127.0.0.1, ::1 or localhost", addr)
+}
+
+// Garbage collection settings of the service, unless GOGC or GOMEMLIMIT
+// set others. Its live heap is a few megabytes and every check allocates a
+// few kilobytes, so with Go's default (collect when the heap doubles) it
+// collects many times a second, about a seventh of its CPU time under
+// load. Letting the heap grow to five times the live data before a
+// collection costs a few more megabytes; the limit makes collections
+// frequent again long before memory would grow past it.
+const (
+	gcPercent   = 400
+	memoryLimit = 64 << 20
+)
+
+// tuneGC applies the settings above where the environment, read through
+// getenv, sets none.
+func tuneGC(getenv func(string) string) {
+	if getenv("GOGC") == "" {
+		debug.SetGCPercent(gcPercent)
+	}
+	if getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(memoryLimit)
+	}
+}
+
+// ---- Subcommands ----
+
+// usage opens the usage message, before the flags: how the program is run,
+// and the commands run instead of the service, one a line.
+const usage = `Usage:
+  policyguard [flags]            run the service
+  policyguard COMMAND [args]     run a command and exit
+
+Commands:
+  tiers export|import ...
+    	write the tiers and user records as a tiers file, or apply one (policyguard tiers -h tells more)
+  backup [-db FILE] BACKUP.db
+    	write a consistent copy of the SQLite database while the service runs; never overwrites a file
+
+Flags:`
+
+const backupUsage = `usage:
+  policyguard backup [-db FILE] BACKUP.db
+      writes a consistent copy of the SQLite database to BACKUP.db, which
+      must not exist, while a service may go on using the database: every
+      request, call, tier, user record and audit entry it held when the
+      copy began. -db defaults to GUARDRAIL_DB or guardrail.db. A service
+      started on the copy has them all. On PostgreSQL, use pg_dump.`
+
+// runBackup runs "policyguard backup" with args, the arguments that follow
+// "backup" (see db.Backup).
+func runBackup(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("policyguard backup", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprintln(stderr, backupUsage) }
+	dbPath := fs.String("db", "", dbUsage)
+	files, err := parseInterspersed(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if len(files) != 1 {
+		fmt.Fprintln(stderr, backupUsage)
+		return errors.New("backup: name one file to write the copy to")
+	}
+	if *dbPath == "" {
+		*dbPath = dbPathFromEnv(getenv)
+	}
+	if err := db.Backup(ctx, *dbPath, files[0]); err != nil {
+		return err
+	}
+	st, err := os.Stat(files[0])
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "backed up %s to %s (%d bytes)\n", db.Redact(*dbPath), files[0], st.Size())
+	return nil
+}
+
+// The "policyguard tiers" command: tier limits kept in a file, in a
+// repository, applied from a pipeline. "tiers export" writes a database's
+// tiers as a tiers file; "tiers import" checks a whole file and applies it
+// in one transaction. A subcommand reads -db and GUARDRAIL_DB as the
+// service does (dbPathFromEnv, dbUsage); run dispatches on its name.
+
+const tiersUsage = `usage:
+  policyguard tiers export [-db FILE|URL]
+      writes every tier and user record as a tiers file (JSON) to stdout
+  policyguard tiers import [-db FILE|URL] [-default-tier NAME] [-prune] TIERS.json
+      checks the whole file, then creates and updates its tiers and user
+      records in one transaction and reports each change; with -prune it
+      also deletes the tiers the file does not list (never the default
+      tier, nor one a user record assigns); no record is ever deleted
+
+A running service on the same database applies an import on its next check.
+-db defaults to GUARDRAIL_DB or guardrail.db, -default-tier to
+GUARDRAIL_DEFAULT_TIER or free.`
+
+// runTiers runs "policyguard tiers export|import" with args, the arguments
+// that follow "tiers", reading the environment through getenv: -db and
+// -default-tier default to what the service would use (see dbPathFromEnv
+// and defaultTierFromEnv).
+func runTiers(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, tiersUsage)
+		return errors.New("tiers: name a command: export or import")
+	}
+	cmd := args[0]
+	fs := flag.NewFlagSet("policyguard tiers "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprintln(stderr, tiersUsage) }
+	dbPath := fs.String("db", "", dbUsage)
+	var defaultTier *string
+	var prune *bool
+	switch cmd {
+	case "export":
+	case "import":
+		defaultTier = fs.String("default-tier", defaultTierFromEnv(getenv), "the service's default tier, which -prune keeps (GUARDRAIL_DEFAULT_TIER)")
+		prune = fs.Bool("prune", false, "delete the tiers the file does not list")
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(stdout, tiersUsage)
+		return nil
+	default:
+		fmt.Fprintln(stderr, tiersUsage)
+		return fmt.Errorf("tiers: unknown command %q: want export or import", cmd)
+	}
+	files, err := parseInterspersed(fs, args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if *dbPath == "" {
+		*dbPath = dbPathFromEnv(getenv)
+	}
+
+	if cmd == "export" {
+		if len(files) > 0 {
+			return fmt.Errorf("tiers export: unexpected argument %q: the tiers go to stdout", files[0])
+		}
+		// Exporting from a mistyped path must not create an empty
+		// database and export its seeded tiers as if they were real. (A
+		// mistyped PostgreSQL database fails to connect.)
+		if _, err := os.Stat(*dbPath); err != nil && !db.IsPostgres(*dbPath) {
+			return fmt.Errorf("tiers export: %w", err)
+		}
+		store, err := db.Open(ctx, *dbPath)
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		tiers, err := store.Tiers(ctx)
+		if err != nil {
+			return err
+		}
+		var users []policy.UserRecord
+		for after := ""; ; {
+			page, err := store.Users(ctx, after, 1000)
+			if err != nil {
+				return err
+			}
+			users = append(users, page...)
+			if len(page) < 1000 {
+				break
+			}
+			after = page[len(page)-1].UserID
+		}
+		if err := api.WriteTiersFile(stdout, tiers, users...); err != nil {
+			return err
+		}
+		return store.Close()
+	}
+
+	if len(files) != 1 {
+		fmt.Fprintln(stderr, tiersUsage)
+		return errors.New("tiers import: name exactly one tiers file (- reads stdin)")
+	}
+	tiers, users, err := readTiersFile(files[0])
+	if err != nil {
+		return err
+	}
+	store, err := db.Open(ctx, *dbPath)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	svc := policy.NewService(store, store, policy.WithDefaultTier(*defaultTier), policy.WithUsers(store))
+	changes, userChanges, err := svc.Import(ctx, tiers, users, *prune)
+	if err != nil {
+		return fmt.Errorf("%s: nothing imported: %s", files[0], policy.ErrorMessage(err))
+	}
+	for _, c := range changes {
+		fmt.Fprintln(stdout, api.DescribeTierChange(c))
+	}
+	for _, c := range userChanges {
+		fmt.Fprintln(stdout, api.DescribeUserChange(c))
+	}
+	switch n := len(changes) + len(userChanges); n {
+	case 0:
+		fmt.Fprintf(stdout, "no changes: %s already has the tiers of %s\n", *dbPath, files[0])
+	case 1:
+		fmt.Fprintf(stdout, "1 change imported into %s\n", *dbPath)
+	default:
+		fmt.Fprintf(stdout, "%d changes imported into %s\n", n, *dbPath)
+	}
+	return store.Close()
+}
+
+// readTiersFile reads and checks the tiers file at path, or stdin for "-".
+func readTiersFile(path string) ([]policy.Tier, []policy.UserRecord, error) {
+	var r io.Reader = os.Stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer f.Close()
+		r = f
+	}
+	tiers, users, err := api.ReadTiersFileWithUsers(r)
+	if err != nil {
+		msg := " " + policy.ErrorMessage(err)
+		if strings.Contains(msg, "\n") { // one problem a line, indented
+			msg = strings.ReplaceAll("\n"+msg[1:], "\n", "\n  ")
+		}
+		return nil, nil, fmt.Errorf("%s: nothing imported:%s", path, msg)
+	}
+	return tiers, users, nil
+}
+
+// parseInterspersed parses flags wherever they stand among the arguments,
+// so that "import tiers.json -prune" works as well as "import -prune
+// tiers.json", and returns the other arguments in order. "--" ends the
+// flags.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if n := len(args) - fs.NArg(); n > 0 && args[n-1] == "--" {
+			return append(rest, fs.Args()...), nil
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return rest, nil
+		}
+		rest = append(rest, args[0])
+		args = args[1:]
+	}
+}
+
+// ---- Log lines in batches ----
+
+// The access log writes a line per request, and written one by one, each
+// line cost a system call under the log handler's lock, which every request
+// then queued behind.
+
+// logFlushInterval is how long a log line may wait in a logWriter.
+const logFlushInterval = 100 * time.Millisecond
+
+// logWriter gathers log lines and writes them out together: at most
+// logFlushInterval after the first one waits, at once for a warning or an
+// error (see newFlushingHandler), and at Close. It is safe for concurrent
+// use.
+type logWriter struct {
+	mu       sync.Mutex
+	w        *bufio.Writer
+	pending  bool // a flush is scheduled
+	closed   bool
+	schedule func(time.Duration, func()) // time.AfterFunc, but for tests
+}
+
+// newLogWriter returns a logWriter that writes to w.
+func newLogWriter(w io.Writer) *logWriter {
+	return &logWriter{
+		w:        bufio.NewWriterSize(w, 64<<10),
+		schedule: func(d time.Duration, f func()) { time.AfterFunc(d, f) },
+	}
+}
+
+func (b *logWriter) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n, err := b.w.Write(p)
+	if b.closed { // after Close, every line goes out at once
+		if ferr := b.w.Flush(); err == nil {
+			err = ferr
+		}
+		return n, err
+	}
+	if !b.pending && b.w.Buffered() > 0 {
+		b.pending = true
+		b.schedule(logFlushInterval, func() { b.Flush() })
+	}
+	return n, err
+}
+
+// Flush writes out what is buffered.
+func (b *logWriter) Flush() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.pending = false
+	return b.w.Flush()
+}
+
+// Close flushes and makes every later write go out at once.
+func (b *logWriter) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	return b.w.Flush()
+}
+
+// newFlushingHandler returns a handler that passes records to h, which
+// writes into w, and flushes w after each warning or error, so that those
+// are never held back.
+func newFlushingHandler(h slog.Handler, w *logWriter) slog.Handler {
+	return flushingHandler{h, w}
+}
+
+type flushingHandler struct {
+	slog.Handler
+	buf *logWriter
+}
+
+func (h flushingHandler) Handle(ctx context.Context, r slog.Record) error {
+	err := h.Handler.Handle(ctx, r)
+	if r.Level >= slog.LevelWarn {
+		_ = h.buf.Flush()
+	}
+	return err
+}
+
+func (h flushingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return flushingHandler{h.Handler.WithAttrs(attrs), h.buf}
+}
+
+func (h flushingHandler) WithGroup(name string) slog.Handler {
+	return flushingHandler{h.Handler.WithGroup(name), h.buf}
 }

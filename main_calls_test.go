@@ -37,13 +37,3 @@ func TestRunCallTimeout(t *testing.T) {
 		t.Errorf("metrics:\n%s", grepLines(body, "policyguard_calls"))
 	}
 }
-
-func grepLines(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
-}

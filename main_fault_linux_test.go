@@ -30,7 +30,7 @@ func TestFullDiskEndToEnd(t *testing.T) {
 		if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: 1, Max: old.Max}); err != nil {
 			t.Skip("cannot lower RLIMIT_FSIZE:", err)
 		}
-		res, err := faultPost(http.DefaultClient, u+"/v1/check", `{"context":{"user_id":"full"}}`)
+		res, err := postJSON(http.DefaultClient, u+"/v1/check", `{"context":{"user_id":"full"}}`)
 		var body []byte
 		if err == nil {
 			body, _ = io.ReadAll(res.Body)

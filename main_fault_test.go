@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -14,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,127 +22,6 @@ import (
 
 	"github.com/policyguard/policyguard/db"
 )
-
-// faultServingRE finds the address the service prints once it listens.
-var faultServingRE = regexp.MustCompile(`listening on (https?://\S+)`)
-
-// faultBuffer collects a process's output for the test to search.
-type faultBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *faultBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *faultBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-// faultWaitFor polls cond until it holds or the deadline passes. It waits for
-// another process to act, never for a rate-limit window to pass.
-func faultWaitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// buildFaultBinary builds the real binary once for the calling test.
-func buildFaultBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "policyguard")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// faultProc is the real binary, running.
-type faultProc struct {
-	cmd    *exec.Cmd
-	url    string
-	stderr *faultBuffer
-	exited chan error
-}
-
-// startFaultProc starts bin with args and waits until it listens.
-func startFaultProc(t *testing.T, bin string, args ...string) *faultProc {
-	t.Helper()
-	s := &faultProc{cmd: exec.Command(bin, args...), stderr: &faultBuffer{}, exited: make(chan error, 1)}
-	s.cmd.Stderr = s.stderr
-	stdout, err := s.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if m := faultServingRE.FindStringSubmatch(sc.Text()); m != nil {
-				found <- m[1]
-			}
-		}
-		s.exited <- s.cmd.Wait()
-	}()
-	select {
-	case s.url = <-found:
-	case err := <-s.exited:
-		t.Fatalf("service exited at start-up: %v\n%s", err, s.stderr)
-	case <-time.After(30 * time.Second):
-		s.cmd.Process.Kill()
-		t.Fatalf("service did not start:\n%s", s.stderr)
-	}
-	t.Cleanup(func() {
-		s.cmd.Process.Kill()
-		<-s.exited
-		s.exited <- nil // for a later wait in the test itself
-	})
-	return s
-}
-
-// wait returns the process's exit error.
-func (s *faultProc) wait() error {
-	err := <-s.exited
-	s.exited <- err
-	return err
-}
-
-// faultPost sends body to url with the JSON content type.
-func faultPost(client *http.Client, url, body string) (*http.Response, error) {
-	return client.Post(url, "application/json", strings.NewReader(body))
-}
-
-// faultAdmin sends an admin API request and fails the test unless it gets
-// want.
-func faultAdmin(t *testing.T, method, url, body string, want int) []byte {
-	t.Helper()
-	req, _ := http.NewRequest(method, url, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	if res.StatusCode != want {
-		t.Fatalf("%s %s: %d %s, want %d", method, url, res.StatusCode, b, want)
-	}
-	return b
-}
 
 // faultTally is what one client saw for one user.
 type faultTally struct {
@@ -159,7 +36,7 @@ func TestBinaryUnderFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	bin := buildFaultBinary(t)
+	bin := goBuild(t, ".")
 	for _, mode := range []string{db.SyncFull, db.SyncNormal} {
 		t.Run("SIGKILL mid-load with -sync "+mode, func(t *testing.T) { testSIGKILL(t, bin, mode) })
 	}
@@ -177,9 +54,9 @@ func TestBinaryUnderFaults(t *testing.T) {
 func testSIGKILL(t *testing.T, bin, mode string) {
 	dbPath := filepath.Join(t.TempDir(), "kill.db")
 	args := []string{"-addr", "127.0.0.1:0", "-db", dbPath, "-admin-token", token, "-sync", mode, "-log-format", "json"}
-	svc := startFaultProc(t, bin, args...)
+	svc := startBinary(t, bin, args...)
 	const capped, clients, rounds = 30, 16, 3
-	faultAdmin(t, "PUT", svc.url+"/v1/tiers/crash", fmt.Sprintf(`{"requests_per_minute":%d,"requests_per_hour":100000,"requests_per_day":100000,"burst_allowance":0}`, capped), 201)
+	mustCall(t, "PUT", svc.url+"/v1/tiers/crash", fmt.Sprintf(`{"requests_per_minute":%d,"requests_per_hour":100000,"requests_per_day":100000,"burst_allowance":0}`, capped), 201)
 
 	var mu sync.Mutex
 	tally := map[string]*faultTally{}
@@ -198,7 +75,7 @@ func testSIGKILL(t *testing.T, bin, mode string) {
 					if i%2 == 1 {
 						user, tier = fmt.Sprintf("flow-%d", g), "enterprise"
 					}
-					res, err := faultPost(client, svc.url+"/v1/check", fmt.Sprintf(`{"context":{"user_id":%q,"user_tier":%q}}`, user, tier))
+					res, err := postJSON(client, svc.url+"/v1/check", fmt.Sprintf(`{"context":{"user_id":%q,"user_tier":%q}}`, user, tier))
 					mu.Lock()
 					u := tally[user]
 					if u == nil {
@@ -226,7 +103,7 @@ func testSIGKILL(t *testing.T, bin, mode string) {
 				}
 			}()
 		}
-		faultWaitFor(t, "load", 60*time.Second, func() bool {
+		waitFor(t, "load", 60*time.Second, func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			for g := range clients {
@@ -242,7 +119,7 @@ func testSIGKILL(t *testing.T, bin, mode string) {
 		svc.wait()
 		wg.Wait()
 
-		svc = startFaultProc(t, bin, args...)
+		svc = startBinary(t, bin, args...)
 		sent, inFlight = 0, 0
 		var recorded int
 		for user, u := range tally {
@@ -270,7 +147,7 @@ func testSIGKILL(t *testing.T, bin, mode string) {
 	}
 	// The cap holds across the restarts.
 	for g := range clients {
-		res, err := faultPost(http.DefaultClient, svc.url+"/v1/check", fmt.Sprintf(`{"context":{"user_id":"cap-%d","user_tier":"crash"}}`, g))
+		res, err := postJSON(http.DefaultClient, svc.url+"/v1/check", fmt.Sprintf(`{"context":{"user_id":"cap-%d","user_tier":"crash"}}`, g))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -309,7 +186,7 @@ func faultIntegrity(t *testing.T, path string) {
 func testSIGTERMDrains(t *testing.T, bin string) {
 	dbPath := filepath.Join(t.TempDir(), "drain.db")
 	args := []string{"-addr", "127.0.0.1:0", "-db", dbPath, "-admin-token", token}
-	svc := startFaultProc(t, bin, args...)
+	svc := startBinary(t, bin, args...)
 
 	lock, err := sql.Open("sqlite", dbPath)
 	if err != nil {
@@ -350,7 +227,7 @@ func testSIGTERMDrains(t *testing.T, bin string) {
 	if err := svc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	faultWaitFor(t, "shutting down", 5*time.Second, func() bool { return strings.Contains(svc.stderr.String(), "shutting down") })
+	waitFor(t, "shutting down", 5*time.Second, func() bool { return strings.Contains(svc.stderr.String(), "shutting down") })
 	select {
 	case err := <-svc.exited:
 		t.Fatalf("the service exited with checks in flight: %v", err)
@@ -367,7 +244,7 @@ func testSIGTERMDrains(t *testing.T, bin string) {
 	if err := svc.wait(); err != nil {
 		t.Fatalf("exit: %v\n%s", err, svc.stderr)
 	}
-	svc = startFaultProc(t, bin, args...)
+	svc = startBinary(t, bin, args...)
 	if got := dayCount(t, svc.url, "drain"); got != inFlight {
 		t.Fatalf("after the drain %d are counted, want %d", got, inFlight)
 	}

@@ -17,20 +17,6 @@ import (
 
 var metricsRE = regexp.MustCompile(`metrics on (http://\S+)`)
 
-func get(t *testing.T, url string) (int, string) {
-	t.Helper()
-	res, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res.StatusCode, string(b)
-}
-
 // TestRunServesMetrics starts the service as an operator would with
 // GUARDRAIL_METRICS_ADDR set, and reads what Prometheus would scrape: the
 // checks answered, the rows the cleanup deleted, the Go runtime.
@@ -78,7 +64,7 @@ func TestRunServesMetrics(t *testing.T) {
 		if m := metricsRE.FindStringSubmatch(sc.Text()); m != nil {
 			metricsURL = m[1]
 		}
-		if m := listenRE.FindStringSubmatch(sc.Text()); m != nil {
+		if m := listeningRE.FindStringSubmatch(sc.Text()); m != nil {
 			url = m[1]
 		}
 	}

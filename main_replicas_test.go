@@ -25,7 +25,7 @@ func replicaArgs(dsn string) []string {
 // replicaCheck sends one check and returns its status and decoded body.
 func replicaCheck(t *testing.T, client *http.Client, url, body string) (int, map[string]any, error) {
 	t.Helper()
-	res, err := faultPost(client, url+"/v1/check", body)
+	res, err := postJSON(client, url+"/v1/check", body)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -94,13 +94,13 @@ func TestReplicasShareOneDatabase(t *testing.T) {
 		t.Skip("builds and runs the binary")
 	}
 	dsn := dbtest.Postgres(t)
-	bin := buildFaultBinary(t)
-	var replicas [3]*faultProc
+	bin := goBuild(t, ".")
+	var replicas [3]*binaryProc
 	var urls []string
 	start := func() {
 		urls = urls[:0]
 		for i := range replicas {
-			replicas[i] = startFaultProc(t, bin, replicaArgs(dsn)...)
+			replicas[i] = startBinary(t, bin, replicaArgs(dsn)...)
 			urls = append(urls, replicas[i].url)
 		}
 	}
@@ -108,10 +108,10 @@ func TestReplicasShareOneDatabase(t *testing.T) {
 
 	// A tier created through one replica decides the next check on the
 	// others, and so does each edit after it.
-	faultAdmin(t, "PUT", urls[0]+"/v1/tiers/shared", `{"requests_per_minute":50,"requests_per_hour":100000,"requests_per_day":100000,"burst_allowance":0}`, 201)
+	mustCall(t, "PUT", urls[0]+"/v1/tiers/shared", `{"requests_per_minute":50,"requests_per_hour":100000,"requests_per_day":100000,"burst_allowance":0}`, 201)
 	for i, limit := range []float64{50, 40, 30} {
 		if i > 0 {
-			faultAdmin(t, "PUT", urls[i]+"/v1/tiers/shared", fmt.Sprintf(`{"requests_per_minute":%v,"requests_per_hour":100000,"requests_per_day":100000,"burst_allowance":0}`, limit), 200)
+			mustCall(t, "PUT", urls[i]+"/v1/tiers/shared", fmt.Sprintf(`{"requests_per_minute":%v,"requests_per_hour":100000,"requests_per_day":100000,"burst_allowance":0}`, limit), 200)
 		}
 		for j, url := range urls {
 			code, d, err := replicaCheck(t, http.DefaultClient, url, fmt.Sprintf(`{"context":{"user_id":"probe-%d-%d","user_tier":"shared"}}`, i, j))
@@ -123,11 +123,11 @@ func TestReplicasShareOneDatabase(t *testing.T) {
 
 	// So does a user record: assigned through one replica, it decides the
 	// next check of its user on another, and its deletion the one after.
-	faultAdmin(t, "PUT", urls[1]+"/v1/users/vip", `{"tier":"enterprise"}`, 201)
+	mustCall(t, "PUT", urls[1]+"/v1/users/vip", `{"tier":"enterprise"}`, 201)
 	if code, d, err := replicaCheck(t, http.DefaultClient, urls[2], `{"context":{"user_id":"vip","user_tier":"free"}}`); err != nil || code != http.StatusOK || d["tier"] != "enterprise" {
 		t.Fatalf("record assigned through replica 1, check on replica 2: %d %v %v; want tier enterprise", code, d, err)
 	}
-	faultAdmin(t, "DELETE", urls[0]+"/v1/users/vip", "", 204)
+	mustCall(t, "DELETE", urls[0]+"/v1/users/vip", "", 204)
 	if code, d, err := replicaCheck(t, http.DefaultClient, urls[2], `{"context":{"user_id":"vip","user_tier":"free"}}`); err != nil || code != http.StatusOK || d["tier"] != "free" {
 		t.Fatalf("record deleted through replica 0, check on replica 2: %d %v %v; want tier free", code, d, err)
 	}
@@ -140,8 +140,8 @@ func TestReplicasShareOneDatabase(t *testing.T) {
 	}
 	// Calls: max_concurrent 5 (no call finishes), and a token budget of
 	// 1,000 a minute that 100-token calls reach after 10.
-	faultAdmin(t, "PUT", urls[0]+"/v1/tiers/calls", `{"requests_per_minute":1000,"requests_per_hour":100000,"requests_per_day":100000,"burst_allowance":0,"max_concurrent":5}`, 201)
-	faultAdmin(t, "PUT", urls[0]+"/v1/tiers/tokens", `{"requests_per_minute":1000,"requests_per_hour":100000,"requests_per_day":100000,"burst_allowance":0,"tokens_per_minute":1000}`, 201)
+	mustCall(t, "PUT", urls[0]+"/v1/tiers/calls", `{"requests_per_minute":1000,"requests_per_hour":100000,"requests_per_day":100000,"burst_allowance":0,"max_concurrent":5}`, 201)
+	mustCall(t, "PUT", urls[0]+"/v1/tiers/tokens", `{"requests_per_minute":1000,"requests_per_hour":100000,"requests_per_day":100000,"burst_allowance":0,"tokens_per_minute":1000}`, 201)
 	if ok, _ := hammer(t, urls, clients, checks, `{"tokens":100,"context":{"user_id":"calls","user_tier":"calls"}}`); ok != 5 {
 		t.Fatalf("concurrent calls: %d admitted through three replicas, want exactly 5", ok)
 	}
@@ -168,7 +168,7 @@ func TestReplicasShareOneDatabase(t *testing.T) {
 	// SIGKILL one replica under load: every 200 stays counted, no user is
 	// admitted past the cap, and a check in flight counts at most once.
 	const capped = 40
-	faultAdmin(t, "PUT", urls[0]+"/v1/tiers/crash", fmt.Sprintf(`{"requests_per_minute":%d,"requests_per_hour":100000,"requests_per_day":100000,"burst_allowance":0}`, capped), 201)
+	mustCall(t, "PUT", urls[0]+"/v1/tiers/crash", fmt.Sprintf(`{"requests_per_minute":%d,"requests_per_hour":100000,"requests_per_day":100000,"burst_allowance":0}`, capped), 201)
 	var mu sync.Mutex
 	tally := map[string]*faultTally{}
 	var admitted atomic.Int64
@@ -190,7 +190,7 @@ func TestReplicasShareOneDatabase(t *testing.T) {
 				if i%2 == 1 {
 					user, tier = fmt.Sprintf("flow-%d", g), "enterprise"
 				}
-				res, err := faultPost(client, url+"/v1/check", fmt.Sprintf(`{"context":{"user_id":%q,"user_tier":%q}}`, user, tier))
+				res, err := postJSON(client, url+"/v1/check", fmt.Sprintf(`{"context":{"user_id":%q,"user_tier":%q}}`, user, tier))
 				mu.Lock()
 				u := tally[user]
 				if u == nil {
@@ -221,12 +221,12 @@ func TestReplicasShareOneDatabase(t *testing.T) {
 			}
 		}()
 	}
-	faultWaitFor(t, "1,000 admissions under load", 60*time.Second, func() bool { return admitted.Load() >= 1000 })
+	waitFor(t, "1,000 admissions under load", 60*time.Second, func() bool { return admitted.Load() >= 1000 })
 	if err := replicas[0].cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	replicas[0].wait()
-	faultWaitFor(t, "500 more admissions on the survivors", 60*time.Second, func() bool { return admitted.Load() >= 1500 })
+	waitFor(t, "500 more admissions on the survivors", 60*time.Second, func() bool { return admitted.Load() >= 1500 })
 	close(stop)
 	wg.Wait()
 	var sent, inFlight, recorded int
@@ -336,9 +336,9 @@ func TestReplicaSurvivesALostDatabase(t *testing.T) {
 	}
 	proxy := newTCPProxy(t, dsn.Host)
 	dsn.Host = proxy.addr
-	bin := buildFaultBinary(t)
-	strict := startFaultProc(t, bin, append(replicaArgs(dsn.String()), "-pg-statement-timeout", "1s")...)
-	open := startFaultProc(t, bin, append(replicaArgs(dsn.String()), "-pg-statement-timeout", "1s", "-fail-open")...)
+	bin := goBuild(t, ".")
+	strict := startBinary(t, bin, append(replicaArgs(dsn.String()), "-pg-statement-timeout", "1s")...)
+	open := startBinary(t, bin, append(replicaArgs(dsn.String()), "-pg-statement-timeout", "1s", "-fail-open")...)
 	health := func(url string) int {
 		res, err := http.Get(url + "/healthz")
 		if err != nil {
@@ -348,7 +348,7 @@ func TestReplicaSurvivesALostDatabase(t *testing.T) {
 		return res.StatusCode
 	}
 	body := `{"context":{"user_id":"lost","user_tier":"pro"}}`
-	for _, r := range []*faultProc{strict, open} {
+	for _, r := range []*binaryProc{strict, open} {
 		if code, d, err := replicaCheck(t, http.DefaultClient, r.url, body); err != nil || code != http.StatusOK || d["guardrail"] != "rate_limiter" {
 			t.Fatalf("before: %d %v %v", code, d, err)
 		}
@@ -361,15 +361,15 @@ func TestReplicaSurvivesALostDatabase(t *testing.T) {
 	if code, d, err := replicaCheck(t, http.DefaultClient, open.url, body); err != nil || code != http.StatusOK || d["guardrail"] != "fail_open" {
 		t.Fatalf("database unreachable, -fail-open: %d %v %v; want 200 from fail_open", code, d, err)
 	}
-	for _, r := range []*faultProc{strict, open} {
+	for _, r := range []*binaryProc{strict, open} {
 		if code := health(r.url); code != http.StatusServiceUnavailable {
 			t.Fatalf("/healthz with the database unreachable: %d, want 503", code)
 		}
 	}
 
 	proxy.restore()
-	for _, r := range []*faultProc{strict, open} {
-		faultWaitFor(t, "a check to succeed again", 30*time.Second, func() bool {
+	for _, r := range []*binaryProc{strict, open} {
+		waitFor(t, "a check to succeed again", 30*time.Second, func() bool {
 			code, d, err := replicaCheck(t, http.DefaultClient, r.url, body)
 			return err == nil && code == http.StatusOK && d["guardrail"] == "rate_limiter"
 		})

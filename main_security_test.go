@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -21,51 +20,9 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-// runInProcess starts run() with args and env and returns its URL, its
-// log, and a stop function that returns run's error.
-func runInProcess(t *testing.T, args []string, env map[string]string) (string, *faultBuffer, func() error) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	logs := &faultBuffer{}
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, args, func(k string) string { return env[k] }, pw, logs)
-		pw.Close()
-	}()
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			if m := faultServingRE.FindStringSubmatch(sc.Text()); m != nil {
-				found <- m[1]
-			}
-		}
-	}()
-	var u string
-	select {
-	case u = <-found:
-	case err := <-done:
-		cancel()
-		t.Fatalf("run: %v\n%s", err, logs)
-	case <-time.After(30 * time.Second):
-		t.Fatal("service did not start")
-	}
-	stopped := false
-	var stopErr error
-	stop := func() error {
-		if !stopped {
-			stopped = true
-			cancel()
-			stopErr = <-done
-		}
-		return stopErr
-	}
-	t.Cleanup(func() { stop() })
-	return u, logs, stop
-}
+	"github.com/policyguard/policyguard/policy"
+)
 
 // selfSigned writes a certificate for 127.0.0.1 and localhost and its key,
 // and returns their files and a pool that trusts the certificate.
@@ -126,7 +83,7 @@ func TestTLS(t *testing.T) {
 				t.Fatalf("URL %q, want https", u)
 			}
 			client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-			res, err := faultPost(client, u+"/v1/check", `{"context":{"user_id":"tls"}}`)
+			res, err := postJSON(client, u+"/v1/check", `{"context":{"user_id":"tls"}}`)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -136,7 +93,7 @@ func TestTLS(t *testing.T) {
 			}
 			// Plain HTTP to the TLS port is refused.
 			plain := "http://" + strings.TrimPrefix(u, "https://")
-			if res, err := faultPost(http.DefaultClient, plain+"/v1/check", `{}`); err == nil {
+			if res, err := postJSON(http.DefaultClient, plain+"/v1/check", `{}`); err == nil {
 				res.Body.Close()
 				if res.StatusCode != http.StatusBadRequest {
 					t.Fatalf("plain HTTP to the TLS port: %d", res.StatusCode)
@@ -308,13 +265,13 @@ func TestSecretsStayOutOfLogs(t *testing.T) {
 	guesses := []string{adminSecret[:len(adminSecret)-1], adminSecret + "0", apiSecret[:len(apiSecret)-1]}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stdout, logs := &faultBuffer{}, &faultBuffer{}
+	stdout, logs := &lockedBuffer{}, &lockedBuffer{}
 	done := make(chan error, 1)
 	args := []string{"-addr", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "secrets.db"), "-admin-token", adminSecret, "-api-token", apiSecret}
 	go func() { done <- run(ctx, args, func(string) string { return "" }, stdout, logs) }()
 	var u string
-	faultWaitFor(t, "start-up", 30*time.Second, func() bool {
-		m := faultServingRE.FindStringSubmatch(stdout.String())
+	waitFor(t, "start-up", 30*time.Second, func() bool {
+		m := listeningRE.FindStringSubmatch(stdout.String())
 		if m != nil {
 			u = m[1]
 		}
@@ -383,5 +340,59 @@ func TestSecretsStayOutOfLogs(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "path=/v1/check") {
 		t.Fatalf("the log has no access lines to search:\n%s", logs)
+	}
+}
+
+// TestAdminPageAndAPIShareOneGate runs the service as main wires it: the
+// admin page is served behind the API's middleware (a request id, an
+// access-log line), and wrong admin tokens count the same whether they are
+// typed into the page's sign-in or sent to the JSON API, so neither is a
+// way around the other's throttle.
+func TestAdminPageAndAPIShareOneGate(t *testing.T) {
+	const adminSecret = "shared-gate-token"
+	u, logs, stop := runInProcess(t, []string{"-addr", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "gate.db"), "-admin-token", adminSecret}, nil)
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	signIn := func(token string) *http.Response {
+		t.Helper()
+		res, err := noRedirect.PostForm(u+"/admin/login", url.Values{"token": {token}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res
+	}
+	listTiers := func(token string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, u+"/v1/tiers", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res
+	}
+
+	res := signIn("wrong")
+	if res.StatusCode != http.StatusUnauthorized || res.Header.Get("X-Request-Id") == "" {
+		t.Fatalf("wrong sign-in: %d, X-Request-Id %q; want 401 with a request id", res.StatusCode, res.Header.Get("X-Request-Id"))
+	}
+	for i := 1; i < policy.MaxAdminFailures; i++ {
+		if res := listTiers("wrong"); res.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("wrong token %d on the API: %d, want 401", i+1, res.StatusCode)
+		}
+	}
+	if res := signIn(adminSecret); res.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("the right token on the page after %d wrong ones, one there and the rest on the API: %d, want 429",
+			policy.MaxAdminFailures, res.StatusCode)
+	}
+	if res := listTiers(adminSecret); res.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("the right token on the API after them: %d, want 429", res.StatusCode)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "path=/admin/login status=401") {
+		t.Errorf("no access-log line for the sign-in:\n%s", logs)
 	}
 }

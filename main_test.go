@@ -2,90 +2,16 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
-
-const token = "main-test-token"
-
-var listenRE = regexp.MustCompile(`listening on (http://\S+)`)
-
-// waitURL reads the service's stdout until it prints its address.
-func waitURL(t *testing.T, r io.Reader) string {
-	t.Helper()
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(r)
-		for sc.Scan() {
-			if m := listenRE.FindStringSubmatch(sc.Text()); m != nil {
-				found <- m[1]
-			}
-		}
-	}()
-	select {
-	case u := <-found:
-		return u
-	case <-time.After(30 * time.Second):
-		t.Fatal("service did not start")
-		return ""
-	}
-}
-
-// startInProcess runs the service with run() on a random port.
-func startInProcess(t *testing.T, dbPath string, extra ...string) (url string, stop func() error) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	args := append([]string{"-addr", "127.0.0.1:0", "-db", dbPath, "-admin-token", token}, extra...)
-	go func() {
-		done <- run(ctx, args, func(string) string { return "" }, pw, io.Discard)
-		pw.Close()
-	}()
-	url = waitURL(t, pr)
-	return url, func() error { cancel(); return <-done }
-}
-
-func check(t *testing.T, url, user, tier string) int {
-	t.Helper()
-	body := fmt.Sprintf(`{"input_text":"x","context":{"user_id":%q,"user_tier":%q}}`, user, tier)
-	res, err := http.Post(url+"/v1/check", "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, res.Body)
-	res.Body.Close()
-	return res.StatusCode
-}
-
-func dayCount(t *testing.T, url, user string) int {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, url+"/v1/usage/"+user, nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	var u struct {
-		Windows map[string]struct{ Count int } `json:"windows"`
-	}
-	if err := json.NewDecoder(res.Body).Decode(&u); err != nil || res.StatusCode != 200 {
-		t.Fatalf("usage: %d %v", res.StatusCode, err)
-	}
-	return u.Windows["day"].Count
-}
 
 func TestRunServesAndKeepsCountsAcrossRestart(t *testing.T) {
 	dbPath := filepath.Join(t.TempDir(), "guardrail.db")
@@ -144,7 +70,7 @@ func TestRunPrintsGeneratedTokenOnce(t *testing.T) {
 		if strings.HasPrefix(sc.Text(), "admin token") {
 			tokenLine = sc.Text()
 		}
-		if m := listenRE.FindStringSubmatch(sc.Text()); m != nil {
+		if m := listeningRE.FindStringSubmatch(sc.Text()); m != nil {
 			url = m[1]
 		}
 	}
@@ -161,74 +87,6 @@ func TestRunPrintsGeneratedTokenOnce(t *testing.T) {
 		t.Fatalf("generated token refused: %v %v", res, err)
 	}
 	res.Body.Close()
-}
-
-// lockedBuffer is a bytes.Buffer safe for the service's log writes and
-// the test's reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-// startWithEnv runs the service with run() on a random port, with env as
-// its environment and its log in the returned buffer.
-func startWithEnv(t *testing.T, env map[string]string, extra ...string) (url string, logs *lockedBuffer) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	logs = &lockedBuffer{}
-	args := append([]string{"-addr", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "g.db"), "-admin-token", token}, extra...)
-	go func() {
-		done <- run(ctx, args, func(k string) string { return env[k] }, pw, logs)
-		pw.Close()
-	}()
-	url = waitURL(t, pr)
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
-	return url, logs
-}
-
-// call sends a request with the admin token when admin is set and returns
-// the status and the body without its final newline.
-func call(t *testing.T, method, url, body string, admin bool) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if admin {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res.StatusCode, strings.TrimSpace(string(b))
 }
 
 func TestRunWithoutTestClock(t *testing.T) {

@@ -10,12 +10,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/policyguard/policyguard/api"
-	"github.com/policyguard/policyguard/api/auth"
 	"github.com/policyguard/policyguard/db"
 	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
@@ -25,24 +23,11 @@ const adminToken = "test-admin-token"
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-// testClock is a manual clock: time moves only when the test says.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 type env struct {
 	t     *testing.T
 	srv   *api.Server
 	store *db.Store
-	clock *testClock
+	clock *policy.TestClock
 }
 
 func newEnv(t *testing.T) *env {
@@ -52,13 +37,13 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	clk := &testClock{now: t0}
+	clk := policy.NewTestClock(t0)
 	svc := policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithStats(store, store), policy.WithUsers(store))
 	srv := api.NewServer(api.Config{
-		Service:    svc,
-		Health:     store.Ping,
-		AdminToken: adminToken,
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Service: svc,
+		Health:  store.Ping,
+		Admin:   policy.NewAdminGate(adminToken),
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	return &env{t: t, srv: srv, store: store, clock: clk}
 }
@@ -251,13 +236,41 @@ func TestAdminAuth(t *testing.T) {
 	if rec := e.do("GET", "/v1/tiers/pro", "", true); rec.Code != 200 {
 		t.Fatalf("PRO tier with the right token: %d", rec.Code)
 	}
+	// The scheme is case-insensitive and the token is read without the
+	// spaces and tabs around it.
+	for _, header := range []string{"bearer " + adminToken, "BEARER  " + adminToken + " \t"} {
+		req := httptest.NewRequest(http.MethodGet, "/v1/tiers/pro", nil)
+		req.Header.Set("Authorization", header)
+		rec := httptest.NewRecorder()
+		e.srv.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			t.Errorf("GET /v1/tiers/pro with %q: %d %s, want 200", header, rec.Code, rec.Body)
+		}
+	}
 	if rec := e.do("DELETE", "/v1/tiers/pro", "", false); rec.Code != 401 {
 		t.Fatal("deleted without a token")
 	}
 }
 
+// A server given no admin gate admits no admin token at all, not even an
+// empty one.
+func TestNoAdminGateAdmitsNoOne(t *testing.T) {
+	srv := api.NewServer(api.Config{Service: policy.NewService(nil, nil), Logger: slog.New(slog.DiscardHandler)})
+	for _, header := range []string{"", "Bearer ", "Bearer " + adminToken} {
+		req := httptest.NewRequest(http.MethodGet, "/v1/tiers", nil)
+		if header != "" {
+			req.Header.Set("Authorization", header)
+		}
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, req)
+		if rec.Code != http.StatusUnauthorized {
+			t.Errorf("GET /v1/tiers with %q and no gate: %d, want 401", header, rec.Code)
+		}
+	}
+}
+
 // Wrong admin tokens on the API count in the admin page's sign-in throttle:
-// after auth.MaxFailures from one client (an IPv6 client being its /64),
+// after policy.MaxAdminFailures from one client (an IPv6 client being its /64),
 // even the right token waits out the window, and other clients do not.
 func TestAdminAPIThrottlesWrongTokens(t *testing.T) {
 	e := newEnv(t)
@@ -269,7 +282,7 @@ func TestAdminAPIThrottlesWrongTokens(t *testing.T) {
 		e.srv.ServeHTTP(rec, req)
 		return rec
 	}
-	for i := range auth.MaxFailures {
+	for i := range policy.MaxAdminFailures {
 		// Addresses in one /64 are one client.
 		remote := fmt.Sprintf("[2001:db8:1:2::%x]:443", i+1)
 		if rec := get(remote, "guess"); rec.Code != http.StatusUnauthorized {
@@ -280,7 +293,7 @@ func TestAdminAPIThrottlesWrongTokens(t *testing.T) {
 	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "900" ||
 		!strings.Contains(rec.Body.String(), "too many wrong admin tokens") {
 		t.Fatalf("right token after %d wrong ones: %d %s (Retry-After %q), want 429 for 900 s",
-			auth.MaxFailures, rec.Code, rec.Body, rec.Header().Get("Retry-After"))
+			policy.MaxAdminFailures, rec.Code, rec.Body, rec.Header().Get("Retry-After"))
 	}
 	if rec := get("[2001:db8:1:3::1]:443", adminToken); rec.Code != http.StatusOK {
 		t.Fatalf("another /64: %d, want 200", rec.Code)
@@ -288,7 +301,7 @@ func TestAdminAPIThrottlesWrongTokens(t *testing.T) {
 	if rec := get("192.0.2.7:1234", adminToken); rec.Code != http.StatusOK {
 		t.Fatalf("another client: %d, want 200", rec.Code)
 	}
-	e.clock.Advance(auth.Window)
+	e.clock.Advance(policy.AdminFailureWindow)
 	if rec := get("[2001:db8:1:2::99]:443", adminToken); rec.Code != http.StatusOK {
 		t.Fatalf("after the window: %d, want 200", rec.Code)
 	}
@@ -457,7 +470,7 @@ func TestTrustedProxiesNameTheClient(t *testing.T) {
 	newServer := func(trusted ...*net.IPNet) *api.Server {
 		return api.NewServer(api.Config{
 			Service:        policy.NewService(store, store, policy.WithClock(func() time.Time { return t0 })),
-			AdminToken:     adminToken,
+			Admin:          policy.NewAdminGate(adminToken),
 			Logger:         slog.New(slog.DiscardHandler),
 			TrustedProxies: trusted,
 		})
@@ -475,7 +488,7 @@ func TestTrustedProxiesNameTheClient(t *testing.T) {
 	}
 
 	behind := newServer(proxies)
-	for range auth.MaxFailures {
+	for range policy.MaxAdminFailures {
 		get(behind, "10.0.0.5:3000", "198.51.100.7", "guess")
 	}
 	if got := get(behind, "10.0.0.5:3000", "198.51.100.7", adminToken); got != http.StatusTooManyRequests {
@@ -486,7 +499,7 @@ func TestTrustedProxiesNameTheClient(t *testing.T) {
 	}
 	// A client that claims an address is still itself when it is not a
 	// trusted proxy: the address it claims is not locked out.
-	for range auth.MaxFailures {
+	for range policy.MaxAdminFailures {
 		get(behind, "192.0.2.50:3000", "203.0.113.9", "guess")
 	}
 	if got := get(behind, "10.0.0.5:3000", "203.0.113.9", adminToken); got != http.StatusOK {
@@ -494,7 +507,7 @@ func TestTrustedProxiesNameTheClient(t *testing.T) {
 	}
 
 	direct := newServer()
-	for i := range auth.MaxFailures {
+	for i := range policy.MaxAdminFailures {
 		get(direct, "192.0.2.60:3000", fmt.Sprintf("198.51.100.%d", i), "guess") // a fresh claimed address each time
 	}
 	if got := get(direct, "192.0.2.60:3000", "198.51.100.99", adminToken); got != http.StatusTooManyRequests {

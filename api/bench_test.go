@@ -110,11 +110,11 @@ func benchServer(b *testing.B, path string, log *slog.Logger) http.Handler {
 	metrics := api.NewMetrics(nil)
 	tiers, requests := metrics.MeterStorage(store, store)
 	return api.NewServer(api.Config{
-		Service:    policy.NewService(tiers, requests),
-		Health:     store.Ping,
-		AdminToken: "bench-admin-token",
-		Logger:     log,
-		Metrics:    metrics,
+		Service: policy.NewService(tiers, requests),
+		Health:  store.Ping,
+		Admin:   policy.NewAdminGate("bench-admin-token"),
+		Logger:  log,
+		Metrics: metrics,
 	})
 }
 

@@ -11,23 +11,14 @@ import (
 	"github.com/policyguard/policyguard/policy"
 )
 
-// statusOf maps each domain error code to its HTTP status.
-var statusOf = map[string]int{
-	policy.EINVALID:      http.StatusBadRequest,
-	policy.ENOTFOUND:     http.StatusNotFound,
-	policy.ECONFLICT:     http.StatusConflict,
-	policy.EUNAUTHORIZED: http.StatusUnauthorized,
-	policy.EUNAVAILABLE:  http.StatusServiceUnavailable,
-	policy.EINTERNAL:     http.StatusInternalServerError,
-}
-
 // errorBody is the JSON body of every error answer.
 type errorBody struct {
 	Message string `json:"message"`
 }
 
-// handleError is the one place errors become responses. Only internal and
-// storage failures are logged: the rest are the client's business.
+// handleError is the one place errors become responses, with the status
+// policy.HTTPStatus gives a domain error. Only internal and storage
+// failures are logged: the rest are the client's business.
 func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
@@ -45,11 +36,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 			msg = fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes)
 		}
 	default:
-		code := policy.ErrorCode(err)
-		status, msg = statusOf[code], policy.ErrorMessage(err)
-		if status == 0 {
-			status = http.StatusInternalServerError
-		}
+		status, msg = policy.HTTPStatus(err), policy.ErrorMessage(err)
 	}
 	if status >= 500 {
 		s.logRequest(c, slog.LevelError, "request failed", slog.Int("status", status), slog.Any("err", err))

@@ -105,12 +105,12 @@ type guardEnv struct {
 	requests *recordingStore
 	svc      *policy.Service
 	srv      *api.Server
-	clock    *testClock
+	clock    *policy.TestClock
 	logs     *lockedBuffer
 }
 
 // newGuardEnv returns a guardEnv for cfg; Service, Health, Logger and, when
-// empty, AdminToken are filled in.
+// nil, Admin (for adminToken) are filled in.
 func newGuardEnv(t testing.TB, cfg api.Config, opts ...db.Option) *guardEnv {
 	t.Helper()
 	path := dbtest.DSN(t, "guard.db")
@@ -119,9 +119,9 @@ func newGuardEnv(t testing.TB, cfg api.Config, opts ...db.Option) *guardEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	e := &guardEnv{t: t, dbPath: path, cfg: cfg, store: store, requests: &recordingStore{RequestStore: store}, clock: &testClock{now: t0}, logs: &lockedBuffer{}}
-	if e.cfg.AdminToken == "" {
-		e.cfg.AdminToken = adminToken
+	e := &guardEnv{t: t, dbPath: path, cfg: cfg, store: store, requests: &recordingStore{RequestStore: store}, clock: policy.NewTestClock(t0), logs: &lockedBuffer{}}
+	if e.cfg.Admin == nil {
+		e.cfg.Admin = policy.NewAdminGate(adminToken)
 	}
 	e.cfg.Logger = slog.New(slog.NewJSONHandler(e.logs, nil))
 	e.build()

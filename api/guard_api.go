@@ -15,7 +15,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/policyguard/policyguard/api/auth"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -205,11 +204,12 @@ func contentTypeError(req *http.Request) error {
 }
 
 // requireAdmin lets through requests with "Authorization: Bearer <admin
-// token>". Wrong tokens count against the client in the same auth.Gate as
-// the admin page's sign-in, so the API is no way around its throttle.
+// token>". Wrong tokens count against the client (the address Echo's IP
+// extractor gives) in the same policy.AdminGate as the admin page's
+// sign-in, so the API is no way around its throttle.
 func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		ok, secs := s.admin.Admit(auth.Client(c), auth.BearerToken(c.Request()), s.svc.Now())
+		ok, secs := s.admin.Admit(c.RealIP(), bearerToken(c.Request()), s.svc.Now())
 		if secs > 0 {
 			c.Response().Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 			return echo.NewHTTPError(http.StatusTooManyRequests,
@@ -227,11 +227,21 @@ func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 // token>" when the server has an API token, nil otherwise: without one
 // every check is let through, as on a loopback address.
 func (s *Server) apiTokenError(c echo.Context) error {
-	if s.apiToken == nil || s.apiToken.Matches(auth.BearerToken(c.Request())) {
+	if s.apiToken == nil || s.apiToken.Matches(bearerToken(c.Request())) {
 		return nil
 	}
 	c.Response().Header().Set("WWW-Authenticate", `Bearer realm="policyguard"`)
 	return policy.Errorf(policy.EUNAUTHORIZED, "missing or wrong API token")
+}
+
+// bearerToken returns the token of r's "Authorization: Bearer <token>"
+// header, or "" when it has none.
+func bearerToken(r *http.Request) string {
+	scheme, token, ok := strings.Cut(r.Header.Get(echo.HeaderAuthorization), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.Trim(token, " \t")
 }
 
 // guardCheck is the middleware of POST /v1/check and of the call routes in

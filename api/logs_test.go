@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/labstack/echo/v4"
+
 	"github.com/policyguard/policyguard/api"
 	"github.com/policyguard/policyguard/db"
 	"github.com/policyguard/policyguard/db/dbtest"
@@ -76,13 +78,22 @@ func newLogEnv(t *testing.T) (*env, *logBuffer) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	clk := &testClock{now: t0}
+	clk := policy.NewTestClock(t0)
 	logs := &logBuffer{}
 	srv := api.NewServer(api.Config{
-		Service:    policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithGuardrails(panicGuardrail{})),
-		Health:     store.Ping,
-		AdminToken: adminToken,
-		Logger:     slog.New(slog.NewJSONHandler(logs, nil)),
+		Service: policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithGuardrails(panicGuardrail{})),
+		Health:  store.Ping,
+		Admin:   policy.NewAdminGate(adminToken),
+		Logger:  slog.New(slog.NewJSONHandler(logs, nil)),
+		// A page that reads a form, as the admin page's sign-in does.
+		Pages: func(e *echo.Echo) {
+			e.POST("/page/login", func(c echo.Context) error {
+				if c.FormValue("token") != adminToken {
+					return c.NoContent(http.StatusUnauthorized)
+				}
+				return c.Redirect(http.StatusSeeOther, "/page")
+			})
+		},
 	})
 	return &env{t: t, srv: srv, store: store, clock: clk}, logs
 }
@@ -127,7 +138,7 @@ func TestLogsKeepSecretsOut(t *testing.T) {
 		{"POST", "/v1/check", `{"input_text":"` + prompt + `","context":{"user_id":"panic"}}`, secretHeaders, 500},
 		{"GET", "/v1/tiers", "", map[string]string{"Authorization": "Bearer " + adminToken}, 200},
 		{"GET", "/v1/tiers", "", map[string]string{"Authorization": "Bearer " + bearer}, 401},
-		{"POST", "/admin/login", url.Values{"token": {adminToken}}.Encode(), map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 303},
+		{"POST", "/page/login", url.Values{"token": {adminToken}}.Encode(), map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 303},
 	}
 	for _, r := range requests {
 		if rec := send(e.srv, r.method, r.path, r.body, r.header); rec.Code != r.status {

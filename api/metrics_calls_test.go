@@ -24,9 +24,9 @@ func TestMetricsCountCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	clk := &testClock{now: t0}
+	clk := policy.NewTestClock(t0)
 	m := api.NewMetrics(nil)
-	if v, _ := scrape(t, api.NewServer(api.Config{Service: policy.NewService(store, store), AdminToken: adminToken, Metrics: api.NewMetrics(nil)})).value("policyguard_calls_in_flight", nil); !math.IsNaN(v) {
+	if v, _ := scrape(t, api.NewServer(api.Config{Service: policy.NewService(store, store), Admin: policy.NewAdminGate(adminToken), Metrics: api.NewMetrics(nil)})).value("policyguard_calls_in_flight", nil); !math.IsNaN(v) {
 		t.Errorf("calls in flight without a source: %v, want NaN", v)
 	}
 	m.SetCallsInFlight(func(ctx context.Context) (int64, error) {
@@ -34,10 +34,10 @@ func TestMetricsCountCalls(t *testing.T) {
 		return byTier["meter"], err
 	})
 	srv := api.NewServer(api.Config{
-		Service:    policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithCallTimeout(time.Minute)),
-		AdminToken: adminToken,
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Metrics:    m,
+		Service: policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithCallTimeout(time.Minute)),
+		Admin:   policy.NewAdminGate(adminToken),
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Metrics: m,
 	})
 	e := &env{t: t, srv: srv, store: store, clock: clk}
 	e.putTier("meter", `{"requests_per_minute":100,"requests_per_hour":1000,"requests_per_day":1000,"burst_allowance":0,"tokens_per_minute":1000,"tokens_per_hour":1000,"max_concurrent":2}`)

@@ -32,15 +32,15 @@ func newMetricsEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	clk := &testClock{now: t0}
+	clk := policy.NewTestClock(t0)
 	m := api.NewMetrics(nil)
 	tiers, requests := m.MeterStorage(store, store)
 	srv := api.NewServer(api.Config{
-		Service:    policy.NewService(tiers, requests, policy.WithClock(clk.Now)),
-		Health:     store.Ping,
-		AdminToken: adminToken,
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Metrics:    m,
+		Service: policy.NewService(tiers, requests, policy.WithClock(clk.Now)),
+		Health:  store.Ping,
+		Admin:   policy.NewAdminGate(adminToken),
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Metrics: m,
 	})
 	return &env{t: t, srv: srv, store: store, clock: clk}
 }
@@ -254,7 +254,7 @@ func TestMetricsHidden(t *testing.T) {
 	m := api.NewMetrics(nil)
 	srv := api.NewServer(api.Config{
 		Service:     policy.NewService(nil, nil),
-		AdminToken:  adminToken,
+		Admin:       policy.NewAdminGate(adminToken),
 		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Metrics:     m,
 		HideMetrics: true,

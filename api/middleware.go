@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"errors"
-	"net/http"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -159,9 +158,5 @@ func guardError(err error, _ echo.Context) error {
 	if errors.As(err, &he) {
 		return err
 	}
-	status := statusOf[policy.ErrorCode(err)]
-	if status == 0 {
-		status = http.StatusInternalServerError
-	}
-	return echo.NewHTTPError(status, policy.ErrorMessage(err)).SetInternal(err)
+	return echo.NewHTTPError(policy.HTTPStatus(err), policy.ErrorMessage(err)).SetInternal(err)
 }

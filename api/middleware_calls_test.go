@@ -32,7 +32,7 @@ func meteredApp(t *testing.T) (*echo.Echo, *policy.Service) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	clk := &testClock{now: t0}
+	clk := policy.NewTestClock(t0)
 	svc := policy.NewService(store, store, policy.WithClock(clk.Now))
 	tier := policy.Tier{Name: "metered", RequestsPerMinute: 100, RequestsPerHour: 1000, RequestsPerDay: 1000,
 		TokensPerMinute: int64p(1000), MaxConcurrent: int64p(1)}

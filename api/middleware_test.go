@@ -25,7 +25,7 @@ type embedEnv struct {
 	api     *api.Server
 	svc     *policy.Service
 	store   *db.Store
-	clock   *testClock
+	clock   *policy.TestClock
 	handled int // times the guarded handler ran
 }
 
@@ -37,14 +37,14 @@ func newEmbedEnv(t *testing.T, mutate func(*api.GuardConfig)) *embedEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	clk := &testClock{now: t0}
+	clk := policy.NewTestClock(t0)
 	svc := policy.NewService(store, store, policy.WithClock(clk.Now))
 	lesson := policy.Tier{Name: "lesson", RequestsPerMinute: 2, RequestsPerHour: 100, RequestsPerDay: 100, Features: []string{"summarize"}}
 	if _, _, err := svc.PutTier(ctx, lesson); err != nil {
 		t.Fatal(err)
 	}
 	e := &embedEnv{t: t, svc: svc, store: store, clock: clk}
-	e.api = api.NewServer(api.Config{Service: svc, AdminToken: adminToken, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	e.api = api.NewServer(api.Config{Service: svc, Admin: policy.NewAdminGate(adminToken), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 
 	cfg := api.GuardConfig{
 		Service: svc,

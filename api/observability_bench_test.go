@@ -49,7 +49,7 @@ func BenchmarkObserveCheck(b *testing.B) {
 // limit, access log written by a text handler) around a handler that
 // does nothing.
 func BenchmarkServe(b *testing.B) {
-	s := NewServer(Config{Service: policy.NewService(nil, nil), AdminToken: "t",
+	s := NewServer(Config{Service: policy.NewService(nil, nil), Admin: policy.NewAdminGate("t"),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	h := s.serve(func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
 	req := httptest.NewRequest(http.MethodPost, "/v1/check", nil)

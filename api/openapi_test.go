@@ -23,7 +23,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/policyguard/policyguard/api"
-	"github.com/policyguard/policyguard/api/auth"
 	"github.com/policyguard/policyguard/db"
 	"github.com/policyguard/policyguard/policy"
 )
@@ -309,10 +308,10 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 	servers := map[string]http.Handler{
 		"": e.srv,
 		"token": api.NewServer(api.Config{
-			Service:    policy.NewService(e.store, e.store, policy.WithClock(e.clock.Now)),
-			AdminToken: adminToken,
-			APIToken:   "check-token",
-			Logger:     quiet,
+			Service:  policy.NewService(e.store, e.store, policy.WithClock(e.clock.Now)),
+			Admin:    policy.NewAdminGate(adminToken),
+			APIToken: "check-token",
+			Logger:   quiet,
 		}),
 	}
 	broken, err := db.Open(context.Background(), filepath.Join(t.TempDir(), "broken.db"))
@@ -321,18 +320,18 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 	}
 	broken.Close()
 	servers["failopen"] = api.NewServer(api.Config{
-		Service:    policy.NewService(broken, broken),
-		AdminToken: adminToken,
-		FailOpen:   true,
-		Logger:     quiet,
+		Service:  policy.NewService(broken, broken),
+		Admin:    policy.NewAdminGate(adminToken),
+		FailOpen: true,
+		Logger:   quiet,
 	})
 	// A server this client already sent too many wrong admin tokens.
 	throttled := api.NewServer(api.Config{
-		Service:    policy.NewService(e.store, e.store, policy.WithClock(e.clock.Now)),
-		AdminToken: adminToken,
-		Logger:     quiet,
+		Service: policy.NewService(e.store, e.store, policy.WithClock(e.clock.Now)),
+		Admin:   policy.NewAdminGate(adminToken),
+		Logger:  quiet,
 	})
-	for range auth.MaxFailures {
+	for range policy.MaxAdminFailures {
 		send(throttled, "GET", "/v1/tiers", "", map[string]string{"Authorization": "Bearer wrong"})
 	}
 	servers["throttled"] = throttled

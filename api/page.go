@@ -4,37 +4,14 @@ import (
 	"time"
 
 	"github.com/go-json-experiment/json"
-	"net/http"
-
-	"github.com/labstack/echo/v4"
 
 	"github.com/policyguard/policyguard/policy"
-	"github.com/policyguard/policyguard/web"
 )
 
-// pageAPI lends the admin page the JSON API's rules: its error table, its
-// path parameters, its limit checks and its tier JSON, so that a form and a
-// request are judged and answered alike. It implements web.API.
-type pageAPI struct{}
-
-var _ web.API = pageAPI{}
-
-func (pageAPI) Status(err error) int {
-	if status := statusOf[policy.ErrorCode(err)]; status != 0 {
-		return status
-	}
-	return http.StatusInternalServerError
-}
-
-func (pageAPI) PathParam(c echo.Context, name string) (string, error) { return pathParam(c, name) }
-
-func (pageAPI) ParseLimit(field, value string) (int64, error) {
-	return parseLimit(field, []byte(value))
-}
-
 // TierJSON returns t as GET /v1/tiers/{name} answers it, without
-// updated_at: the audit log on the tiers page shows when apart.
-func (pageAPI) TierJSON(t policy.Tier) string {
+// updated_at: the admin page's audit log shows the before and after of a
+// change in it (web.Config.TierJSON), and when apart.
+func TierJSON(t policy.Tier) string {
 	j := tierToJSON(t)
 	j.UpdatedAt = time.Time{}
 	b, err := json.Marshal(j)
@@ -43,8 +20,3 @@ func (pageAPI) TierJSON(t policy.Tier) string {
 	}
 	return string(b)
 }
-
-// tierSummary and tierDiff word tier changes for the import report as the
-// admin page words them in its list of recent changes.
-func tierSummary(t *policy.Tier) string            { return web.TierSummary(t) }
-func tierDiff(before, after *policy.Tier) []string { return web.TierDiff(before, after) }

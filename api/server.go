@@ -1,7 +1,14 @@
 // Package api is the HTTP face of the guardrail service: the check endpoint
 // and the routes that finish and keep alive metered calls, the admin JSON
-// API for tiers and usage, and health. It serves the admin page of package
-// web on the same Echo instance, behind the same middleware.
+// API for tiers and usage, and health; the one wire shape of a tier and of
+// a user record, which the tiers file of "policyguard tiers" shares; and
+// the Guard middleware for an Echo application of one's own.
+//
+// It imports policy and nothing else of this module. It does not know the
+// admin page: main mounts package web's on the same Echo instance
+// (Config.Pages), behind the same middleware, and gives both the same
+// policy.AdminGate. Its subpackages are for the API's users: client, a Go
+// client on net/http alone, and guardtest, a real service in a Go test.
 package api
 
 import (
@@ -14,9 +21,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/policyguard/policyguard/api/auth"
 	"github.com/policyguard/policyguard/policy"
-	"github.com/policyguard/policyguard/web"
 )
 
 // MaxBodyBytes is the largest request body accepted.
@@ -28,9 +33,11 @@ type Config struct {
 	Service *policy.Service
 	// Health reports whether storage is reachable; nil means always healthy.
 	Health func(context.Context) error
-	// AdminToken guards the admin API and the admin page. Required: an
-	// empty token would let anyone edit tiers.
-	AdminToken string
+	// Admin checks the admin token of the admin routes and counts wrong
+	// ones per client. Give the admin page the same one (web.Config.Gate),
+	// so that neither is a way around the other's throttle. Nil admits no
+	// one.
+	Admin *policy.AdminGate
 	// Logger receives the access log and internal errors (default
 	// slog.Default()).
 	Logger *slog.Logger
@@ -57,10 +64,12 @@ type Config struct {
 	// policy.WithClock): GET and POST /v1/test/clock then read and move it,
 	// with the admin token, and GET /healthz says "test_clock": true.
 	// Nil, the usual case, those routes do not exist.
-	TestClock *TestClock
-	// Sessions keeps the admin page's sessions, so that they outlive the
-	// process; nil keeps them in memory.
-	Sessions policy.SessionStore
+	TestClock *policy.TestClock
+	// Pages adds routes to the server's Echo instance after its own, under
+	// the same middleware: request ids, the access log, the body limit and
+	// the error handler. main mounts the admin page of package web with it
+	// (web.Admin.Register). Nil adds none.
+	Pages func(*echo.Echo)
 }
 
 // Server is the HTTP API. It is an http.Handler and safe for concurrent use.
@@ -69,15 +78,14 @@ type Server struct {
 	svc  *policy.Service
 	// admin checks the admin token and counts wrong ones per client, for
 	// the admin API and the admin page's sign-in alike.
-	admin    *auth.Gate
+	admin    *policy.AdminGate
 	health   func(context.Context) error
 	log      *slog.Logger
 	metrics  *Metrics
-	apiToken *auth.Token // nil: checks need no token
+	apiToken *policy.Secret // nil: checks need no token
 	failOpen failOpen
 	// testClock is nil when the service runs on a real clock.
-	testClock *TestClock
-	sessions  policy.SessionStore
+	testClock *policy.TestClock
 }
 
 // NewServer returns a Server for cfg with every route registered.
@@ -85,12 +93,14 @@ func NewServer(cfg Config) *Server {
 	s := &Server{
 		echo:      echo.New(),
 		svc:       cfg.Service,
-		admin:     auth.NewGate(cfg.AdminToken),
+		admin:     cfg.Admin,
 		health:    cfg.Health,
 		log:       cfg.Logger,
 		metrics:   cfg.Metrics,
 		testClock: cfg.TestClock,
-		sessions:  cfg.Sessions,
+	}
+	if s.admin == nil {
+		s.admin = policy.NewAdminGate("")
 	}
 	if s.metrics == nil {
 		s.metrics = NewMetrics(nil)
@@ -102,7 +112,7 @@ func NewServer(cfg Config) *Server {
 		s.health = func(context.Context) error { return nil }
 	}
 	if cfg.APIToken != "" {
-		t := auth.NewToken(cfg.APIToken)
+		t := policy.NewSecret(cfg.APIToken)
 		s.apiToken = &t
 	}
 	s.failOpen.enabled = cfg.FailOpen
@@ -122,6 +132,9 @@ func NewServer(cfg Config) *Server {
 	s.echo.JSONSerializer = jsonSerializer{}
 	s.echo.Use(s.serve)
 	s.routes()
+	if cfg.Pages != nil {
+		cfg.Pages(s.echo)
+	}
 	if !cfg.HideMetrics {
 		s.echo.GET("/metrics", echo.WrapHandler(s.metrics.Handler()))
 	}
@@ -156,7 +169,6 @@ func (s *Server) routes() {
 	e.GET("/v1/usage/:user_id", s.handleGetUsage, admin)
 	e.DELETE("/v1/usage/:user_id", s.handleDeleteUsage, admin)
 	e.GET("/v1/stats", s.handleStats, admin)
-	web.NewAdmin(web.Config{Service: s.svc, Gate: s.admin, API: pageAPI{}, Logger: s.log, Sessions: s.sessions}).Register(e)
 	s.testClockRoutes()
 }
 

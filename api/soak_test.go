@@ -32,27 +32,27 @@ var soakFor = flag.Duration("soak", 0, "run TestSoak for this long (CI runs 30s;
 // cores (load average 10) have pushed it past 200 ms with nothing wrong.
 const SoakP99 = time.Second
 
-// simClock runs speed times faster than the wall clock from start, so that
-// a soak of seconds covers days: every window rolls over and over and the
-// cleanup job finds rows older than a day. It stands still once frozen.
-type simClock struct {
-	start  time.Time
-	began  time.Time
-	speed  float64
-	frozen atomic.Pointer[time.Time]
-}
-
-func (c *simClock) Now() time.Time {
-	if f := c.frozen.Load(); f != nil {
-		return *f
+// fastClock returns the Now of a policy.TestClock that every reading sets
+// to speed times the wall time elapsed since start, so that a soak of
+// seconds covers days: every window rolls over and over and the cleanup job
+// finds rows older than a day. After freeze, which returns the time it
+// stopped at, the clock stands still.
+func fastClock(start time.Time, speed float64) (now, freeze func() time.Time) {
+	clock := policy.NewTestClock(start)
+	began := time.Now()
+	var frozen atomic.Bool
+	fast := func() time.Time { return clock.Set(start.Add(time.Duration(float64(time.Since(began)) * speed))) }
+	now = func() time.Time {
+		if frozen.Load() {
+			return clock.Now()
+		}
+		return fast()
 	}
-	return c.start.Add(time.Duration(float64(time.Since(c.began)) * c.speed))
-}
-
-func (c *simClock) freeze() time.Time {
-	now := c.Now()
-	c.frozen.Store(&now)
-	return now
+	freeze = func() time.Time {
+		frozen.Store(true)
+		return fast()
+	}
+	return now, freeze
 }
 
 // soakUser is one user of the soak and what its client saw.
@@ -214,9 +214,9 @@ func TestSoak(t *testing.T) {
 	}
 	duration := *soakFor
 	e := newGuardEnv(t, api.Config{})
-	sim := &simClock{start: t0, began: time.Now(), speed: 4000}
+	simNow, freeze := fastClock(t0, 4000)
 	logs := &errorWatch{}
-	e.svc = policy.NewService(e.store, e.requests, policy.WithClock(sim.Now), policy.WithCallTimeout(soakCallTimeout))
+	e.svc = policy.NewService(e.store, e.requests, policy.WithClock(simNow), policy.WithCallTimeout(soakCallTimeout))
 	e.cfg.Service, e.cfg.Logger = e.svc, slog.New(slog.NewJSONHandler(logs, nil))
 	e.srv = api.NewServer(e.cfg)
 	srv := httpServer(t, e.srv)
@@ -262,7 +262,7 @@ func TestSoak(t *testing.T) {
 	bg.Add(1)
 	go func() {
 		defer bg.Done()
-		e.store.PruneEvery(ctx, 50*time.Millisecond, policy.Retention, sim.Now, slog.New(slog.DiscardHandler), func(n int64, err error) {
+		e.store.PruneEvery(ctx, 50*time.Millisecond, policy.Retention, simNow, slog.New(slog.DiscardHandler), func(n int64, err error) {
 			deleted.Add(n)
 			if err != nil && ctx.Err() == nil {
 				pruneErrors.Add(1)
@@ -395,7 +395,7 @@ func TestSoak(t *testing.T) {
 	stop()
 	workers.Wait()
 	bg.Wait()
-	now := sim.freeze()
+	now := freeze()
 	elapsedSim := now.Sub(t0)
 
 	problems.Range(func(k, _ any) bool { t.Errorf("unexpected: %v", k); return true })

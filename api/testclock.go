@@ -1,90 +1,13 @@
 package api
 
 import (
-	"fmt"
-	"net"
 	"net/http"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/policyguard/policyguard/policy"
 )
-
-// TestClock is a clock that moves only when told, for tests of the code
-// that calls the service: a minute window passes with Advance(time.Minute)
-// rather than a minute's wait. Give its Now to everything that reads the
-// time (policy.WithClock, db.WithClock, the cleanup) and the TestClock
-// itself to Config.TestClock, which serves GET and POST /v1/test/clock.
-//
-// It may be set backwards; the service then behaves as it does when a
-// wall clock is stepped back: requests are recorded one microsecond after
-// the latest one of their user, so none is lost from a window and no
-// retry_after is negative.
-//
-// The zero value reads January 1, year 1, UTC; use NewTestClock. A
-// TestClock is safe for concurrent use.
-type TestClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-// NewTestClock returns a TestClock that reads start until it is moved.
-func NewTestClock(start time.Time) *TestClock {
-	return &TestClock{now: wallTime(start)}
-}
-
-// wallTime is t without its monotonic reading, in UTC: a TestClock's times
-// are compared and subtracted by their wall readings only.
-func wallTime(t time.Time) time.Time { return t.Round(0).UTC() }
-
-// Now returns the clock's current time.
-func (c *TestClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock d forward and returns the new time. It panics if
-// d is negative, as time.NewTicker does on a bad interval: a negative
-// advance is a sign mistaken, and Set moves the clock back on purpose.
-func (c *TestClock) Advance(d time.Duration) time.Time {
-	if d < 0 {
-		panic(fmt.Sprintf("TestClock.Advance(%v): negative duration; use Set to move the clock back", d))
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	return c.now
-}
-
-// Set moves the clock to t, forward or back.
-func (c *TestClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = wallTime(t)
-}
-
-// CheckTestClockAddr refuses a listen address that is not loopback
-// (127.0.0.0/8, ::1 or localhost): a service whose clock anyone with the
-// admin token can move must not be mistaken for, or reachable as, a real
-// one. An address without a host (":8080") listens on every interface and
-// is refused.
-func CheckTestClockAddr(addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("-test-clock: listen address %q: %w", addr, err)
-	}
-	if strings.EqualFold(host, "localhost") {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
-	}
-	return fmt.Errorf("-test-clock: listen address %q is not loopback: a test clock listens only on 127.0.0.1, ::1 or localhost", addr)
-}
 
 // testClockFormat is RFC 3339 with every fractional digit, so that clients
 // see a fixed-width time and the clock's exact reading.
@@ -140,8 +63,7 @@ func (s *Server) handleMoveTestClock(c echo.Context) error {
 		if err != nil {
 			return policy.Errorf(policy.EINVALID, "set %q: not an RFC 3339 time such as 2026-01-02T15:04:05Z", *in.Set)
 		}
-		s.testClock.Set(t)
-		now = wallTime(t)
+		now = s.testClock.Set(t)
 	}
 	return c.JSON(http.StatusOK, testClockAnswer{Now: now.Format(testClockFormat)})
 }

@@ -10,20 +10,19 @@ import (
 	"time"
 
 	"github.com/policyguard/policyguard/api"
-	"github.com/policyguard/policyguard/api/auth"
 	"github.com/policyguard/policyguard/policy"
 )
 
 // newTestClockServer returns a server on env's store whose service runs on
 // a test clock that starts at t0.
-func newTestClockServer(e *env) (*api.Server, *api.TestClock) {
-	clock := api.NewTestClock(t0)
+func newTestClockServer(e *env) (*api.Server, *policy.TestClock) {
+	clock := policy.NewTestClock(t0)
 	return api.NewServer(api.Config{
-		Service:    policy.NewService(e.store, e.store, policy.WithClock(clock.Now)),
-		Health:     e.store.Ping,
-		AdminToken: adminToken,
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		TestClock:  clock,
+		Service:   policy.NewService(e.store, e.store, policy.WithClock(clock.Now)),
+		Health:    e.store.Ping,
+		Admin:     policy.NewAdminGate(adminToken),
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		TestClock: clock,
 	}), clock
 }
 
@@ -138,35 +137,6 @@ func TestNoTestClockNoRoutes(t *testing.T) {
 	}
 }
 
-func TestTestClockAdvancePanicsWhenNegative(t *testing.T) {
-	defer func() {
-		if r := recover(); r == nil || !strings.Contains(r.(string), "use Set") {
-			t.Fatalf("recovered %v", r)
-		}
-	}()
-	api.NewTestClock(t0).Advance(-time.Nanosecond)
-}
-
-func TestCheckTestClockAddr(t *testing.T) {
-	for addr, ok := range map[string]bool{
-		"127.0.0.1:0":    true,
-		"127.1.2.3:8080": true,
-		"[::1]:8080":     true,
-		"localhost:8080": true,
-		"LOCALHOST:0":    true,
-		":8080":          false,
-		"0.0.0.0:8080":   false,
-		"[::]:8080":      false,
-		"10.0.0.1:8080":  false,
-		"example.com:80": false,
-		"127.0.0.1":      false, // no port
-	} {
-		if err := api.CheckTestClockAddr(addr); (err == nil) != ok {
-			t.Errorf("CheckTestClockAddr(%q) = %v, want ok %v", addr, err, ok)
-		}
-	}
-}
-
 // testClockServer is newTestClockServer's server: it answers every route
 // of the service, the test clock's included.
 func testClockServer(e *env) *api.Server {
@@ -178,7 +148,7 @@ func testClockServer(e *env) *api.Server {
 // sent too many wrong admin tokens.
 func throttledTestClockServer(e *env) *api.Server {
 	srv := testClockServer(e)
-	for range auth.MaxFailures {
+	for range policy.MaxAdminFailures {
 		send(srv, "GET", "/v1/test/clock", "", map[string]string{"Authorization": "Bearer wrong"})
 	}
 	return srv

@@ -158,10 +158,10 @@ func ReadTiersFileWithUsers(r io.Reader) ([]policy.Tier, []policy.UserRecord, er
 func DescribeTierChange(c policy.TierChange) string {
 	switch {
 	case c.Created():
-		return "created " + c.Tier + ": " + tierSummary(c.New)
+		return "created " + c.Tier + ": " + policy.TierSummary(c.New)
 	case c.Deleted():
 		return "deleted " + c.Tier
 	default:
-		return "updated " + c.Tier + ": " + strings.Join(tierDiff(c.Old, c.New), "; ")
+		return "updated " + c.Tier + ": " + strings.Join(policy.TierDiff(c.Old, c.New), "; ")
 	}
 }

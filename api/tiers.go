@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -239,17 +238,4 @@ func (s *Server) handleDeleteTier(c echo.Context) error {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
-}
-
-// parseLimit reads a limit the admin page's form sent: a decimal integer
-// from 0 to MaxLimit, required, worded as a problem of a tier body is.
-func parseLimit(field string, raw []byte) (int64, error) {
-	if len(raw) == 0 {
-		return 0, policy.Errorf(policy.EINVALID, "%s is required", field)
-	}
-	v, err := strconv.ParseInt(string(raw), 10, 64)
-	if err != nil || v < 0 || v > policy.MaxLimit {
-		return 0, policy.Errorf(policy.EINVALID, "%s must be an integer from 0 to %d", field, policy.MaxLimit)
-	}
-	return v, nil
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/policyguard/policyguard/policy"
-	"github.com/policyguard/policyguard/web"
 )
 
 // Pages of GET /v1/users.
@@ -195,7 +194,7 @@ func DescribeUserChange(c policy.UserChange) string {
 	case c.New == nil:
 		return "deleted user " + c.UserID
 	case c.Old == nil:
-		return "created user " + c.UserID + ": " + web.UserSummary(c.New)
+		return "created user " + c.UserID + ": " + policy.UserSummary(c.New)
 	}
-	return "updated user " + c.UserID + ": " + web.UserSummary(c.New)
+	return "updated user " + c.UserID + ": " + policy.UserSummary(c.New)
 }

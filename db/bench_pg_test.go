@@ -28,8 +28,8 @@ func BenchmarkCheckPostgres(b *testing.B) {
 	if _, err := store.UpdateTiers(ctx, policy.TierUpdate{Put: []policy.Tier{benchTier}}); err != nil {
 		b.Fatal(err)
 	}
-	clock := &stepClock{start: time.Now(), step: 24 * time.Hour / 100_000}
-	svc := policy.NewService(store, store, policy.WithClock(clock.Now), policy.WithUsers(store))
+	now := steppingClock(time.Now(), 24*time.Hour/100_000)
+	svc := policy.NewService(store, store, policy.WithClock(now), policy.WithUsers(store))
 	users := make([]string, 1000)
 	for i := range users {
 		users[i] = fmt.Sprintf("user-%04d", i)

@@ -25,18 +25,16 @@ var benchTier = policy.Tier{
 	Features:          []string{policy.AllFeatures},
 }
 
-// stepClock is a clock that moves by step on every reading. With step set to
-// a day divided by n, a user checked on every reading keeps n requests in the
-// day window however many checks a benchmark runs: each new one pushes the
-// oldest out. Benchmarks stay in a steady state instead of growing the
-// window they measure.
-type stepClock struct {
-	start time.Time
-	step  time.Duration
-	n     atomic.Int64
+// steppingClock returns the Now of a policy.TestClock from start that
+// moves by step on every reading. With step set to a day divided by n, a
+// user checked on every reading keeps n requests in the day window however
+// many checks a benchmark runs: each new one pushes the oldest out.
+// Benchmarks stay in a steady state instead of growing the window they
+// measure.
+func steppingClock(start time.Time, step time.Duration) func() time.Time {
+	clock := policy.NewTestClock(start)
+	return func() time.Time { return clock.Advance(step) }
 }
-
-func (c *stepClock) Now() time.Time { return c.start.Add(time.Duration(c.n.Add(1)) * c.step) }
 
 // checkFixture is one store with users whose day window holds about
 // history requests each.
@@ -62,8 +60,8 @@ func newCheckFixture(b *testing.B, users, history int, opts ...db.Option) *check
 		b.Fatal(err)
 	}
 	// Every user is checked once per users readings of the clock.
-	clk := &stepClock{start: t0, step: 24 * time.Hour / time.Duration(history*users)}
-	f := &checkFixture{store: store, path: path, svc: policy.NewService(store, store, policy.WithClock(clk.Now))}
+	now := steppingClock(t0, 24*time.Hour/time.Duration(history*users))
+	f := &checkFixture{store: store, path: path, svc: policy.NewService(store, store, policy.WithClock(now))}
 	for u := range users {
 		f.users = append(f.users, fmt.Sprintf("user-%05d", u))
 	}

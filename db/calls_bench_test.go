@@ -49,8 +49,8 @@ func newMeteredFixture(b *testing.B, tier policy.Tier, history int, finish bool,
 	if finish && tier.Metered() {
 		readings = 2
 	}
-	clk := &stepClock{start: t0, step: 24 * time.Hour / time.Duration(history*readings)}
-	f := &meteredFixture{svc: policy.NewService(store, store, policy.WithClock(clk.Now)), user: "user"}
+	now := steppingClock(t0, 24*time.Hour/time.Duration(history*readings))
+	f := &meteredFixture{svc: policy.NewService(store, store, policy.WithClock(now)), user: "user"}
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range 32 {

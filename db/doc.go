@@ -1,6 +1,8 @@
 // Package db stores tiers, user records, admitted requests and metered
 // calls in SQLite or PostgreSQL. It implements the storage interfaces of
-// package policy.
+// package policy, and imports no other package of this module but
+// migrations: main opens the store and gives it to the policy.Service, so
+// neither api nor web imports db.
 //
 // Both databases run the same code and, but for a few texts (see dialect),
 // the same statements. They differ in who writes: on SQLite one writer

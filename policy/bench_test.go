@@ -144,7 +144,7 @@ func BenchmarkServiceCheck(b *testing.B) {
 	tier := *limits(policy.MaxLimit, policy.MaxLimit, policy.MaxLimit, 0)
 	tier.Name, tier.Features = "bench", []string{policy.AllFeatures}
 	st := newMemStore(tier)
-	clk := &clock{now: t0}
+	clk := policy.NewTestClock(t0)
 	svc := policy.NewService(st, st, policy.WithClock(clk.Now))
 	users := make([]string, 1000)
 	for i := range users {

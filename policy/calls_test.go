@@ -87,7 +87,7 @@ func TestServiceMeteredChecks(t *testing.T) {
 	tier := policy.Tier{Name: "m", RequestsPerMinute: 2, RequestsPerHour: 100, RequestsPerDay: 100,
 		TokensPerMinute: i64(100), MaxConcurrent: i64(2), Features: []string{"chat"}}
 	st := newMemStore(tier)
-	clk := &clock{now: t0}
+	clk := policy.NewTestClock(t0)
 	svc := policy.NewService(st, st, policy.WithClock(clk.Now), policy.WithCallTimeout(time.Minute))
 	check := func(tokens int64, dryRun bool) policy.Decision {
 		t.Helper()

@@ -6,7 +6,7 @@ import (
 )
 
 // Error codes. Each names a class of failure that callers map to a response
-// (the HTTP layer turns them into status codes in one table).
+// (HTTPStatus is the one table of their HTTP statuses).
 const (
 	EINVALID      = "invalid"      // the caller sent something malformed or out of range
 	ENOTFOUND     = "not_found"    // the named thing does not exist
@@ -52,4 +52,26 @@ func ErrorMessage(err error) string {
 		return e.Message
 	}
 	return "internal error"
+}
+
+// httpStatus is the HTTP status of each error code, the same for the JSON
+// API and the admin page.
+var httpStatus = map[string]int{
+	EINVALID:      400, // Bad Request
+	ENOTFOUND:     404, // Not Found
+	ECONFLICT:     409, // Conflict
+	EUNAUTHORIZED: 401, // Unauthorized
+	EUNAVAILABLE:  503, // Service Unavailable
+	EINTERNAL:     500, // Internal Server Error
+}
+
+// HTTPStatus returns the HTTP status a failure with err's code is answered
+// with: 400 for EINVALID, 404 for ENOTFOUND, 409 for ECONFLICT, 401 for
+// EUNAUTHORIZED, 503 for EUNAVAILABLE, and 500 for EINTERNAL and any error
+// that is not an *Error.
+func HTTPStatus(err error) int {
+	if status := httpStatus[ErrorCode(err)]; status != 0 {
+		return status
+	}
+	return 500
 }

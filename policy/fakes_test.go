@@ -175,21 +175,3 @@ func (s *memStore) TierChanges(_ context.Context, limit int) ([]policy.TierChang
 	slices.Reverse(out)
 	return out, nil
 }
-
-// clock is a manual clock for tests: time moves only when told.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}

@@ -79,10 +79,10 @@ var (
 	pro  = policy.Tier{Name: "pro", RequestsPerMinute: 5, RequestsPerHour: 100, RequestsPerDay: 1000, BurstAllowance: 1, Features: []string{"*"}}
 )
 
-func newService(t *testing.T, opts ...policy.Option) (*policy.Service, *memStore, *clock) {
+func newService(t *testing.T, opts ...policy.Option) (*policy.Service, *memStore, *policy.TestClock) {
 	t.Helper()
 	st := newMemStore(free, pro)
-	clk := &clock{now: t0}
+	clk := policy.NewTestClock(t0)
 	return policy.NewService(st, st, append([]policy.Option{policy.WithClock(clk.Now)}, opts...)...), st, clk
 }
 

@@ -48,7 +48,7 @@ var shadowed = policy.Tier{Name: "shadowed", RequestsPerMinute: 100, RequestsPer
 
 func TestShadowNeverRefuses(t *testing.T) {
 	st := newMemStore(shadowed, free)
-	clk := &clock{now: t0}
+	clk := policy.NewTestClock(t0)
 	svc := policy.NewService(st, st, policy.WithClock(clk.Now))
 	ctx := context.Background()
 	for i, want := range []struct {
@@ -83,7 +83,7 @@ func TestShadowNeverRefuses(t *testing.T) {
 
 func TestPromoteShadow(t *testing.T) {
 	st := newMemStore(shadowed, free)
-	svc := policy.NewService(st, st, policy.WithClock((&clock{now: t0}).Now))
+	svc := policy.NewService(st, st, policy.WithClock(policy.NewTestClock(t0).Now))
 	ctx := context.Background()
 	p, err := svc.PromoteShadow(ctx, "shadowed", nil)
 	if err != nil {

@@ -206,7 +206,7 @@ func TestRecordingCheckConfirmsCachedRecord(t *testing.T) {
 	ctx := context.Background()
 	users := newMemUsers()
 	s := &userStore{newMemStore(basic, gold), users}
-	clk := &clock{now: t0}
+	clk := policy.NewTestClock(t0)
 	svc := policy.NewService(s, s, policy.WithDefaultTier("basic"), policy.WithUsers(users), policy.WithClock(clk.Now))
 	check := func(feature string) policy.Decision {
 		t.Helper()

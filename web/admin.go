@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/policyguard/policyguard/api/auth"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -25,11 +25,13 @@ type Config struct {
 	// Service answers every page and form. Required.
 	Service *policy.Service
 	// Gate checks the admin token at sign-in and counts wrong ones. The
-	// JSON API's bearer check must use the same Gate, so that neither is a
-	// way around the other's throttle. Required.
-	Gate *auth.Gate
-	// API judges and words things as the JSON API does. Required.
-	API API
+	// JSON API's bearer check must use the same one (api.Config.Admin), so
+	// that neither is a way around the other's throttle. Required.
+	Gate *policy.AdminGate
+	// TierJSON writes a tier as the JSON API does (main gives it
+	// api.TierJSON): the audit log on the tiers page shows the before and
+	// after of each change in it. Nil leaves them out.
+	TierJSON func(policy.Tier) string
 	// Logger receives internal failures (default slog.Default()).
 	Logger *slog.Logger
 	// Sessions keeps the sessions, so that they outlive the process; nil
@@ -37,35 +39,21 @@ type Config struct {
 	Sessions policy.SessionStore
 }
 
-// API is what the admin page takes from the JSON API, so that a form and a
-// request are checked, and their failures answered, alike.
-type API interface {
-	// Status returns the HTTP status the JSON API answers err with.
-	Status(err error) int
-	// PathParam returns the named path parameter, unescaped.
-	PathParam(c echo.Context, name string) (string, error)
-	// ParseLimit reads a tier limit typed into a form, with the checks and
-	// the words of the JSON API.
-	ParseLimit(field, value string) (int64, error)
-	// TierJSON returns t as the JSON API shows it, without updated_at.
-	TierJSON(t policy.Tier) string
-}
-
 // Admin is the browser admin page under /admin: sign-in, sessions and the
 // forms that edit tiers and look up users. It talks only to the
 // policy.Service, as the JSON API does. It is safe for concurrent use.
 type Admin struct {
-	svc      *policy.Service
-	gate     *auth.Gate
-	api      API
-	log      *slog.Logger
-	sessions *adminSessions
-	origin   *http.CrossOriginProtection
+	svc        *policy.Service
+	gate       *policy.AdminGate
+	tierToJSON func(policy.Tier) string
+	log        *slog.Logger
+	sessions   *adminSessions
+	origin     *http.CrossOriginProtection
 }
 
 // NewAdmin returns the admin page for cfg; Register serves it.
 func NewAdmin(cfg Config) *Admin {
-	a := &Admin{svc: cfg.Service, gate: cfg.Gate, api: cfg.API, log: cfg.Logger, origin: http.NewCrossOriginProtection()}
+	a := &Admin{svc: cfg.Service, gate: cfg.Gate, tierToJSON: cfg.TierJSON, log: cfg.Logger, origin: http.NewCrossOriginProtection()}
 	if a.log == nil {
 		a.log = slog.Default()
 	}
@@ -103,8 +91,11 @@ type adminView struct {
 }
 
 // Register adds the admin page's routes to e, under the middleware e
-// already has. Every page and form except sign-in needs a session; the JSON
-// API under /v1 keeps its bearer token.
+// already has (main gives it to api.Config.Pages, so that the page is
+// served behind the API's). Every page and form except sign-in needs a
+// session; the JSON API under /v1 keeps its bearer token. The client
+// whose wrong tokens are counted is e's IPExtractor's, which the API
+// server sets.
 func (a *Admin) Register(e *echo.Echo) {
 	g := e.Group("/admin", a.headers, a.sameOrigin, a.attribute)
 	static := http.StripPrefix("/admin/static/", http.FileServerFS(Static))
@@ -205,6 +196,21 @@ func (a *Admin) requireCSRF(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// pathParam returns the named path parameter, unescaped. Echo routes on the
+// raw path when the URL has escapes its default encoding would not produce,
+// and then leaves parameters escaped.
+func pathParam(c echo.Context, name string) (string, error) {
+	v := c.Param(name)
+	if c.Request().URL.RawPath == "" {
+		return v, nil
+	}
+	u, err := url.PathUnescape(v)
+	if err != nil {
+		return "", policy.Errorf(policy.EINVALID, "path parameter %s is not a valid escaped string", name)
+	}
+	return u, nil
+}
+
 func adminSessionID(c echo.Context) string {
 	ck, err := c.Cookie(adminSessionCookie)
 	if err != nil {
@@ -253,7 +259,7 @@ func (a *Admin) renderError(c echo.Context, status int, title, msg string) error
 // fail shows err as a page, with the status the JSON API would give it.
 // Internal failures are logged and shown without their text.
 func (a *Admin) fail(c echo.Context, err error) error {
-	status := a.api.Status(err)
+	status := policy.HTTPStatus(err)
 	if status >= 500 {
 		a.log.LogAttrs(c.Request().Context(), slog.LevelError, "admin page failed",
 			slog.String("id", c.Response().Header().Get(echo.HeaderXRequestID)),
@@ -280,7 +286,7 @@ func (a *Admin) handleLogin(c echo.Context) error {
 		v.LoginError = "Enter the admin token."
 		return a.render(c, http.StatusBadRequest, "login", v)
 	}
-	ok, secs := a.gate.Admit(auth.Client(c), token, now)
+	ok, secs := a.gate.Admit(c.RealIP(), token, now)
 	if secs > 0 {
 		c.Response().Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 		v.LoginError = fmt.Sprintf("Too many failed sign-ins from your address. Try again in %s.", humanDuration(secs))

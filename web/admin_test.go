@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/net/html"
 
-	"github.com/policyguard/policyguard/api/auth"
+	"github.com/policyguard/policyguard/policy"
 	"github.com/policyguard/policyguard/web"
 )
 
@@ -198,7 +198,7 @@ func TestAdminPageSignInThrottle(t *testing.T) {
 		return e.do(pageRequest{method: http.MethodPost, path: "/admin/login", form: url.Values{"token": {token}}, remote: remote, header: header})
 	}
 	const client = "198.51.100.7:4000"
-	for i := range auth.MaxFailures {
+	for i := range policy.MaxAdminFailures {
 		e.clock.Advance(time.Second)
 		if rec := login("wrong", client, nil); rec.Code != http.StatusUnauthorized {
 			t.Fatalf("failure %d: status %d, want 401", i+1, rec.Code)
@@ -229,23 +229,23 @@ func TestAdminPageSignInThrottle(t *testing.T) {
 
 	// The oldest failure leaves the window after SignInWindow: one attempt
 	// is allowed again, not five.
-	e.clock.Advance(auth.Window - auth.MaxFailures*time.Second + time.Second)
+	e.clock.Advance(policy.AdminFailureWindow - policy.MaxAdminFailures*time.Second + time.Second)
 	if rec := login("wrong", client, nil); rec.Code != http.StatusUnauthorized {
 		t.Fatalf("after the first failure left the window: status %d, want 401", rec.Code)
 	}
 	if rec := login(pageToken, client, nil); rec.Code != http.StatusTooManyRequests {
 		t.Fatalf("right after another failure: status %d, want 429", rec.Code)
 	}
-	e.clock.Advance(auth.Window)
+	e.clock.Advance(policy.AdminFailureWindow)
 	if rec := login(pageToken, client, nil); rec.Code != http.StatusSeeOther {
 		t.Fatalf("after the window: status %d, want 303", rec.Code)
 	}
 	// A success forgets the failures.
-	for range auth.MaxFailures - 1 {
+	for range policy.MaxAdminFailures - 1 {
 		login("wrong", client, nil)
 	}
 	if rec := login(pageToken, client, nil); rec.Code != http.StatusSeeOther {
-		t.Errorf("after %d failures: status %d, want 303", auth.MaxFailures-1, rec.Code)
+		t.Errorf("after %d failures: status %d, want 303", policy.MaxAdminFailures-1, rec.Code)
 	}
 }
 
@@ -469,8 +469,8 @@ func TestAdminPageSaveAppliesToNextCheck(t *testing.T) {
 	b := e.signIn()
 
 	for i := range 3 {
-		if got := e.check("before", "free"); got != http.StatusOK {
-			t.Fatalf("check %d before the edit: status %d, want 200", i+1, got)
+		if got := e.check("before", "free"); got != "admitted" {
+			t.Fatalf("check %d before the edit: %s, want admitted", i+1, got)
 		}
 	}
 	edit := parsePage(t, b.get("/admin/tiers/free"), http.StatusOK)
@@ -504,11 +504,11 @@ func TestAdminPageSaveAppliesToNextCheck(t *testing.T) {
 		t.Errorf("flash shown twice: %q", again.flash())
 	}
 
-	if got := e.check("after", "free"); got != http.StatusOK {
-		t.Fatalf("first check after the edit: status %d, want 200", got)
+	if got := e.check("after", "free"); got != "admitted" {
+		t.Fatalf("first check after the edit: %s, want admitted", got)
 	}
-	if got := e.check("after", "free"); got != http.StatusTooManyRequests {
-		t.Fatalf("second check after the edit: status %d, want 429: the new limit of 1 is not enforced", got)
+	if got := e.check("after", "free"); got != "minute" {
+		t.Fatalf("second check after the edit: %s, want refused by the minute: the new limit of 1 is not enforced", got)
 	}
 }
 
@@ -525,11 +525,11 @@ func TestAdminPageCreateAndDelete(t *testing.T) {
 	if got := doc.cell("tier-gold", "requests_per_day"); got != "100,000" {
 		t.Errorf("requests_per_day cell %q, want 100,000", got)
 	}
-	if got := e.check("g", "gold"); got != http.StatusOK {
-		t.Fatalf("first check on the new tier: %d", got)
+	if got := e.check("g", "gold"); got != "admitted" {
+		t.Fatalf("first check on the new tier: %s", got)
 	}
-	if got := e.check("g", "gold"); got != http.StatusTooManyRequests {
-		t.Fatalf("second check on the new tier: %d, want 429", got)
+	if got := e.check("g", "gold"); got != "minute" {
+		t.Fatalf("second check on the new tier: %s, want refused by the minute", got)
 	}
 
 	confirm := parsePage(t, b.get("/admin/tiers/gold/delete"), http.StatusOK)
@@ -549,8 +549,8 @@ func TestAdminPageCreateAndDelete(t *testing.T) {
 	if got := b.get("/admin/tiers/gold"); got.Code != http.StatusNotFound {
 		t.Errorf("edit page of the deleted tier: status %d, want 404", got.Code)
 	}
-	if got := e.check("g", "gold"); got != http.StatusBadRequest {
-		t.Errorf("check on the deleted tier: status %d, want 400", got)
+	if got := e.check("g", "gold"); got != policy.EINVALID {
+		t.Errorf("check on the deleted tier: %s, want %s", got, policy.EINVALID)
 	}
 
 	// The default tier cannot go: the page says so and offers no button,
@@ -573,8 +573,8 @@ func TestAdminPageUsage(t *testing.T) {
 	e := newPageEnv(t)
 	b := e.signIn()
 	for range 3 {
-		if got := e.check("alice", "free"); got != http.StatusOK {
-			t.Fatalf("check: %d", got)
+		if got := e.check("alice", "free"); got != "admitted" {
+			t.Fatalf("check: %s", got)
 		}
 		e.clock.Advance(10 * time.Second)
 	}

@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -16,29 +13,23 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/policyguard/policyguard/api"
 	"github.com/policyguard/policyguard/db"
 	"github.com/policyguard/policyguard/policy"
+	"github.com/policyguard/policyguard/web"
 )
 
-// browserService is the service over real HTTP on the database at path,
-// on clock; stop closes the server and the store, as a shutdown does.
-func browserService(t *testing.T, path, token string, clock *api.TestClock) (url string, store *db.Store, stop func()) {
+// browserService is the admin page over real HTTP on the database at
+// path, on clock, with the service it shows; stop closes the server and
+// the store, as a shutdown does.
+func browserService(t *testing.T, path, token string, clock *policy.TestClock) (url string, svc *policy.Service, store *db.Store, stop func()) {
 	t.Helper()
 	store, err := db.Open(context.Background(), path, db.WithSynchronous(db.SyncNormal))
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := policy.NewService(store, store, policy.WithClock(clock.Now), policy.WithStats(store, store))
-	srv := httptest.NewServer(api.NewServer(api.Config{
-		Service:    svc,
-		Health:     store.Ping,
-		AdminToken: token,
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		TestClock:  clock,
-		Sessions:   store,
-	}))
-	return srv.URL, store, func() { srv.Close(); store.Close() }
+	svc = policy.NewService(store, store, policy.WithClock(clock.Now), policy.WithStats(store, store))
+	srv := httptest.NewServer(newPageServer(web.Config{Service: svc, Gate: policy.NewAdminGate(token), TierJSON: pageTierJSON, Sessions: store}))
+	return srv.URL, svc, store, func() { srv.Close(); store.Close() }
 }
 
 // TestBrowserOverview drives a scripted run of checks on a test clock,
@@ -50,8 +41,8 @@ func TestBrowserOverview(t *testing.T) {
 	chromium := chromiumPath(t)
 	path := filepath.Join(t.TempDir(), "test.db")
 	const token = "browser-test-token"
-	clock := api.NewTestClock(time.Date(2026, 5, 4, 9, 0, 0, 0, time.UTC))
-	base, store, stop := browserService(t, path, token, clock)
+	clock := policy.NewTestClock(time.Date(2026, 5, 4, 9, 0, 0, 0, time.UTC))
+	base, svc, store, stop := browserService(t, path, token, clock)
 	defer func() { stop() }()
 	ctx := context.Background()
 	if _, err := store.UpdateTiers(ctx, policy.TierUpdate{At: clock.Now(), Source: policy.SourceAPI, Put: []policy.Tier{
@@ -71,25 +62,13 @@ func TestBrowserOverview(t *testing.T) {
 	tally := map[key]int{}
 	check := func(user, tier, feature string) {
 		t.Helper()
-		res, err := http.Post(base+"/v1/check", "application/json",
-			strings.NewReader(fmt.Sprintf(`{"context":{"user_id":%q,"user_tier":%q,"feature":%q}}`, user, tier, feature)))
+		d, err := svc.Check(ctx, policy.Request{UserID: user, Tier: tier, Feature: feature}, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var d struct {
-			Reason *string `json:"reason"`
-		}
-		err = json.NewDecoder(res.Body).Decode(&d)
-		res.Body.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		reason := map[int]string{200: "admitted", 403: "feature"}[res.StatusCode]
-		if res.StatusCode == http.StatusTooManyRequests {
-			reason = strings.TrimSuffix(strings.TrimPrefix(*d.Reason, "per-"), " limit exceeded")
-		}
-		if reason == "" {
-			t.Fatalf("check answered %d", res.StatusCode)
+		reason := map[policy.Outcome]string{policy.Admitted: "admitted", policy.Denied: "feature"}[d.Outcome]
+		if d.Outcome == policy.RateLimited {
+			reason = strings.TrimSuffix(strings.TrimPrefix(d.Reason, "per-"), " limit exceeded")
 		}
 		now := clock.Now()
 		tally[key{"hour", tier, now.Truncate(time.Minute), reason}]++
@@ -228,7 +207,7 @@ func TestBrowserOverview(t *testing.T) {
 	// Restart: the same database, a new process's server. The cookie is
 	// the browser's; the session is the database's.
 	stop()
-	base, _, stop = browserService(t, path, token, clock)
+	base, _, _, stop = browserService(t, path, token, clock)
 	step("after a restart",
 		chromedp.Navigate(base+"/admin/overview"),
 		chromedp.WaitVisible(chromedp.CSS("#traffic-team")),

@@ -2,11 +2,7 @@ package web_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -22,10 +18,10 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
-	"github.com/policyguard/policyguard/api"
 	"github.com/policyguard/policyguard/db"
 	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
+	"github.com/policyguard/policyguard/web"
 )
 
 // browserArtifacts is where the browser test saves its screenshots: the
@@ -54,8 +50,8 @@ func chromiumPath(t *testing.T) string {
 }
 
 // TestBrowserAdminEditsTier signs in to the admin page in headless Chromium,
-// lowers the free tier's per-minute limit, and proves through /v1/check that
-// the new limit is the one enforced.
+// lowers the free tier's per-minute limit, and proves through the service's
+// checks that the new limit is the one enforced.
 func TestBrowserAdminEditsTier(t *testing.T) {
 	chromium := chromiumPath(t)
 	start := time.Now()
@@ -68,12 +64,7 @@ func TestBrowserAdminEditsTier(t *testing.T) {
 	defer store.Close()
 	svc := policy.NewService(store, store, policy.WithUsers(store))
 	const token = "browser-test-token"
-	srv := httptest.NewServer(api.NewServer(api.Config{
-		Service:    svc,
-		Health:     store.Ping,
-		AdminToken: token,
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}))
+	srv := httptest.NewServer(newPageServer(web.Config{Service: svc, Gate: policy.NewAdminGate(token), TierJSON: pageTierJSON}))
 	defer srv.Close()
 
 	ctx := newBrowser(t, chromium)
@@ -133,7 +124,7 @@ func TestBrowserAdminEditsTier(t *testing.T) {
 		return chromedp.Search(fmt.Sprintf(`//button[normalize-space(.)=%q]`, label))
 	}
 
-	minuteLimit := browserMinuteLimit(t, srv.URL, "before-edit")
+	minuteLimit := browserMinuteLimit(t, svc, "before-edit")
 	if minuteLimit != 15 {
 		t.Fatalf("free tier's minute ceiling before the edit %d, want 15", minuteLimit)
 	}
@@ -202,13 +193,12 @@ func TestBrowserAdminEditsTier(t *testing.T) {
 	// The new ceiling is 3 plus the burst of 5: the eighth check in a minute
 	// passes and the ninth is refused.
 	for i := 1; i <= 8; i++ {
-		if status, _ := browserCheck(t, srv.URL, "browser-user"); status != http.StatusOK {
-			t.Fatalf("check %d after the edit: status %d, want 200", i, status)
+		if d := browserCheck(t, svc, "browser-user"); d.Outcome != policy.Admitted {
+			t.Fatalf("check %d after the edit: %+v, want admitted", i, d)
 		}
 	}
-	status, body := browserCheck(t, srv.URL, "browser-user")
-	if status != http.StatusTooManyRequests || body.Windows.Minute.Limit != 8 {
-		t.Fatalf("ninth check: status %d, minute limit %d; want 429 and 8", status, body.Windows.Minute.Limit)
+	if d := browserCheck(t, svc, "browser-user"); d.Outcome != policy.RateLimited || d.Windows[policy.Minute].Limit != 8 {
+		t.Fatalf("ninth check: %+v; want refused, minute limit 8", d)
 	}
 
 	// Preview shows what the typed limits would have refused of the
@@ -232,7 +222,7 @@ func TestBrowserAdminEditsTier(t *testing.T) {
 		t.Errorf("after Preview the field shows %q, want what was typed (%v)", got, err)
 	}
 	browserScreenshot(t, ctx, "admin-preview.png")
-	if got := browserMinuteLimit(t, srv.URL, "after-preview"); got != 8 {
+	if got := browserMinuteLimit(t, svc, "after-preview"); got != 8 {
 		t.Fatalf("minute ceiling after a preview %d, want 8: a preview changes nothing", got)
 	}
 
@@ -246,7 +236,7 @@ func TestBrowserAdminEditsTier(t *testing.T) {
 		chromedp.Click(button("Save")),
 		chromedp.WaitVisible(chromedp.CSS("[role=status]")),
 	)
-	if got := browserMinuteLimit(t, srv.URL, "after-shadow"); got != 8 {
+	if got := browserMinuteLimit(t, svc, "after-shadow"); got != 8 {
 		t.Fatalf("minute ceiling with shadow limits %d, want 8: shadow limits are not enforced", got)
 	}
 	step("see the shadow limits", chromedp.Navigate(srv.URL+"/admin/tiers/free"), chromedp.WaitVisible(chromedp.CSS("#shadow")))
@@ -264,7 +254,7 @@ func TestBrowserAdminEditsTier(t *testing.T) {
 	if got := text("#tier-free [data-field=requests_per_minute]"); got != "2" {
 		t.Fatalf("free tier's per-minute limit after Promote %q, want 2", got)
 	}
-	if got := browserMinuteLimit(t, srv.URL, "after-promote"); got != 2 {
+	if got := browserMinuteLimit(t, svc, "after-promote"); got != 2 {
 		t.Fatalf("minute ceiling after Promote %d, want 2", got)
 	}
 
@@ -293,8 +283,8 @@ func TestBrowserAdminEditsTier(t *testing.T) {
 	if got := text("#window-minute [data-field=count]"); got != "0" {
 		t.Errorf("minute count after clearing %q, want 0", got)
 	}
-	if status, _ := browserCheck(t, srv.URL, "browser-user"); status != http.StatusOK {
-		t.Errorf("check after clearing: status %d, want 200", status)
+	if d := browserCheck(t, svc, "browser-user"); d.Outcome != policy.Admitted {
+		t.Errorf("check after clearing: %+v, want admitted", d)
 	}
 
 	// The record form: assign pro at 1 a minute; the user's next checks
@@ -310,8 +300,8 @@ func TestBrowserAdminEditsTier(t *testing.T) {
 		t.Errorf("record on the page %q, want %q", got, want)
 	}
 	browserScreenshot(t, ctx, "admin-record.png")
-	if status, body := browserCheck(t, srv.URL, "browser-user"); status != http.StatusTooManyRequests || body.Tier != "pro" || body.Windows.Minute.Limit != 1 {
-		t.Errorf("check under the record: status %d, tier %q, minute limit %d; want 429 under pro at 1", status, body.Tier, body.Windows.Minute.Limit)
+	if d := browserCheck(t, svc, "browser-user"); d.Outcome != policy.RateLimited || d.Tier != "pro" || d.Windows[policy.Minute].Limit != 1 {
+		t.Errorf("check under the record: %+v; want refused under pro at 1 a minute", d)
 	}
 
 	// At phone width the tiers page fits without sideways scrolling.
@@ -347,46 +337,25 @@ func TestBrowserAdminEditsTier(t *testing.T) {
 	t.Logf("%d requests, all to the service; browser test took %v", len(requests), time.Since(start).Round(time.Millisecond))
 }
 
-// browserMinuteLimit sends a dry-run check for user and returns the minute
-// window's limit.
-func browserMinuteLimit(t *testing.T, base, user string) int64 {
+// browserMinuteLimit decides a dry-run check for user and returns the
+// minute window's limit.
+func browserMinuteLimit(t *testing.T, svc *policy.Service, user string) int64 {
 	t.Helper()
-	res, err := http.Post(base+"/v1/check?dry_run=true", "application/json",
-		strings.NewReader(`{"context":{"user_id":"`+user+`"}}`))
-	if err != nil {
-		t.Fatal(err)
+	d, err := svc.Check(context.Background(), policy.Request{UserID: user}, true)
+	if err != nil || d.Windows == nil {
+		t.Fatalf("dry run for %s: %+v, %v", user, d, err)
 	}
-	defer res.Body.Close()
-	var d browserDecision
-	if err := json.NewDecoder(res.Body).Decode(&d); err != nil {
-		t.Fatal(err)
-	}
-	return d.Windows.Minute.Limit
+	return d.Windows[policy.Minute].Limit
 }
 
-type browserDecision struct {
-	Allowed bool   `json:"allowed"`
-	Tier    string `json:"tier"`
-	Windows struct {
-		Minute struct {
-			Limit int64 `json:"limit"`
-		} `json:"minute"`
-	} `json:"windows"`
-}
-
-// browserCheck sends one check for user on the default tier.
-func browserCheck(t *testing.T, base, user string) (int, browserDecision) {
+// browserCheck decides one check for user on the default tier.
+func browserCheck(t *testing.T, svc *policy.Service, user string) policy.Decision {
 	t.Helper()
-	res, err := http.Post(base+"/v1/check", "application/json", strings.NewReader(`{"context":{"user_id":"`+user+`"}}`))
-	if err != nil {
-		t.Fatal(err)
+	d, err := svc.Check(context.Background(), policy.Request{UserID: user}, false)
+	if err != nil || d.Windows == nil {
+		t.Fatalf("check for %s: %+v, %v", user, d, err)
 	}
-	defer res.Body.Close()
-	var d browserDecision
-	if err := json.NewDecoder(res.Body).Decode(&d); err != nil {
-		t.Fatal(err)
-	}
-	return res.StatusCode, d
+	return d
 }
 
 // browserScreenshot saves the whole page under browserArtifacts.

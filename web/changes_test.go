@@ -2,8 +2,6 @@ package web_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,7 +9,6 @@ import (
 
 	"golang.org/x/net/html"
 
-	"github.com/policyguard/policyguard/api"
 	"github.com/policyguard/policyguard/db"
 	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
@@ -45,7 +42,8 @@ func changeRows(d *pageDoc) []map[string]string {
 
 // The tiers page lists every change, from the admin page, the JSON API and
 // an import by another process on the same file, newest first, with what
-// changed, and escapes what it shows.
+// changed and the tier before and after in Config.TierJSON's words, and
+// escapes what it shows.
 func TestAdminPageShowsRecentChanges(t *testing.T) {
 	path := dbtest.DSN(t, "audit.db")
 	ctx := context.Background()
@@ -54,9 +52,9 @@ func TestAdminPageShowsRecentChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	clock := &testClock{now: pageT0}
+	clock := policy.NewTestClock(pageT0)
 	svc := policy.NewService(store, store, policy.WithClock(clock.Now))
-	srv := api.NewServer(api.Config{Service: svc, AdminToken: pageToken, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv := newPageServer(web.Config{Service: svc, Gate: policy.NewAdminGate(pageToken), TierJSON: pageTierJSON})
 	e := &pageEnv{t: t, srv: srv, svc: svc, clock: clock}
 	b := e.signIn()
 
@@ -70,12 +68,10 @@ func TestAdminPageShowsRecentChanges(t *testing.T) {
 	form.Set("description", `<script>alert("x")</script>`)
 	b.follow(b.post("/admin/tiers/free", form), "/admin")
 
-	// Through the JSON API.
+	// Through the JSON API, which deletes a tier so.
 	clock.Advance(time.Minute)
-	req := pageRequest{method: http.MethodDelete, path: "/v1/tiers/enterprise",
-		header: map[string]string{"Authorization": "Bearer " + pageToken}}
-	if rec := e.do(req); rec.Code != http.StatusNoContent {
-		t.Fatalf("DELETE /v1/tiers/enterprise: %d %s", rec.Code, rec.Body)
+	if err := svc.DeleteTier(policy.WithChangeSource(ctx, policy.SourceAPI), "enterprise"); err != nil {
+		t.Fatal(err)
 	}
 
 	// Through an import by another process on the same file.
@@ -123,21 +119,26 @@ func TestAdminPageShowsRecentChanges(t *testing.T) {
 	}
 }
 
-// The audit log's account of a change names a change of shadow limits, and
-// a promotion reads as the limits taking the shadow's values.
-func TestTierDiffShadow(t *testing.T) {
-	before := policy.Tier{Name: "s", RequestsPerMinute: 10, RequestsPerHour: 100, RequestsPerDay: 1000,
-		Shadow: &policy.RequestLimits{RequestsPerMinute: 5, RequestsPerHour: 100, RequestsPerDay: 1000}}
-	after, err := before.Promoted()
+// Without Config.TierJSON the audit log lists the changes without their
+// JSON.
+func TestAdminPageChangesWithoutTierJSON(t *testing.T) {
+	store, err := db.Open(context.Background(), dbtest.DSN(t, "audit.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := strings.Join(web.TierDiff(&before, &after), "; ")
-	want := "requests_per_minute: 10 → 5; shadow: 5/min (+0 burst), 100/hour, 1,000/day → none"
-	if got != want {
-		t.Fatalf("TierDiff = %q, want %q", got, want)
+	t.Cleanup(func() { store.Close() })
+	clock := policy.NewTestClock(pageT0)
+	svc := policy.NewService(store, store, policy.WithClock(clock.Now))
+	e := &pageEnv{t: t, srv: newPageServer(web.Config{Service: svc, Gate: policy.NewAdminGate(pageToken)}), svc: svc, clock: clock}
+	if err := svc.DeleteTier(context.Background(), "enterprise"); err != nil {
+		t.Fatal(err)
 	}
-	if got := web.TierSummary(&before); !strings.HasSuffix(got, "; shadow 5/min (+0 burst), 100/hour, 1,000/day") {
-		t.Fatalf("TierSummary = %q", got)
+	doc := parsePage(t, e.signIn().get("/admin"), http.StatusOK)
+	rows := changeRows(doc)
+	if len(rows) != 1 || rows[0]["kind"] != "deleted" {
+		t.Fatalf("rows %v, want the deletion", rows)
+	}
+	if strings.Contains(rows[0]["details"], "Before:") || strings.Contains(doc.raw, "<summary>JSON</summary>") {
+		t.Errorf("the change shows JSON without Config.TierJSON: %q", rows[0]["details"])
 	}
 }

@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -9,16 +10,16 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/labstack/echo/v4"
 	"golang.org/x/net/html"
 
-	"github.com/policyguard/policyguard/api"
 	"github.com/policyguard/policyguard/db"
 	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
+	"github.com/policyguard/policyguard/web"
 )
 
 // pageToken is the admin token of the admin page tests.
@@ -27,37 +28,26 @@ const pageToken = "page-test-token"
 // pageT0 is when every admin page test starts.
 var pageT0 = time.Date(2026, 5, 4, 12, 0, 0, 0, time.UTC)
 
-// testClock is a manual clock: time moves only when the test says.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-// pageEnv is the whole service on a temp-file database, driven through
-// ServeHTTP like a browser would.
+// pageEnv is the admin page of the service on a temp-file database,
+// mounted on an Echo instance as main mounts it on the API's, driven
+// through ServeHTTP like a browser would. Checks go to the service itself:
+// the page serves none.
 type pageEnv struct {
 	t     testing.TB
-	srv   *api.Server
+	srv   http.Handler
 	svc   *policy.Service
 	store *db.Store
-	clock *testClock
+	clock *policy.TestClock
 }
 
 func newPageEnv(t *testing.T) *pageEnv {
 	t.Helper()
-	return newPageEnvAt(t, dbtest.DSN(t, "test.db"), pageToken, &testClock{now: pageT0})
+	return newPageEnvAt(t, dbtest.DSN(t, "test.db"), pageToken, policy.NewTestClock(pageT0))
 }
 
 // newPageEnvAt is newPageEnv on the database at path, with admin token
 // token and clock: a second one on the same path is the service restarted.
-func newPageEnvAt(t testing.TB, path, token string, clock *testClock) *pageEnv {
+func newPageEnvAt(t testing.TB, path, token string, clock *policy.TestClock) *pageEnv {
 	t.Helper()
 	store, err := db.Open(context.Background(), path)
 	if err != nil {
@@ -65,13 +55,35 @@ func newPageEnvAt(t testing.TB, path, token string, clock *testClock) *pageEnv {
 	}
 	t.Cleanup(func() { store.Close() })
 	svc := policy.NewService(store, store, policy.WithClock(clock.Now), policy.WithStats(store, store), policy.WithUsers(store))
-	srv := api.NewServer(api.Config{
-		Service:    svc,
-		AdminToken: token,
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Sessions:   store,
-	})
+	srv := newPageServer(web.Config{Service: svc, Gate: policy.NewAdminGate(token), TierJSON: pageTierJSON, Sessions: store})
 	return &pageEnv{t: t, srv: srv, svc: svc, store: store, clock: clock}
+}
+
+// newPageServer serves the admin page for cfg on an Echo instance of its
+// own, set up as the API's server sets up the one main mounts the page on:
+// a request's client is the connection's address, whatever
+// X-Forwarded-For says. A nil Logger discards.
+func newPageServer(cfg web.Config) *echo.Echo {
+	e := echo.New()
+	e.IPExtractor = echo.ExtractIPDirect()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	web.NewAdmin(cfg).Register(e)
+	return e
+}
+
+// pageTierJSON stands in for api.TierJSON, which main gives the page and
+// its tests cannot import: a tier's name and per-minute limit as JSON.
+func pageTierJSON(t policy.Tier) string {
+	b, err := json.Marshal(struct {
+		Name              string `json:"name"`
+		RequestsPerMinute int64  `json:"requests_per_minute"`
+	}{t.Name, t.RequestsPerMinute})
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
 }
 
 // pageRequest is one request; fields left zero are left out.
@@ -115,15 +127,35 @@ func (e *pageEnv) doWith(r pageRequest, change func(*http.Request)) *httptest.Re
 	return rec
 }
 
-// check sends one check for user on tier and returns its status.
-func (e *pageEnv) check(user, tier string) int {
+// check decides one check for user under tier ("" names none) at the
+// clock's time, as POST /v1/check decides it, and returns its answer:
+// "admitted", "feature" for a feature outside the plan, the window that
+// refused it ("minute", "hour" or "day"), or the code of its error, such
+// as "invalid" for a tier that does not exist.
+func (e *pageEnv) check(user, tier string) string {
 	e.t.Helper()
-	req := httptest.NewRequest(http.MethodPost, "/v1/check",
-		strings.NewReader(`{"context":{"user_id":"`+user+`","user_tier":"`+tier+`"}}`))
-	req.Header.Set("Content-Type", "application/json")
-	rec := httptest.NewRecorder()
-	e.srv.ServeHTTP(rec, req)
-	return rec.Code
+	return e.checkFeature(user, tier, "")
+}
+
+// checkFeature is check for a request of feature.
+func (e *pageEnv) checkFeature(user, tier, feature string) string {
+	e.t.Helper()
+	d, err := e.svc.Check(context.Background(), policy.Request{UserID: user, Tier: tier, Feature: feature}, false)
+	switch {
+	case err != nil:
+		return policy.ErrorCode(err)
+	case d.Outcome == policy.Admitted:
+		return "admitted"
+	case d.Outcome == policy.Denied:
+		return "feature"
+	}
+	for _, w := range policy.Windows {
+		if d.Reason == "per-"+w.String()+" limit exceeded" {
+			return w.String()
+		}
+	}
+	e.t.Fatalf("check of %s under %q: %+v", user, tier, d)
+	return ""
 }
 
 // tier returns the stored tier name.

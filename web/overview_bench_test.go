@@ -78,7 +78,7 @@ func BenchmarkOverviewPage(b *testing.B) {
 	path := filepath.Join(b.TempDir(), "bench.db")
 	end := pageT0
 	fillDay(b, path, end)
-	e := newPageEnvAt(b, path, pageToken, &testClock{now: end})
+	e := newPageEnvAt(b, path, pageToken, policy.NewTestClock(end))
 	br := e.signIn()
 	if rec := br.get("/admin/overview"); rec.Code != http.StatusOK {
 		b.Fatalf("overview: %d", rec.Code)

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -16,33 +15,6 @@ import (
 
 	"github.com/policyguard/policyguard/policy"
 )
-
-// checkAnswer sends one check and returns the key the overview counts it
-// under, read from the answer alone: "admitted", "feature", or the window
-// a 429 names.
-func (e *pageEnv) checkAnswer(user, tier, feature string) string {
-	e.t.Helper()
-	req := httptest.NewRequest(http.MethodPost, "/v1/check",
-		strings.NewReader(fmt.Sprintf(`{"context":{"user_id":%q,"user_tier":%q,"feature":%q}}`, user, tier, feature)))
-	req.Header.Set("Content-Type", "application/json")
-	rec := httptest.NewRecorder()
-	e.srv.ServeHTTP(rec, req)
-	body := rec.Body.String()
-	switch {
-	case rec.Code == http.StatusOK:
-		return "admitted"
-	case rec.Code == http.StatusForbidden:
-		return "feature"
-	case rec.Code == http.StatusTooManyRequests:
-		for _, w := range []string{"minute", "hour", "day"} {
-			if strings.Contains(body, `"per-`+w+` limit exceeded"`) {
-				return w
-			}
-		}
-	}
-	e.t.Fatalf("check: %d %s", rec.Code, body)
-	return ""
-}
 
 // statsTable is one table of the overview as a reader sees it.
 type statsTable struct {
@@ -98,10 +70,10 @@ func TestOverviewMatchesCheckAnswers(t *testing.T) {
 	perMinute := map[key]int{}
 	for step := range 40 {
 		for _, u := range []string{"ann", "bob", "ann"}[:1+step%3] {
-			perMinute[key{e.clock.Now().UTC().Format("15:04"), e.checkAnswer(u, "tight", "chat")}]++
+			perMinute[key{e.clock.Now().UTC().Format("15:04"), e.checkFeature(u, "tight", "chat")}]++
 		}
 		if step%5 == 0 {
-			perMinute[key{e.clock.Now().UTC().Format("15:04"), e.checkAnswer("cy", "tight", "search")}]++
+			perMinute[key{e.clock.Now().UTC().Format("15:04"), e.checkFeature("cy", "tight", "search")}]++
 		}
 		e.clock.Advance(50 * time.Second)
 	}
@@ -183,7 +155,7 @@ func TestOverviewMatchesCheckAnswers(t *testing.T) {
 // the session.
 func TestSessionsSurviveRestart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "test.db")
-	clock := &testClock{now: pageT0}
+	clock := policy.NewTestClock(pageT0)
 	first := newPageEnvAt(t, path, pageToken, clock)
 	b := first.signIn()
 	first.store.Close()
@@ -194,11 +166,12 @@ func TestSessionsSurviveRestart(t *testing.T) {
 		t.Fatalf("after a restart: status %d, want 200 (still signed in)", rec.Code)
 	}
 	// 12 hours on, the session has expired.
+	signedIn := clock.Now()
 	clock.Advance(policy.Retention/2 + time.Second)
 	if rec := b.get("/admin/overview"); rec.Code != http.StatusSeeOther {
 		t.Fatalf("after 12 hours: status %d, want 303 to sign-in", rec.Code)
 	}
-	clock.Advance(-policy.Retention/2 - time.Second)
+	clock.Set(signedIn)
 	b = second.signIn()
 	other := *b
 	// Sign out in one browser ends the session for every copy of it.

@@ -38,22 +38,17 @@ type adminPreviewUser struct {
 	UserID, Requests, Refused string
 }
 
-func limitsSummary(l policy.RequestLimits) string {
-	return fmt.Sprintf("%s/min (+%s burst), %s/hour, %s/day",
-		groupDigits(l.RequestsPerMinute), groupDigits(l.BurstAllowance), groupDigits(l.RequestsPerHour), groupDigits(l.RequestsPerDay))
-}
-
 func previewView(p *policy.Preview, l policy.RequestLimits) *adminPreviewView {
 	const layout = "2006-01-02 15:04:05 UTC"
 	v := &adminPreviewView{
-		Tier: p.Tier, Limits: limitsSummary(l), From: p.From.UTC().Format(layout), To: p.To.UTC().Format(layout),
-		Users: groupDigits(p.Users), Requests: groupDigits(p.Requests),
-		UsersRefused: groupDigits(p.UsersRefused), RequestsRefused: groupDigits(p.RequestsRefused),
-		RefusedMinute: groupDigits(p.RefusedBy[policy.Minute]), RefusedHour: groupDigits(p.RefusedBy[policy.Hour]),
-		RefusedDay: groupDigits(p.RefusedBy[policy.Day]),
+		Tier: p.Tier, Limits: policy.LimitsSummary(l), From: p.From.UTC().Format(layout), To: p.To.UTC().Format(layout),
+		Users: policy.GroupDigits(p.Users), Requests: policy.GroupDigits(p.Requests),
+		UsersRefused: policy.GroupDigits(p.UsersRefused), RequestsRefused: policy.GroupDigits(p.RequestsRefused),
+		RefusedMinute: policy.GroupDigits(p.RefusedBy[policy.Minute]), RefusedHour: policy.GroupDigits(p.RefusedBy[policy.Hour]),
+		RefusedDay: policy.GroupDigits(p.RefusedBy[policy.Day]),
 	}
 	for _, u := range p.TopUsers {
-		v.TopUsers = append(v.TopUsers, adminPreviewUser{u.UserID, groupDigits(u.Requests), groupDigits(u.Refused)})
+		v.TopUsers = append(v.TopUsers, adminPreviewUser{u.UserID, policy.GroupDigits(u.Requests), policy.GroupDigits(u.Refused)})
 	}
 	return v
 }
@@ -69,9 +64,9 @@ func (a *Admin) shadowView(c echo.Context, t *policy.Tier) (*adminShadowView, er
 		return nil, err
 	}
 	return &adminShadowView{
-		Limits:      limitsSummary(*t.Shadow),
-		RefusedHour: groupDigits(hour.RequestsRefused), CheckedHour: groupDigits(hour.Requests),
-		RefusedDay: groupDigits(day.RequestsRefused), CheckedDay: groupDigits(day.Requests),
+		Limits:      policy.LimitsSummary(*t.Shadow),
+		RefusedHour: policy.GroupDigits(hour.RequestsRefused), CheckedHour: policy.GroupDigits(hour.Requests),
+		RefusedDay: policy.GroupDigits(day.RequestsRefused), CheckedDay: policy.GroupDigits(day.Requests),
 		Version: tierVersion(*t),
 	}, nil
 }
@@ -81,7 +76,7 @@ func (a *Admin) shadowView(c echo.Context, t *policy.Tier) (*adminShadowView, er
 // Save follows with the same values and the version read at first.
 func (a *Admin) handlePreviewTier(c echo.Context) error {
 	ctx := c.Request().Context()
-	name, err := a.api.PathParam(c, "name")
+	name, err := pathParam(c, "name")
 	if err != nil {
 		return a.fail(c, err)
 	}
@@ -117,7 +112,7 @@ func (a *Admin) handlePreviewTier(c echo.Context) error {
 // audited change, unless someone changed the tier since the page was read.
 func (a *Admin) handlePromoteTier(c echo.Context) error {
 	ctx := c.Request().Context()
-	name, err := a.api.PathParam(c, "name")
+	name, err := pathParam(c, "name")
 	if err != nil {
 		return a.fail(c, err)
 	}
@@ -129,7 +124,7 @@ func (a *Admin) handlePromoteTier(c echo.Context) error {
 	t, err := a.svc.PromoteShadow(ctx, name, &readAt)
 	switch policy.ErrorCode(err) {
 	case "":
-		a.flash(c, fmt.Sprintf("Promoted the shadow limits of tier %s — %s applies to the next check", name, limitsSummary(t.RequestLimits())))
+		a.flash(c, fmt.Sprintf("Promoted the shadow limits of tier %s — %s applies to the next check", name, policy.LimitsSummary(t.RequestLimits())))
 		return c.Redirect(http.StatusSeeOther, "/admin")
 	case policy.ECONFLICT, policy.EINVALID:
 		current, err2 := a.svc.Tier(ctx, name)

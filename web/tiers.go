@@ -190,7 +190,7 @@ func postedTierValues(c echo.Context) map[string]string {
 
 // tierFromForm builds the tier named name from form values and returns it
 // with a message per invalid field. The checks and their words are the JSON
-// API's: API.ParseLimit for the limits, then policy's own validation.
+// API's: policy.ParseLimit for the limits, then policy's own validation.
 func (a *Admin) tierFromForm(name string, values map[string]string) (policy.Tier, map[string]string) {
 	t := policy.Tier{Name: name, Description: values["description"], Features: splitFeatures(values["features"])}
 	errs := make(map[string]string)
@@ -203,7 +203,7 @@ func (a *Admin) tierFromForm(name string, values map[string]string) (policy.Tier
 		{"requests_per_day", &t.RequestsPerDay},
 		{"burst_allowance", &t.BurstAllowance},
 	} {
-		v, err := a.api.ParseLimit(l.field, strings.TrimSpace(values[l.field]))
+		v, err := policy.ParseLimit(l.field, strings.TrimSpace(values[l.field]))
 		if err != nil {
 			errs[l.field] = policy.ErrorMessage(err)
 			continue
@@ -224,7 +224,7 @@ func (a *Admin) tierFromForm(name string, values map[string]string) (policy.Tier
 		if raw == "" {
 			continue
 		}
-		v, err := a.api.ParseLimit(l.field, raw)
+		v, err := policy.ParseLimit(l.field, raw)
 		if err != nil {
 			errs[l.field] = policy.ErrorMessage(err)
 			continue
@@ -239,7 +239,7 @@ func (a *Admin) tierFromForm(name string, values map[string]string) (policy.Tier
 	}
 	if l := t.Shadow; l != nil {
 		for i, dst := range [...]*int64{&l.RequestsPerMinute, &l.RequestsPerHour, &l.RequestsPerDay, &l.BurstAllowance} {
-			v, err := a.api.ParseLimit(shadowFields[i], strings.TrimSpace(values[shadowFields[i]]))
+			v, err := policy.ParseLimit(shadowFields[i], strings.TrimSpace(values[shadowFields[i]]))
 			if err != nil {
 				errs[shadowFields[i]] = policy.ErrorMessage(err)
 				continue
@@ -283,10 +283,10 @@ func (a *Admin) tiersView(c echo.Context, form *adminTierForm) (adminView, error
 		v.Tiers[i] = adminTierRow{
 			Name:              t.Name,
 			Default:           t.Name == a.svc.DefaultTier(),
-			RequestsPerMinute: groupDigits(t.RequestsPerMinute),
-			RequestsPerHour:   groupDigits(t.RequestsPerHour),
-			RequestsPerDay:    groupDigits(t.RequestsPerDay),
-			BurstAllowance:    groupDigits(t.BurstAllowance),
+			RequestsPerMinute: policy.GroupDigits(t.RequestsPerMinute),
+			RequestsPerHour:   policy.GroupDigits(t.RequestsPerHour),
+			RequestsPerDay:    policy.GroupDigits(t.RequestsPerDay),
+			BurstAllowance:    policy.GroupDigits(t.BurstAllowance),
 			Features:          t.Features,
 			Description:       t.Description,
 			Updated:           "not changed yet",
@@ -337,7 +337,7 @@ func (a *Admin) handleCreateTier(c echo.Context) error {
 }
 
 func (a *Admin) handleTierPage(c echo.Context) error {
-	name, err := a.api.PathParam(c, "name")
+	name, err := pathParam(c, "name")
 	if err != nil {
 		return a.fail(c, err)
 	}
@@ -356,7 +356,7 @@ func (a *Admin) handleTierPage(c echo.Context) error {
 
 func (a *Admin) handleSaveTier(c echo.Context) error {
 	ctx := c.Request().Context()
-	name, err := a.api.PathParam(c, "name")
+	name, err := pathParam(c, "name")
 	if err != nil {
 		return a.fail(c, err)
 	}
@@ -388,7 +388,7 @@ func (a *Admin) handleSaveTier(c echo.Context) error {
 			v := a.view(c, "Edit tier "+name, "tiers")
 			v.Form = newAdminTierForm(values, nil, name)
 			v.Form.Version = tierVersion(current)
-			v.Alert = fmt.Sprintf("The tier was not saved: someone else changed it since you opened this page. Stored now: %s. Save again to replace it with the values below.", TierSummary(&current))
+			v.Alert = fmt.Sprintf("The tier was not saved: someone else changed it since you opened this page. Stored now: %s. Save again to replace it with the values below.", policy.TierSummary(&current))
 			return a.render(c, http.StatusConflict, "tier", v)
 		case policy.EINVALID:
 			errs[""] = policy.ErrorMessage(err)
@@ -414,7 +414,7 @@ func notSaved(verb string, errs map[string]string) string {
 }
 
 func (a *Admin) handleDeletePage(c echo.Context) error {
-	name, err := a.api.PathParam(c, "name")
+	name, err := pathParam(c, "name")
 	if err != nil {
 		return a.fail(c, err)
 	}
@@ -430,7 +430,7 @@ func (a *Admin) handleDeletePage(c echo.Context) error {
 }
 
 func (a *Admin) handleDeleteTier(c echo.Context) error {
-	name, err := a.api.PathParam(c, "name")
+	name, err := pathParam(c, "name")
 	if err != nil {
 		return a.fail(c, err)
 	}
@@ -444,24 +444,4 @@ func (a *Admin) handleDeleteTier(c echo.Context) error {
 	}
 	a.flash(c, fmt.Sprintf("Deleted tier %s — checks that name it are refused from now on", name))
 	return c.Redirect(http.StatusSeeOther, "/admin")
-}
-
-// groupDigits formats n with a comma between groups of three digits.
-func groupDigits(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	if neg {
-		s = s[1:]
-	}
-	var b strings.Builder
-	if neg {
-		b.WriteByte('-')
-	}
-	for i, r := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }

@@ -81,9 +81,9 @@ func (a *Admin) renderUsage(c echo.Context, user, tierName string, asked bool, r
 		result = &adminUsageResult{UserID: user, Tier: tierName, AsOf: now.UTC().Format("2006-01-02 15:04:05 UTC")}
 		for _, w := range policy.Windows {
 			s := states[w]
-			row := adminWindowRow{Name: w.String(), Title: adminWindowTitles[w], Count: groupDigits(s.Count)}
+			row := adminWindowRow{Name: w.String(), Title: adminWindowTitles[w], Count: policy.GroupDigits(s.Count)}
 			if tierName != "" {
-				row.Limit, row.Remaining, row.Reset = groupDigits(s.Limit), groupDigits(s.Remaining), resetText(now, s.Reset)
+				row.Limit, row.Remaining, row.Reset = policy.GroupDigits(s.Limit), policy.GroupDigits(s.Remaining), resetText(now, s.Reset)
 			}
 			result.Windows = append(result.Windows, row)
 		}

@@ -97,7 +97,7 @@ func (a *Admin) userDay(ctx context.Context, user, tierName string) (*adminUserD
 			}
 			row := adminTokenRow{Title: adminWindowTitles[w], Used: tok.Used}
 			if tok.Limited {
-				row.Limit, row.Remaining = groupDigits(tok.Limit), groupDigits(tok.Remaining)
+				row.Limit, row.Remaining = policy.GroupDigits(tok.Limit), policy.GroupDigits(tok.Remaining)
 			}
 			day.Tokens = append(day.Tokens, row)
 		}

@@ -36,27 +36,6 @@ type adminRecordRow struct {
 	UserID, Href, Summary, Note string
 }
 
-// UserSummary says in words what a record sets: "tier pro;
-// requests_per_minute 5; tokens_per_day none". The import report of
-// "policyguard tiers import" words records the same way.
-func UserSummary(r *policy.UserRecord) string {
-	parts := []string{"no tier assigned"}
-	if r.Tier != "" {
-		parts[0] = "tier " + r.Tier
-	}
-	values := r.Limits.Values()
-	for _, name := range policy.LimitNames {
-		switch v, ok := values[name]; {
-		case !ok:
-		case v == nil:
-			parts = append(parts, name+" "+noLimit)
-		default:
-			parts = append(parts, name+" "+groupDigits(*v))
-		}
-	}
-	return strings.Join(parts, "; ")
-}
-
 // recordForm returns the record section of the look-up page for user: the
 // stored record, or what the admin posted (form, with errs) when saving it
 // failed.
@@ -65,7 +44,7 @@ func (a *Admin) recordForm(ctx context.Context, user string, tiers []policy.Tier
 	r, err := a.svc.User(ctx, user)
 	switch {
 	case err == nil:
-		f.Exists, f.Summary, f.Note = true, UserSummary(&r), r.Note
+		f.Exists, f.Summary, f.Note = true, policy.UserSummary(&r), r.Note
 		f.UpdatedAt = r.UpdatedAt.UTC().Format("2006-01-02 15:04:05 UTC")
 	case policy.ErrorCode(err) != policy.ENOTFOUND:
 		return nil, err
@@ -105,9 +84,9 @@ func (a *Admin) recordForm(ctx context.Context, user string, tiers []policy.Tier
 		what := "deleted"
 		switch {
 		case c.Old == nil && c.New != nil:
-			what = "created: " + UserSummary(c.New)
+			what = "created: " + policy.UserSummary(c.New)
 		case c.New != nil:
-			what = "changed: " + UserSummary(c.New)
+			what = "changed: " + policy.UserSummary(c.New)
 		}
 		f.Changes = append(f.Changes, fmt.Sprintf("%s, %s (%s)", c.At.UTC().Format("2006-01-02 15:04:05 UTC"), what, c.Source))
 	}
@@ -130,7 +109,7 @@ func (a *Admin) recordList(ctx context.Context, after string) ([]adminRecordRow,
 	for i := range records {
 		r := &records[i]
 		rows[i] = adminRecordRow{UserID: r.UserID, Href: "/admin/usage?" + url.Values{"user_id": {r.UserID}}.Encode(),
-			Summary: UserSummary(r), Note: r.Note}
+			Summary: policy.UserSummary(r), Note: r.Note}
 	}
 	return rows, next, nil
 }
@@ -149,7 +128,7 @@ func (a *Admin) recordFromForm(user string, form url.Values) (policy.UserRecord,
 			values[name] = nil
 			continue
 		}
-		v, err := a.api.ParseLimit(name, raw)
+		v, err := policy.ParseLimit(name, raw)
 		if err != nil {
 			errs[name] = policy.ErrorMessage(err)
 			continue
@@ -188,7 +167,7 @@ func (a *Admin) handleSaveRecord(c echo.Context) error {
 			if created {
 				verb = "Created"
 			}
-			a.flash(c, fmt.Sprintf("%s the record of user %s — %s; it applies to their next check", verb, user, UserSummary(&r)))
+			a.flash(c, fmt.Sprintf("%s the record of user %s — %s; it applies to their next check", verb, user, policy.UserSummary(&r)))
 			return c.Redirect(http.StatusSeeOther, "/admin/usage?"+url.Values{"user_id": {user}}.Encode())
 		case policy.ErrorCode(err) == policy.EINVALID:
 			errs["tier"] = policy.ErrorMessage(err) // the form was checked: only the tier can be refused

@@ -1,9 +1,13 @@
 // Package web is the admin page for the browser: its handlers, sessions,
 // forms, and the HTML templates and static assets they use. The templates
 // and assets are embedded in the binary, so the page needs no files beside
-// it and makes no request outside the service: it works offline. It talks
-// to the policy.Service alone and checks the admin token through package
-// auth, as the JSON API does.
+// it and makes no request outside the service: it works offline.
+//
+// It imports policy and nothing else of this module, neither api nor db:
+// it talks to the policy.Service alone, checks the admin token through the
+// policy.AdminGate the JSON API checks it with, and keeps its sessions in a
+// policy.SessionStore. main mounts it on the JSON API's Echo instance
+// (Admin.Register given to api.Config.Pages), behind the API's middleware.
 package web
 
 import (

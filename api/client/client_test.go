@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,21 +22,9 @@ const adminToken = "client-test-admin"
 
 var t0 = time.Date(2026, 6, 1, 9, 0, 0, 0, time.UTC)
 
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 type env struct {
 	store *db.Store
-	clock *clock
+	clock *policy.TestClock
 	url   string
 }
 
@@ -50,11 +37,11 @@ func newEnv(t *testing.T, cfg func(*api.Config)) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	clk := &clock{now: t0}
+	clk := policy.NewTestClock(t0)
 	c := api.Config{
-		Service:    policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithUsers(store)),
-		AdminToken: adminToken,
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Service: policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithUsers(store)),
+		Admin:   policy.NewAdminGate(adminToken),
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	if cfg != nil {
 		cfg(&c)

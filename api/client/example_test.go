@@ -32,9 +32,9 @@ func Example() {
 	}
 	defer store.Close()
 	srv := httptest.NewServer(api.NewServer(api.Config{
-		Service:    policy.NewService(store, store),
-		AdminToken: "secret",
-		Logger:     slog.New(slog.DiscardHandler),
+		Service: policy.NewService(store, store),
+		Admin:   policy.NewAdminGate("secret"),
+		Logger:  slog.New(slog.DiscardHandler),
 	}))
 	defer srv.Close()
 

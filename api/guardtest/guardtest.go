@@ -41,7 +41,7 @@ const cleanupInterval = time.Minute
 type Guard struct {
 	srv    *httptest.Server
 	client *client.Client
-	clock  *api.TestClock
+	clock  *policy.TestClock
 }
 
 // Option configures New.
@@ -108,7 +108,7 @@ func New(t testing.TB, opts ...Option) *Guard {
 		opt(&o)
 	}
 	ctx := context.Background()
-	clock := api.NewTestClock(o.start)
+	clock := policy.NewTestClock(o.start)
 
 	// SyncNormal: a test's database need not survive a power cut, and
 	// skipping the fsync of every commit keeps checks fast.
@@ -137,12 +137,12 @@ func New(t testing.TB, opts ...Option) *Guard {
 
 	adminToken := newToken(t)
 	srv := httptest.NewServer(api.NewServer(api.Config{
-		Service:    svc,
-		Health:     store.Ping,
-		AdminToken: adminToken,
-		APIToken:   o.apiToken,
-		Logger:     slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelError})),
-		TestClock:  clock,
+		Service:   svc,
+		Health:    store.Ping,
+		Admin:     policy.NewAdminGate(adminToken),
+		APIToken:  o.apiToken,
+		Logger:    slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelError})),
+		TestClock: clock,
 	}))
 	t.Cleanup(srv.Close)
 	pg, err := client.New(srv.URL, client.WithHTTPClient(srv.Client()), client.WithAdminToken(adminToken), client.WithAPIToken(o.apiToken))
@@ -229,7 +229,7 @@ func (g *Guard) Client() *client.Client { return g.client }
 // Clock returns the service's clock: windows, retry_after and the cleanup
 // of old requests follow it, and it moves only when the test moves it. The
 // service's POST /v1/test/clock moves the same clock.
-func (g *Guard) Clock() *api.TestClock { return g.clock }
+func (g *Guard) Clock() *policy.TestClock { return g.clock }
 
 // testLog writes the service's error log lines to the test's log, where
 // they show with the test that caused them.

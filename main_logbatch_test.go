@@ -1,4 +1,4 @@
-package logbatch
+package main
 
 import (
 	"bytes"
@@ -8,17 +8,17 @@ import (
 	"time"
 )
 
-func TestWriterHoldsInfoAndFlushesWarnings(t *testing.T) {
+func TestLogWriterHoldsInfoAndFlushesWarnings(t *testing.T) {
 	var out bytes.Buffer
-	buf := NewWriter(&out)
+	buf := newLogWriter(&out)
 	var scheduled []func()
 	buf.schedule = func(d time.Duration, f func()) {
-		if d != FlushInterval {
-			t.Errorf("flush scheduled in %v, want %v", d, FlushInterval)
+		if d != logFlushInterval {
+			t.Errorf("flush scheduled in %v, want %v", d, logFlushInterval)
 		}
 		scheduled = append(scheduled, f)
 	}
-	log := slog.New(NewHandler(slog.NewTextHandler(buf, nil), buf))
+	log := slog.New(newFlushingHandler(slog.NewTextHandler(buf, nil), buf))
 
 	log.Info("request", "path", "/v1/check")
 	log.Info("request", "path", "/v1/check")

@@ -1,4 +1,4 @@
-package auth
+package policy
 
 import (
 	"sync"
@@ -6,17 +6,18 @@ import (
 )
 
 const (
-	// MaxFailures is how many wrong admin tokens one client may send within
-	// Window before its further attempts are refused until the window
-	// passes.
-	MaxFailures = 5
-	// Window is the period over which wrong admin tokens are counted.
-	Window = 15 * time.Minute
+	// MaxAdminFailures is how many wrong admin tokens one client may send
+	// within AdminFailureWindow before its further attempts are refused
+	// until the window passes.
+	MaxAdminFailures = 5
+	// AdminFailureWindow is the period over which wrong admin tokens are
+	// counted.
+	AdminFailureWindow = 15 * time.Minute
 )
 
-// throttle limits wrong tokens per client: after MaxFailures within Window,
-// attempts are refused until the oldest of them leaves the window. It is
-// safe for concurrent use; its zero value is ready.
+// throttle limits wrong tokens per client: after MaxAdminFailures within
+// AdminFailureWindow, attempts are refused until the oldest of them leaves
+// the window. It is safe for concurrent use; its zero value is ready.
 type throttle struct {
 	mu        sync.Mutex
 	failures  map[string][]time.Time // by client, oldest first
@@ -40,9 +41,9 @@ func (t *throttle) attempt(client string, now time.Time) (wait time.Duration, ok
 		t.lastSweep = now
 	}
 	fs := recentFailures(t.failures[client], now)
-	if len(fs) >= MaxFailures {
+	if len(fs) >= MaxAdminFailures {
 		t.failures[client] = fs
-		return fs[len(fs)-MaxFailures].Add(Window).Sub(now), false
+		return fs[len(fs)-MaxAdminFailures].Add(AdminFailureWindow).Sub(now), false
 	}
 	t.failures[client] = append(fs, now)
 	return 0, true
@@ -66,7 +67,7 @@ func (t *throttle) sweep(now time.Time) {
 
 // recentFailures returns the failures in fs still inside the window at now.
 func recentFailures(fs []time.Time, now time.Time) []time.Time {
-	cutoff := now.Add(-Window)
+	cutoff := now.Add(-AdminFailureWindow)
 	i := 0
 	for i < len(fs) && !fs[i].After(cutoff) {
 		i++

@@ -1,10 +1,11 @@
-package config
+package main
 
 import (
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -24,12 +25,12 @@ func TestFailOpenSetting(t *testing.T) {
 		{[]string{"-fail-open=false"}, map[string]string{"GUARDRAIL_FAIL_OPEN": "1"}, false},
 		{[]string{"-fail-open=false"}, map[string]string{"GUARDRAIL_FAIL_OPEN": "sometimes"}, false}, // the flag wins
 	} {
-		cfg, err := Parse(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+		cfg, err := parseConfig(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
 		if err != nil || cfg.FailOpen != tc.want {
 			t.Errorf("%v %v: fail-open %v (%v), want %v", tc.args, tc.env, cfg.FailOpen, err, tc.want)
 		}
 	}
-	_, err := Parse(nil, func(k string) string { return map[string]string{"GUARDRAIL_FAIL_OPEN": "sometimes"}[k] }, io.Discard)
+	_, err := parseConfig(nil, func(k string) string { return map[string]string{"GUARDRAIL_FAIL_OPEN": "sometimes"}[k] }, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), `GUARDRAIL_FAIL_OPEN "sometimes": must be true or false`) {
 		t.Fatalf("err = %v", err)
 	}
@@ -42,7 +43,7 @@ func TestUsageMessageHidesTokens(t *testing.T) {
 		"GUARDRAIL_DB": "postgres://guard:db-secret-99@db.internal:5432/guard"}
 	getenv := func(k string) string { return env[k] }
 	var usage strings.Builder
-	if _, err := Parse([]string{"-adr", "127.0.0.1:0"}, getenv, &usage); err == nil {
+	if _, err := parseConfig([]string{"-adr", "127.0.0.1:0"}, getenv, &usage); err == nil {
 		t.Fatal("a mistyped flag was accepted")
 	}
 	if !strings.Contains(usage.String(), "-admin-token") {
@@ -53,11 +54,11 @@ func TestUsageMessageHidesTokens(t *testing.T) {
 			t.Errorf("the usage message shows %q:\n%s", secret, usage.String())
 		}
 	}
-	cfg, err := Parse(nil, getenv, io.Discard)
+	cfg, err := parseConfig(nil, getenv, io.Discard)
 	if err != nil || cfg.AdminToken != "admin-secret-77" || cfg.APIToken != "api-secret-88" || cfg.DBPath != env["GUARDRAIL_DB"] {
 		t.Fatalf("tokens and database from the environment: %q %q %q (%v)", cfg.AdminToken, cfg.APIToken, cfg.DBPath, err)
 	}
-	cfg, err = Parse([]string{"-admin-token", "from-flag"}, getenv, io.Discard)
+	cfg, err = parseConfig([]string{"-admin-token", "from-flag"}, getenv, io.Discard)
 	if err != nil || cfg.AdminToken != "from-flag" || cfg.APIToken != "api-secret-88" {
 		t.Fatalf("a flag must win over its variable: %q %q (%v)", cfg.AdminToken, cfg.APIToken, err)
 	}
@@ -68,19 +69,19 @@ func TestUsageMessageHidesTokens(t *testing.T) {
 func TestPostgresSettings(t *testing.T) {
 	env := map[string]string{}
 	getenv := func(k string) string { return env[k] }
-	cfg, err := Parse(nil, getenv, io.Discard)
+	cfg, err := parseConfig(nil, getenv, io.Discard)
 	if err != nil || cfg.DBPath != "guardrail.db" || cfg.PGPoolSize != 16 || cfg.PGStatementTimeout != 5*time.Second || cfg.PGLockTimeout != 5*time.Second {
 		t.Fatalf("defaults: %+v %v", cfg, err)
 	}
-	if n := len(cfg.StoreOptions()); n != 1 {
+	if n := len(cfg.storeOptions()); n != 1 {
 		t.Fatalf("a SQLite file gets %d options, want 1 (-sync)", n)
 	}
 	env["GUARDRAIL_PG_POOL_SIZE"], env["GUARDRAIL_PG_LOCK_TIMEOUT"] = "4", "250ms"
-	cfg, err = Parse([]string{"-db", "postgresql://h/db", "-pg-statement-timeout", "2s", "-pg-pool-size", "9"}, getenv, io.Discard)
+	cfg, err = parseConfig([]string{"-db", "postgresql://h/db", "-pg-statement-timeout", "2s", "-pg-pool-size", "9"}, getenv, io.Discard)
 	if err != nil || cfg.PGPoolSize != 9 || cfg.PGStatementTimeout != 2*time.Second || cfg.PGLockTimeout != 250*time.Millisecond {
 		t.Fatalf("flags over variables: %+v %v", cfg, err)
 	}
-	if n := len(cfg.StoreOptions()); n != 3 {
+	if n := len(cfg.storeOptions()); n != 3 {
 		t.Fatalf("a PostgreSQL URL gets %d options, want 3", n)
 	}
 	for _, tc := range []struct {
@@ -93,7 +94,7 @@ func TestPostgresSettings(t *testing.T) {
 		{[]string{"-pg-lock-timeout", "soon"}, "lock timeout"},
 		{[]string{"-db", ""}, "names no database"},
 	} {
-		if _, err := Parse(tc.args, getenv, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := parseConfig(tc.args, getenv, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want an error about %s", tc.args, err, tc.want)
 		}
 	}
@@ -110,7 +111,7 @@ func TestTokensMustBeSendable(t *testing.T) {
 		{[]string{"-api-token", " secret"}, nil, "API token (-api-token, GUARDRAIL_API_TOKEN) starts or ends with white space"},
 		{[]string{"-api-token", "sec\x01ret"}, nil, "contains a control character"},
 	} {
-		_, err := Parse(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+		_, err := parseConfig(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q %v: err = %v, want %q", tc.args, tc.env, err, tc.want)
 		}
@@ -132,7 +133,7 @@ func TestTrustedProxiesSetting(t *testing.T) {
 		{[]string{"-trusted-proxies", "10.0.0.0/33"}, nil, `trusted proxy "10.0.0.0/33": not an IP address or CIDR range`},
 		{nil, map[string]string{"GUARDRAIL_TRUSTED_PROXIES": "proxy.internal"}, `trusted proxy "proxy.internal": not an IP address or CIDR range`},
 	} {
-		cfg, err := Parse(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+		cfg, err := parseConfig(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
 		got := fmt.Sprint(cfg.TrustedProxies)
 		if err != nil {
 			got = err.Error()
@@ -159,7 +160,7 @@ func TestCallTimeoutSetting(t *testing.T) {
 		{[]string{"-call-timeout", "-1m"}, nil, `call timeout "-1m": must be a positive duration`},
 		{nil, map[string]string{"GUARDRAIL_CALL_TIMEOUT": "ten minutes"}, `call timeout "ten minutes": must be a positive duration`},
 	} {
-		cfg, err := Parse(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+		cfg, err := parseConfig(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
 		got := cfg.CallTimeout.String()
 		if err != nil {
 			got = err.Error()
@@ -183,21 +184,68 @@ func TestTrustClientTierSetting(t *testing.T) {
 		{[]string{"-trust-client-tier=false"}, nil, false},
 		{[]string{"-trust-client-tier=true"}, map[string]string{"GUARDRAIL_TRUST_CLIENT_TIER": "0"}, true},
 	} {
-		cfg, err := Parse(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+		cfg, err := parseConfig(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
 		if err != nil || cfg.TrustClientTier != tc.want {
 			t.Errorf("%v %v: trust %v (%v), want %v", tc.args, tc.env, cfg.TrustClientTier, err, tc.want)
 		}
 	}
-	_, err := Parse(nil, func(k string) string { return map[string]string{"GUARDRAIL_TRUST_CLIENT_TIER": "maybe"}[k] }, io.Discard)
+	_, err := parseConfig(nil, func(k string) string { return map[string]string{"GUARDRAIL_TRUST_CLIENT_TIER": "maybe"}[k] }, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), `GUARDRAIL_TRUST_CLIENT_TIER "maybe": must be true or false`) {
 		t.Errorf("bad value: %v", err)
+	}
+}
+
+func TestTuneGCLeavesWhatTheEnvironmentSets(t *testing.T) {
+	percent, limit := debug.SetGCPercent(100), debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetGCPercent(percent); debug.SetMemoryLimit(limit) })
+
+	env := map[string]string{}
+	getenv := func(k string) string { return env[k] }
+	debug.SetGCPercent(100)
+	tuneGC(getenv)
+	if got := debug.SetGCPercent(100); got != gcPercent {
+		t.Errorf("GC percent %d, want %d", got, gcPercent)
+	}
+	if got := debug.SetMemoryLimit(-1); got != memoryLimit {
+		t.Errorf("memory limit %d, want %d", got, memoryLimit)
+	}
+
+	env["GOGC"], env["GOMEMLIMIT"] = "50", "1GiB"
+	debug.SetGCPercent(50)
+	debug.SetMemoryLimit(1 << 30)
+	tuneGC(getenv)
+	if got := debug.SetGCPercent(100); got != 50 {
+		t.Errorf("with GOGC set: GC percent %d, want it left at 50", got)
+	}
+	if got := debug.SetMemoryLimit(-1); got != 1<<30 {
+		t.Errorf("with GOMEMLIMIT set: memory limit %d, want it left at 1 GiB", got)
+	}
+}
+
+func TestCheckTestClockAddr(t *testing.T) {
+	for addr, ok := range map[string]bool{
+		"127.0.0.1:0":    true,
+		"127.1.2.3:8080": true,
+		"[::1]:8080":     true,
+		"localhost:8080": true,
+		"LOCALHOST:0":    true,
+		":8080":          false,
+		"0.0.0.0:8080":   false,
+		"[::]:8080":      false,
+		"10.0.0.1:8080":  false,
+		"example.com:80": false,
+		"127.0.0.1":      false, // no port
+	} {
+		if err := checkTestClockAddr(addr); (err == nil) != ok {
+			t.Errorf("checkTestClockAddr(%q) = %v, want ok %v", addr, err, ok)
+		}
 	}
 }
 
 // -h lists the commands beside the service's flags.
 func TestUsageListsCommands(t *testing.T) {
 	var out strings.Builder
-	if _, err := Parse([]string{"-h"}, func(string) string { return "" }, &out); !errors.Is(err, flag.ErrHelp) {
+	if _, err := parseConfig([]string{"-h"}, func(string) string { return "" }, &out); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-h: %v", err)
 	}
 	commands, flags, ok := strings.Cut(out.String(), "\nFlags:\n")

@@ -70,35 +70,56 @@ func TierSummary(t *policy.Tier) string {
 	if t.Shadow != nil {
 		shadow = "; shadow " + limitsSummary(*t.Shadow)
 	}
-	return fmt.Sprintf("%s/min (+%s burst), %s/hour, %s/day%s; %s%s",
-		groupDigits(t.RequestsPerMinute), groupDigits(t.BurstAllowance),
-		groupDigits(t.RequestsPerHour), groupDigits(t.RequestsPerDay), meteringSummary(t), features, shadow)
+	requests, metering := limitWords(func(f *policy.LimitField) (int64, bool) { return f.Value(t) })
+	if metering != "" {
+		// Only the metering limits a tier sets: the seeded tiers read as
+		// they always did.
+		metering = "; " + metering
+	}
+	return requests + metering + "; " + features + shadow
 }
 
-// meteringSummary describes the metering limits a tier sets, "" when none:
-// the seeded tiers read as they always did.
-func meteringSummary(t *policy.Tier) string {
-	var parts []string
-	for _, l := range []struct {
-		unit string
-		v    *int64
-	}{
-		{"tokens/min", t.TokensPerMinute},
-		{"tokens/hour", t.TokensPerHour},
-		{"tokens/day", t.TokensPerDay},
-		{"concurrent calls", t.MaxConcurrent},
-	} {
-		if l.v != nil {
-			parts = append(parts, groupDigits(*l.v)+" "+l.unit)
+// limitWords words the limits value reads (ok false for one unset), in
+// the order of policy.LimitFields: the request limits, each burst with
+// the limit of its window ("10/min (+2 burst), 100/hour, 1,000/day"), and
+// the metering limits ("5,000 tokens/min, 2 concurrent calls").
+func limitWords(value func(*policy.LimitField) (int64, bool)) (requests, metering string) {
+	var req, met []string
+	windowAt := map[policy.Window]int{} // the part of each window's request limit
+	for i := range policy.LimitFields {
+		f := &policy.LimitFields[i]
+		v, ok := value(f)
+		if !ok {
+			continue
+		}
+		switch f.Kind {
+		case policy.KindRequests:
+			windowAt[f.Window] = len(req)
+			req = append(req, groupDigits(v)+"/"+windowUnit(f.Window))
+		case policy.KindBurst:
+			if j, ok := windowAt[f.Window]; ok {
+				req[j] += " (+" + groupDigits(v) + " burst)"
+			} else {
+				req = append(req, "+"+groupDigits(v)+" burst")
+			}
+		case policy.KindTokens:
+			met = append(met, groupDigits(v)+" tokens/"+windowUnit(f.Window))
+		case policy.KindConcurrency:
+			met = append(met, groupDigits(v)+" concurrent calls")
 		}
 	}
-	if len(parts) == 0 {
-		return ""
-	}
-	return "; " + strings.Join(parts, ", ")
+	return strings.Join(req, ", "), strings.Join(met, ", ")
 }
 
-// limitText words a metering limit for the audit log: "none" when unset.
+// windowUnit is w as a summary abbreviates it: "min", "hour", "day".
+func windowUnit(w policy.Window) string {
+	if w == policy.Minute {
+		return "min"
+	}
+	return w.String()
+}
+
+// limitText words a limit for the audit log: "none" when unset.
 func limitText(v *int64) string {
 	if v == nil {
 		return "none"
@@ -110,30 +131,10 @@ func limitText(v *int64) string {
 // API names.
 func TierDiff(before, after *policy.Tier) []string {
 	var out []string
-	for _, l := range []struct {
-		field         string
-		before, after int64
-	}{
-		{"requests_per_minute", before.RequestsPerMinute, after.RequestsPerMinute},
-		{"requests_per_hour", before.RequestsPerHour, after.RequestsPerHour},
-		{"requests_per_day", before.RequestsPerDay, after.RequestsPerDay},
-		{"burst_allowance", before.BurstAllowance, after.BurstAllowance},
-	} {
-		if l.before != l.after {
-			out = append(out, fmt.Sprintf("%s: %s → %s", l.field, groupDigits(l.before), groupDigits(l.after)))
-		}
-	}
-	for _, l := range []struct {
-		field         string
-		before, after *int64
-	}{
-		{"tokens_per_minute", before.TokensPerMinute, after.TokensPerMinute},
-		{"tokens_per_hour", before.TokensPerHour, after.TokensPerHour},
-		{"tokens_per_day", before.TokensPerDay, after.TokensPerDay},
-		{"max_concurrent", before.MaxConcurrent, after.MaxConcurrent},
-	} {
-		if b, a := limitText(l.before), limitText(l.after); b != a {
-			out = append(out, fmt.Sprintf("%s: %s → %s", l.field, b, a))
+	for i := range policy.LimitFields {
+		f := &policy.LimitFields[i]
+		if b, a := limitText(f.Get(before)), limitText(f.Get(after)); b != a {
+			out = append(out, fmt.Sprintf("%s: %s → %s", f.Name, b, a))
 		}
 	}
 	if bf, af := strings.Join(before.Features, ", "), strings.Join(after.Features, ", "); bf != af {

@@ -38,9 +38,16 @@ type adminPreviewUser struct {
 	UserID, Requests, Refused string
 }
 
+// limitsSummary words request limits: "10/min (+0 burst), 100/hour,
+// 1,000/day".
 func limitsSummary(l policy.RequestLimits) string {
-	return fmt.Sprintf("%s/min (+%s burst), %s/hour, %s/day",
-		groupDigits(l.RequestsPerMinute), groupDigits(l.BurstAllowance), groupDigits(l.RequestsPerHour), groupDigits(l.RequestsPerDay))
+	requests, _ := limitWords(func(f *policy.LimitField) (int64, bool) {
+		if p := f.RequestLimit(&l); p != nil {
+			return *p, true
+		}
+		return 0, false
+	})
+	return requests
 }
 
 func previewView(p *policy.Preview, l policy.RequestLimits) *adminPreviewView {

@@ -89,7 +89,7 @@ func (a *Admin) recordForm(ctx context.Context, user string, tiers []policy.Tier
 		Hint: "Every check of this user is decided under this tier, whatever it names."})
 	for i, name := range policy.LimitNames {
 		hint := "Empty keeps the tier's limit."
-		if i >= 4 {
+		if policy.LimitFields[i].Optional {
 			hint = `Empty keeps the tier's limit; "none" removes it for this user.`
 		}
 		f.Fields = append(f.Fields, adminField{ID: "record-" + name, Name: name, Label: name, Value: form.Get(name),
@@ -145,7 +145,7 @@ func (a *Admin) recordFromForm(user string, form url.Values) (policy.UserRecord,
 		switch {
 		case raw == "":
 			continue
-		case i >= 4 && strings.EqualFold(raw, noLimit):
+		case policy.LimitFields[i].Optional && strings.EqualFold(raw, noLimit):
 			values[name] = nil
 			continue
 		}

@@ -260,23 +260,42 @@ func (f *LimitField) RequestLimit(l *RequestLimits) *int64 {
 func inRange(v int64) bool { return v >= 0 && v <= MaxLimit }
 
 // limitProblem is one problem of a set of limits: field's value out of
-// range.
+// range (shorter nil), or below the limit of the shorter window shorter.
 type limitProblem struct {
-	field *LimitField
+	field, shorter *LimitField
 	FieldError
 }
 
 // limitProblems returns the problems of the limits value reads, in the
-// order of LimitFields: a value out of range. value returns the limit's
-// value, ok false when it is unset (or does not apply); prefix is written
-// before each field's name.
+// order of LimitFields: a value out of range, and a limit of a longer
+// window below the one of the nearest shorter window of the same kind that
+// is set, which could never bind because the shorter one would refuse
+// first. value returns the limit's value, ok false when it is unset (or
+// does not apply); prefix is written before each field's name. A limit out
+// of range is compared with none. The minute's request limit is compared
+// without its burst allowance: a burst lets a short spike through the
+// minute window, and the hour and day are there to cap it.
 func limitProblems(prefix string, value func(f *LimitField) (int64, bool)) []limitProblem {
 	var problems []limitProblem
+	// The nearest shorter window of each kind that is set.
+	var last [KindConcurrency + 1]struct {
+		f *LimitField
+		v int64
+	}
 	for i := range LimitFields {
 		f := &LimitFields[i]
-		if v, ok := value(f); ok && !inRange(v) {
+		v, ok := value(f)
+		switch {
+		case !ok:
+		case !inRange(v):
 			name := prefix + f.Name
-			problems = append(problems, limitProblem{f, FieldError{name, fmt.Sprintf("%s must be an integer from 0 to %d", name, MaxLimit)}})
+			problems = append(problems, limitProblem{f, nil, FieldError{name, fmt.Sprintf("%s must be an integer from 0 to %d", name, MaxLimit)}})
+		case f.Windowed && (f.Kind == KindRequests || f.Kind == KindTokens):
+			if s := last[f.Kind]; s.f != nil && v < s.v {
+				problems = append(problems, limitProblem{f, s.f, FieldError{prefix + f.Name,
+					fmt.Sprintf("%s%s (%d) is below %s%s (%d): the %s would refuse first", prefix, f.Name, v, prefix, s.f.Name, s.v, f.Window)}})
+			}
+			last[f.Kind].f, last[f.Kind].v = f, v
 		}
 	}
 	return problems
@@ -362,16 +381,53 @@ func (l Limits) Equal(m Limits) bool {
 	return true
 }
 
-// ValidateFields returns every problem with l, in field order, worded as
-// a tier's.
+// ValidateFields returns every value of l out of range, in field order,
+// worded as a tier's. Whether the limits could all bind depends on the
+// tier they apply to: see ValidateOn.
 func (l *Limits) ValidateFields() []FieldError {
-	return fieldErrors(limitProblems("", func(f *LimitField) (int64, bool) {
-		o := f.Override(l)
-		if !o.Set || o.Limit == nil {
-			return 0, false
+	var errs []FieldError
+	for _, p := range limitProblems("", l.value) {
+		if p.shorter == nil {
+			errs = append(errs, p.FieldError)
 		}
-		return *o.Limit, true
-	}))
+	}
+	return errs
+}
+
+// value returns the limit l sets f to; ok is false when l keeps the tier's
+// or removes it.
+func (l *Limits) value(f *LimitField) (int64, bool) {
+	o := f.Override(l)
+	if !o.Set || o.Limit == nil {
+		return 0, false
+	}
+	return *o.Limit, true
+}
+
+// ValidateOn returns the limits of t with l's overrides applied (see
+// WithOverrides) that could not all bind, worded as a tier's, when l
+// overrides one of the two limits compared: the problem names the field of
+// l to change (the longer window's when l sets both). Problems of t's own,
+// and values out of range (see ValidateFields), are not l's to report.
+// With t nil, the limits l sets are compared among themselves, as on any
+// tier.
+func (l *Limits) ValidateOn(t *Tier) []FieldError {
+	value := l.value
+	if t != nil {
+		merged := t.WithOverrides(*l)
+		value = func(f *LimitField) (int64, bool) { return f.Value(&merged) }
+	}
+	var errs []FieldError
+	for _, p := range limitProblems("", value) {
+		switch {
+		case p.shorter == nil:
+		case p.field.Override(l).Set:
+			errs = append(errs, p.FieldError)
+		case p.shorter.Override(l).Set:
+			errs = append(errs, FieldError{p.shorter.Name, p.Message})
+		}
+	}
+	return errs
 }
 
 // WithOverrides returns t with the limits l sets replaced; its name,

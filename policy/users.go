@@ -244,12 +244,42 @@ func (s *Service) PutUser(ctx context.Context, r UserRecord) (UserRecord, bool, 
 	if err := r.Validate(); err != nil {
 		return UserRecord{}, false, err
 	}
+	if err := s.checkOverrides(ctx, &r, nil); err != nil {
+		return UserRecord{}, false, err
+	}
 	r.UpdatedAt = s.now().UTC().Truncate(Resolution)
 	changes, err := s.users.UpdateUsers(ctx, UserUpdate{At: r.UpdatedAt, Source: ChangeSource(ctx), Put: []UserRecord{r}})
 	if err != nil {
 		return UserRecord{}, false, err
 	}
 	return r, len(changes) == 1 && changes[0].Old == nil, nil
+}
+
+// checkOverrides refuses r, with EINVALID, when the limits it overrides
+// could not all bind on the tier it assigns: that tier as listed, when
+// listed has it, or else as stored now. A record that assigns no tier is
+// checked alone (see Limits.ValidateOn); one assigning a tier that does
+// not exist is left to the store, which refuses it. A tier changed later
+// is checked on its own: the records on it are checked when written.
+func (s *Service) checkOverrides(ctx context.Context, r *UserRecord, listed map[string]*Tier) error {
+	if r.Limits.IsZero() {
+		return nil
+	}
+	t, ok := listed[r.Tier]
+	if !ok && r.Tier != "" {
+		stored, err := s.tiers.Tier(ctx, r.Tier)
+		switch {
+		case ErrorCode(err) == ENOTFOUND:
+			return nil
+		case err != nil:
+			return err
+		}
+		t = &stored
+	}
+	if errs := r.Limits.ValidateOn(t); len(errs) > 0 {
+		return &Error{Code: EINVALID, Message: errs[0].Message}
+	}
+	return nil
 }
 
 // DeleteUser removes userID's record, so that their checks are decided as
@@ -291,11 +321,21 @@ func (s *Service) Import(ctx context.Context, tiers []Tier, records []UserRecord
 	if err != nil {
 		return nil, nil, err
 	}
+	listed := make(map[string]*Tier, len(tu.Put))
+	for i := range tu.Put {
+		listed[tu.Put[i].Name] = &tu.Put[i]
+	}
 	seen := make(map[string]bool, len(records))
 	put := make([]UserRecord, len(records))
 	for i, r := range records {
-		if err := r.Validate(); err != nil {
+		err := r.Validate()
+		if err == nil {
+			err = s.checkOverrides(ctx, &r, listed)
+		}
+		if ErrorCode(err) == EINVALID {
 			return nil, nil, Errorf(EINVALID, "user %d (%s): %s", i+1, Quote(r.UserID), ErrorMessage(err))
+		} else if err != nil {
+			return nil, nil, err
 		}
 		if seen[r.UserID] {
 			return nil, nil, Errorf(EINVALID, "user %s is listed twice", Quote(r.UserID))

@@ -50,7 +50,7 @@ func (adminView) TierColumns() []string {
 }
 
 // TierTableWidth returns the number of columns of the tiers table.
-func (v adminView) TierTableWidth() int { return len(tierColumns) + 5 }
+func (adminView) TierTableWidth() int { return len(tierColumns) + 5 }
 
 // columnLabel is the short heading of limit f's column: "Per minute".
 func columnLabel(f *policy.LimitField) string {

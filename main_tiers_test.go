@@ -244,7 +244,7 @@ func TestTiersFileWithUsers(t *testing.T) {
 
 func testTiersFileWithUsers(t *testing.T, dbPath string) {
 	env := map[string]string{"GUARDRAIL_DB": dbPath}
-	team := `{"name": "team", "requests_per_minute": 1, "requests_per_hour": 1, "requests_per_day": 1, "burst_allowance": 0}`
+	team := `{"name": "team", "requests_per_minute": 1, "requests_per_hour": 10, "requests_per_day": 10, "burst_allowance": 0}`
 	file := `{"tiers": [` + team + `], "users": [{"user_id": "ann", "tier": "team", "limits": {"requests_per_minute": 5, "tokens_per_day": null}, "note": "pilot"}, {"user_id": "bob"}]}`
 	out, _, err := tiersCmd(env, "import", writeFile(t, "users.json", file))
 	if err != nil {

@@ -166,15 +166,22 @@ func TestCallRoutesNeedTheAPIToken(t *testing.T) {
 func TestTokenHeaders(t *testing.T) {
 	e := newEnv(t)
 	limits := `"requests_per_minute":100,"requests_per_hour":1000,"requests_per_day":1000,"burst_allowance":0`
-	e.putTier("hourly", `{`+limits+`,"tokens_per_minute":1000,"tokens_per_hour":500}`)
+	e.putTier("hourly", `{`+limits+`,"tokens_per_minute":500,"tokens_per_hour":700}`)
 	e.putTier("tie", `{`+limits+`,"tokens_per_hour":800,"tokens_per_day":800}`)
 	e.putTier("slots", `{`+limits+`,"max_concurrent":1}`)
+	// The hour is the tighter window once it holds a call the minute no
+	// longer does.
+	id := e.openCall("h-hourly", "hourly", 300)
+	if rec := e.do(http.MethodPost, "/v1/calls/"+id+"/finish", `{"tokens":300}`, false); rec.Code != 200 {
+		t.Fatalf("finish: %d %s", rec.Code, rec.Body)
+	}
+	e.clock.Advance(time.Minute + time.Second)
 	for _, tc := range []struct {
 		tier                    string
 		limit, remaining, reset string
 		want                    string
 	}{
-		{"hourly", "500", "200", "0", `"hour":{"limit":1000,"remaining":999,"reset":3600,"tokens":{"limit":500,"used":300,"remaining":200,"reset":0}}`},
+		{"hourly", "700", "100", "3539", `"hour":{"limit":1000,"remaining":998,"reset":3539,"tokens":{"limit":700,"used":600,"remaining":100,"reset":3539}}`},
 		{"tie", "800", "500", "0", `"day":{"limit":1000,"remaining":999,"reset":86400,"tokens":{"limit":800,"used":300,"remaining":500,"reset":0}}`},
 		{"slots", "", "", "", `"windows":{"minute":{"limit":100,"remaining":99,"reset":60},"hour":{"limit":1000,"remaining":999,"reset":3600},"day":{"limit":1000,"remaining":999,"reset":86400}},"call_id":"`},
 	} {

@@ -41,8 +41,8 @@ func TestRateLimitHeaders(t *testing.T) {
 	e := newEnv(t)
 	// minute 2, hour 2: the two windows tie on remaining after one request.
 	e.putTier("tie", `{"requests_per_minute":2,"requests_per_hour":2,"requests_per_day":5,"burst_allowance":0}`)
-	// hour 3 is tighter than minute 10.
-	e.putTier("hourly", `{"requests_per_minute":8,"requests_per_hour":3,"requests_per_day":100,"burst_allowance":2}`)
+	// hour 3 is tighter than the minute's 3 and its burst of 7.
+	e.putTier("hourly", `{"requests_per_minute":3,"requests_per_hour":3,"requests_per_day":100,"burst_allowance":7}`)
 
 	for _, step := range []struct {
 		name    string
@@ -173,16 +173,16 @@ func TestRateLimitHeadersFollowTierEdits(t *testing.T) {
 		xReset:     "60",
 	})
 	e.clock.Advance(30 * time.Second)
-	// Lowered below the user's count: the next answer already carries the
-	// new quotas, and the day is now the tightest window.
-	e.putTier("team", `{"requests_per_minute":1,"requests_per_hour":40,"requests_per_day":1,"burst_allowance":0}`)
+	// Lowered to the user's count: the next answer already carries the
+	// new quotas, and every window is full.
+	e.putTier("team", `{"requests_per_minute":1,"requests_per_hour":1,"requests_per_day":1,"burst_allowance":0}`)
 	rec := e.do("POST", "/v1/check", body, false)
 	if rec.Code != 429 {
 		t.Fatalf("after lowering: %d %s", rec.Code, rec.Body)
 	}
 	checkHeaders(t, rec, wantHeaders{
-		policy:     `"minute";q=1;w=60, "hour";q=40;w=3600, "day";q=1;w=86400`,
-		limit:      `"minute";r=0;t=30, "hour";r=39;t=3570, "day";r=0;t=86370`,
+		policy:     `"minute";q=1;w=60, "hour";q=1;w=3600, "day";q=1;w=86400`,
+		limit:      `"minute";r=0;t=30, "hour";r=0;t=3570, "day";r=0;t=86370`,
 		xLimit:     "1",
 		xRemaining: "0",
 		xReset:     "30",

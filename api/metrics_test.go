@@ -118,7 +118,7 @@ func checkLabels(tier, guardrail, outcome, window, dryRun string) map[string]str
 
 func TestMetricsCountChecks(t *testing.T) {
 	e := newMetricsEnv(t)
-	e.putTier("hourly", `{"requests_per_minute":5,"requests_per_hour":1,"requests_per_day":100,"burst_allowance":0}`)
+	e.putTier("hourly", `{"requests_per_minute":1,"requests_per_hour":1,"requests_per_day":100,"burst_allowance":4}`)
 	e.putTier("lesson", `{"requests_per_minute":1,"requests_per_hour":100,"requests_per_day":100,"burst_allowance":0}`)
 	const secretUser = "user-id-that-must-not-be-a-label"
 	for _, step := range []struct {

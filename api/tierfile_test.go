@@ -98,7 +98,7 @@ func TestTiersFileReportsEveryProblem(t *testing.T) {
 			{"requests_per_minute": 1, "requests_per_hour": 1, "requests_per_day": 1, "burst_allowance": 0},
 			{"name": "Bad Name", "requests_per_minute": 1, "requests_per_hour": 1, "requests_per_day": 1, "burst_allowance": 0},
 			{"name": "extra", "requests_per_minute": 1, "requests_per_hour": 1, "requests_per_day": 1, "burst_allowance": 0, "rpm": 3},
-			{"name": "ok", "requests_per_minute": 2, "requests_per_hour": 1, "requests_per_day": 1, "burst_allowance": 0},
+			{"name": "ok", "requests_per_minute": 2, "requests_per_hour": 2, "requests_per_day": 2, "burst_allowance": 0},
 			{"name": "nohour", "requests_per_minute": 1, "requests_per_day": 1, "burst_allowance": 0},
 			{"name": "feat", "requests_per_minute": 1, "requests_per_hour": 1, "requests_per_day": 1, "burst_allowance": 0, "features": ["chat", "chat"]},
 			"free",
@@ -161,14 +161,14 @@ func TestDescribeTierChange(t *testing.T) {
 func TestTiersFileMeteringRoundTrip(t *testing.T) {
 	n := func(v int64) *int64 { return &v }
 	tiers := []policy.Tier{{Name: "metered", RequestsPerMinute: 10, RequestsPerHour: 100, RequestsPerDay: 1000, Features: []string{},
-		TokensPerMinute: n(5000), TokensPerDay: n(0), MaxConcurrent: n(3)}}
+		TokensPerMinute: n(0), TokensPerDay: n(5000), MaxConcurrent: n(3)}}
 	var buf bytes.Buffer
 	if err := api.WriteTiersFile(&buf, tiers); err != nil {
 		t.Fatal(err)
 	}
-	if want := `"tokens_per_minute": 5000,
+	if want := `"tokens_per_minute": 0,
       "tokens_per_hour": null,
-      "tokens_per_day": 0,
+      "tokens_per_day": 5000,
       "max_concurrent": 3,`; !strings.Contains(buf.String(), want) {
 		t.Fatalf("file:\n%s\nwant it to hold\n%s", buf.String(), want)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"time"
 
@@ -48,21 +49,111 @@ type limitsJSON struct {
 	BurstAllowance    int64 `json:"burst_allowance"`
 }
 
+// tierWire and shadowWire find each limit of policy.LimitFields in the
+// wire types by its JSON name, so that the conversions below walk the
+// table: a limit is added to a wire type as a field, and nowhere else here.
+var (
+	tierWire   = bindWire[tierJSON](func(*policy.LimitField) bool { return true })
+	shadowWire = bindWire[limitsJSON]((*policy.LimitField).InRequestLimits)
+)
+
 func tierToJSON(t policy.Tier) tierJSON {
-	j := tierJSON{Name: t.Name, RequestsPerMinute: t.RequestsPerMinute, RequestsPerHour: t.RequestsPerHour,
-		RequestsPerDay: t.RequestsPerDay, BurstAllowance: t.BurstAllowance,
-		TokensPerMinute: t.TokensPerMinute, TokensPerHour: t.TokensPerHour, TokensPerDay: t.TokensPerDay,
-		MaxConcurrent: t.MaxConcurrent, Features: t.Features, Description: t.Description, UpdatedAt: t.UpdatedAt.UTC()}
+	j := tierJSON{Name: t.Name, Features: t.Features, Description: t.Description, UpdatedAt: t.UpdatedAt.UTC()}
+	for i := range policy.LimitFields {
+		tierWire.set(&j, i, policy.LimitFields[i].Get(&t))
+	}
 	if l := t.Shadow; l != nil {
-		j.Shadow = &limitsJSON{l.RequestsPerMinute, l.RequestsPerHour, l.RequestsPerDay, l.BurstAllowance}
+		j.Shadow = &limitsJSON{}
+		for i := range policy.LimitFields {
+			if p := policy.LimitFields[i].RequestLimit(l); p != nil {
+				shadowWire.set(j.Shadow, i, p)
+			}
+		}
 	}
 	return j
 }
 
 // tierFields are a tier's fields in the order their problems are listed.
-var tierFields = [...]string{"name", "requests_per_minute", "requests_per_hour", "requests_per_day", "burst_allowance",
-	"tokens_per_minute", "tokens_per_hour", "tokens_per_day", "max_concurrent", "features", "description",
-	"shadow", "shadow.requests_per_minute", "shadow.requests_per_hour", "shadow.requests_per_day", "shadow.burst_allowance"}
+var tierFields = func() []string {
+	fields := append([]string{"name"}, policy.LimitNames[:]...)
+	fields = append(fields, "features", "description", "shadow")
+	for i := range policy.LimitFields {
+		if f := &policy.LimitFields[i]; f.InRequestLimits() {
+			fields = append(fields, "shadow."+f.Name)
+		}
+	}
+	return fields
+}()
+
+// wireBinding is where each limit of policy.LimitFields lives in a wire
+// struct type: field[i] is the index of LimitFields[i]'s field, -1 for
+// none.
+type wireBinding struct{ field []int }
+
+// bindWire binds the limits of policy.LimitFields that want reports to the
+// fields of the struct type T that their JSON names tag: int64 for a
+// required limit, *int64 for an optional one. A limit missing from T, or of
+// the wrong type, panics when the program starts, so that no test passes
+// while a wire type lacks a limit of the table.
+func bindWire[T any](want func(*policy.LimitField) bool) wireBinding {
+	typ := reflect.TypeFor[T]()
+	byName := make(map[string]reflect.StructField)
+	for _, sf := range reflect.VisibleFields(typ) {
+		name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
+		byName[name] = sf
+	}
+	b := wireBinding{field: make([]int, len(policy.LimitFields))}
+	for i := range policy.LimitFields {
+		f := &policy.LimitFields[i]
+		b.field[i] = -1
+		if !want(f) {
+			continue
+		}
+		sf, ok := byName[f.Name]
+		wantType := reflect.TypeFor[int64]()
+		if f.Optional {
+			wantType = reflect.TypeFor[*int64]()
+		}
+		if !ok || sf.Type != wantType || len(sf.Index) != 1 {
+			panic(fmt.Sprintf("api: %s needs a field %s of type %s tagged json:%q", typ, f.Name, wantType, f.Name))
+		}
+		b.field[i] = sf.Index[0]
+	}
+	return b
+}
+
+// get returns limit i of *v: nil for an optional limit unset, or when v
+// has no such field.
+func (b wireBinding) get(v any, i int) *int64 {
+	if b.field[i] < 0 {
+		return nil
+	}
+	switch p := reflect.ValueOf(v).Elem().Field(b.field[i]).Addr().Interface().(type) {
+	case *int64:
+		c := *p
+		return &c
+	case **int64:
+		return *p
+	}
+	return nil
+}
+
+// set sets limit i of *v to x: nil unsets an optional limit, and sets a
+// required one to 0.
+func (b wireBinding) set(v any, i int, x *int64) {
+	if b.field[i] < 0 {
+		return
+	}
+	switch p := reflect.ValueOf(v).Elem().Field(b.field[i]).Addr().Interface().(type) {
+	case *int64:
+		*p = 0
+		if x != nil {
+			*p = *x
+		}
+	case **int64:
+		*p = x
+	}
+}
 
 // readTier reads data, the body of PUT /v1/tiers/{name} (pathName is then
 // the name from the path) or one entry of a tiers file (pathName "", and
@@ -124,21 +215,24 @@ func readTier(data []byte, pathName string) (policy.Tier, []string) {
 	if !policy.ValidTierName(name) {
 		problems["name"] = append([]string{"tier name must match [a-z0-9][a-z0-9_-]{0,62}"}, problems["name"]...)
 	}
-	t := policy.Tier{Name: name, RequestsPerMinute: in.RequestsPerMinute, RequestsPerHour: in.RequestsPerHour,
-		RequestsPerDay: in.RequestsPerDay, BurstAllowance: in.BurstAllowance,
-		TokensPerMinute: in.TokensPerMinute, TokensPerHour: in.TokensPerHour, TokensPerDay: in.TokensPerDay,
-		MaxConcurrent: in.MaxConcurrent, Features: in.Features, Description: in.Description}
+	t := policy.Tier{Name: name, Features: in.Features, Description: in.Description}
 	if t.Features == nil {
 		t.Features = []string{}
 	}
-	required := tierFields[1:5]
-	if l := in.Shadow; l != nil {
-		t.Shadow = &policy.RequestLimits{RequestsPerMinute: l.RequestsPerMinute, RequestsPerHour: l.RequestsPerHour,
-			RequestsPerDay: l.RequestsPerDay, BurstAllowance: l.BurstAllowance}
-		required = append(required[:4:4], tierFields[len(tierFields)-4:]...) // the shadow's four
+	if in.Shadow != nil {
+		t.Shadow = &policy.RequestLimits{}
 	}
-	for _, field := range required {
-		if !present[field] {
+	for i := range policy.LimitFields {
+		f := &policy.LimitFields[i]
+		f.Set(&t, tierWire.get(&in, i))
+		if !f.Optional && !present[f.Name] {
+			problems[f.Name] = append(problems[f.Name], f.Name+" is required")
+		}
+		if t.Shadow == nil || !f.InRequestLimits() {
+			continue
+		}
+		*f.RequestLimit(t.Shadow) = *shadowWire.get(in.Shadow, i)
+		if field := "shadow." + f.Name; !present[field] {
 			problems[field] = append(problems[field], field+" is required")
 		}
 	}

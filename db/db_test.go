@@ -442,7 +442,7 @@ func TestCleanupOnAFastClockKeepsWhatCounts(t *testing.T) {
 		s := openStore(t, bk.newDSN(t))
 		now := t0
 		svc := policy.NewService(s, s, policy.WithClock(func() time.Time { return now }))
-		day := policy.Tier{Name: "day", RequestsPerMinute: 100, RequestsPerHour: 100, RequestsPerDay: 3}
+		day := policy.Tier{Name: "day", RequestsPerMinute: 3, RequestsPerHour: 3, RequestsPerDay: 3}
 		if _, _, err := svc.PutTier(ctx, day); err != nil {
 			t.Fatal(err)
 		}

@@ -599,7 +599,60 @@ func (r *opReader) limits() refLimits {
 	if b := r.next(); b%3 == 0 {
 		l.shadow = &[4]int64{int64(r.next() % 6), int64(r.next() % 4), int64(r.next() % 14), int64(r.next() % 24)}
 	}
+	// A tier's limits must all be able to bind: each window's at least
+	// the shorter windows' of its kind that are set.
+	ascending(&l.perMinute, &l.perHour, &l.perDay)
+	ascending(&l.tokens[0], &l.tokens[1], &l.tokens[2])
+	if l.shadow != nil {
+		ascending(&l.shadow[0], &l.shadow[2], &l.shadow[3])
+	}
 	return l
+}
+
+// ascending sorts the values of windows, shortest first, that are set (at
+// least 0) among themselves.
+func ascending(windows ...*int64) {
+	var set []int64
+	for _, p := range windows {
+		if *p >= 0 {
+			set = append(set, *p)
+		}
+	}
+	slices.Sort(set)
+	for _, p := range windows {
+		if *p >= 0 {
+			*p, set = set[0], set[1:]
+		}
+	}
+}
+
+// binds reports whether the limits of a record, over[i] in the order of
+// policy.LimitNames, can all bind on tier l (nil for a record that
+// assigns none, whose overrides are compared among themselves): within
+// the requests and within the tokens, no set window below a shorter one.
+func binds(l *refLimits, over [8]int64) bool {
+	v := [8]int64{-1, -1, -1, -1, -1, -1, -1, -1}
+	if l != nil {
+		v = [8]int64{l.perMinute, l.perHour, l.perDay, l.burst, l.tokens[0], l.tokens[1], l.tokens[2], l.maxConcurrent}
+	}
+	for i, o := range over {
+		if o != refInherit {
+			v[i] = o
+		}
+	}
+	for _, kind := range [][]int64{v[0:3], v[4:7]} {
+		shorter := int64(-1)
+		for _, w := range kind {
+			if w < 0 {
+				continue
+			}
+			if w < shorter {
+				return false
+			}
+			shorter = w
+		}
+	}
+	return true
 }
 
 // user decodes a user record: no tier or one of the model's, and each
@@ -1044,7 +1097,21 @@ func (h *modelHarness) setUser(run *modelRun, op modelOp) {
 	}
 	r.Limits = policy.Limits{RequestsPerMinute: req(over[0]), RequestsPerHour: req(over[1]), RequestsPerDay: req(over[2]), BurstAllowance: req(over[3]),
 		TokensPerMinute: opt(over[4]), TokensPerHour: opt(over[5]), TokensPerDay: opt(over[6]), MaxConcurrent: opt(over[7])}
-	if _, _, err := svc.PutUser(ctx, r); err != nil {
+	var tier *refLimits
+	if l, ok := h.ref.tiers[op.user2.tier]; ok {
+		tier = &l
+	}
+	_, _, err := svc.PutUser(ctx, r)
+	switch {
+	case !binds(tier, over):
+		// Overrides that could not all bind on the tier are refused,
+		// and change nothing.
+		if policy.ErrorCode(err) != policy.EINVALID || !strings.Contains(policy.ErrorMessage(err), " would refuse first") {
+			run.fatalf("put user: %v, want a refusal: its limits cannot all bind", err)
+		}
+		h.stats["user refused: limits cannot all bind"]++
+		return
+	case err != nil:
 		run.fatalf("put user: %v", err)
 	}
 	h.ref.users[user] = op.user2

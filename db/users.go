@@ -31,11 +31,12 @@ type userCache struct {
 	m sync.Map // user id → policy.UserRecord
 }
 
-const userColumns = `user_id, tier, requests_per_minute, requests_per_hour, requests_per_day, burst_allowance, ` +
-	`tokens_per_minute, tokens_per_hour, tokens_per_day, max_concurrent, overrides, note, updated_at`
+// userColumns are the columns of the users table: a column per limit of
+// policy.LimitFields, named as the limit.
+var userColumns = `user_id, tier, ` + strings.Join(policy.LimitNames[:], ", ") + `, overrides, note, updated_at`
 
 // userUpsert creates or replaces a user record, in both dialects.
-var userUpsert = `INSERT INTO users (` + userColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+var userUpsert = `INSERT INTO users (` + userColumns + `) VALUES (?` + strings.Repeat(", ?", strings.Count(userColumns, ",")) + `)
 	ON CONFLICT (user_id) DO UPDATE SET ` + func() string {
 	var set []string
 	for _, c := range strings.Split(userColumns, ", ")[1:] {
@@ -46,10 +47,14 @@ var userUpsert = `INSERT INTO users (` + userColumns + `) VALUES (?, ?, ?, ?, ?,
 
 // userRow is a row of the users table.
 type userRow struct {
-	UserID    string
-	Tier      sql.NullString
-	Limits    [8]*int64 // in the order of policy.LimitNames
-	Overrides int64     // bit i set: optional limit i (Limits[4+i]) is overridden
+	UserID string
+	Tier   sql.NullString
+	Limits [len(policy.LimitFields)]*int64 // in the order of policy.LimitFields
+	// Overrides has bit i set when the i-th optional limit of
+	// policy.LimitFields is overridden: its column holds the user's
+	// limit, NULL for none. A required limit is overridden when its
+	// column is not NULL.
+	Overrides int64
 	Note      string
 	UpdatedAt int64 // Unix microseconds
 }
@@ -64,24 +69,33 @@ func (r *userRow) scanArgs() []any {
 
 func (r *userRow) record() policy.UserRecord {
 	u := policy.UserRecord{UserID: r.UserID, Tier: r.Tier.String, Note: r.Note, UpdatedAt: time.UnixMicro(r.UpdatedAt).UTC()}
-	l := &u.Limits
-	l.RequestsPerMinute, l.RequestsPerHour, l.RequestsPerDay, l.BurstAllowance = r.Limits[0], r.Limits[1], r.Limits[2], r.Limits[3]
-	for i, o := range []*policy.Override{&l.TokensPerMinute, &l.TokensPerHour, &l.TokensPerDay, &l.MaxConcurrent} {
-		if r.Overrides&(1<<i) != 0 {
-			*o = policy.Override{Set: true, Limit: r.Limits[4+i]}
+	bit := 0
+	for i := range policy.LimitFields {
+		f := &policy.LimitFields[i]
+		if !f.Optional {
+			f.SetOverride(&u.Limits, policy.Override{Set: r.Limits[i] != nil, Limit: r.Limits[i]})
+			continue
 		}
+		if r.Overrides&(1<<bit) != 0 {
+			f.SetOverride(&u.Limits, policy.Override{Set: true, Limit: r.Limits[i]})
+		}
+		bit++
 	}
 	return u
 }
 
 func userRowOf(u *policy.UserRecord) userRow {
 	r := userRow{UserID: u.UserID, Tier: sql.NullString{String: u.Tier, Valid: u.Tier != ""}, Note: u.Note, UpdatedAt: u.UpdatedAt.UnixMicro()}
-	l := &u.Limits
-	r.Limits[0], r.Limits[1], r.Limits[2], r.Limits[3] = l.RequestsPerMinute, l.RequestsPerHour, l.RequestsPerDay, l.BurstAllowance
-	for i, o := range []policy.Override{l.TokensPerMinute, l.TokensPerHour, l.TokensPerDay, l.MaxConcurrent} {
-		if o.Set {
-			r.Overrides |= 1 << i
-			r.Limits[4+i] = o.Limit
+	bit := 0
+	for i := range policy.LimitFields {
+		f := &policy.LimitFields[i]
+		o := f.Override(&u.Limits)
+		r.Limits[i] = o.Limit
+		if f.Optional {
+			if o.Set {
+				r.Overrides |= 1 << bit
+			}
+			bit++
 		}
 	}
 	return r

@@ -23,25 +23,23 @@ func (w Window) TokenReason() string { return "per-" + w.String() + " token limi
 // Metered reports whether the tier limits tokens or concurrent calls: whether
 // a check it admits opens a call.
 func (t *Tier) Metered() bool {
-	return t.TokensPerMinute != nil || t.TokensPerHour != nil || t.TokensPerDay != nil || t.MaxConcurrent != nil
+	for i := range LimitFields {
+		if f := &LimitFields[i]; f.Kind == KindTokens || f.Kind == KindConcurrency {
+			if _, ok := f.Value(t); ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // TokenLimit returns the most tokens window w may count; ok is false when the
 // tier sets no token limit for w.
 func (t *Tier) TokenLimit(w Window) (limit int64, ok bool) {
-	var p *int64
-	switch w {
-	case Minute:
-		p = t.TokensPerMinute
-	case Hour:
-		p = t.TokensPerHour
-	default:
-		p = t.TokensPerDay
+	if f := tokenFields[w]; f != nil {
+		return f.Value(t)
 	}
-	if p == nil {
-		return 0, false
-	}
-	return *p, true
+	return 0, false
 }
 
 // Call is one metered model call: opened by a check admitted under a metered
@@ -330,44 +328,4 @@ func CallUsage(l Ledger, t *Tier, now time.Time) (tokens [len(Windows)]TokenStat
 		tokens[w] = s
 	}
 	return tokens, inFlight, nil
-}
-
-// meteringFields lists the optional limits of t with their API names, in
-// field order.
-func (t *Tier) meteringFields() [4]struct {
-	field string
-	v     *int64
-} {
-	return [4]struct {
-		field string
-		v     *int64
-	}{
-		{"tokens_per_minute", t.TokensPerMinute},
-		{"tokens_per_hour", t.TokensPerHour},
-		{"tokens_per_day", t.TokensPerDay},
-		{"max_concurrent", t.MaxConcurrent},
-	}
-}
-
-// validateMetering returns the problems of t's optional limits.
-func (t *Tier) validateMetering() []FieldError {
-	var errs []FieldError
-	for _, l := range t.meteringFields() {
-		if l.v != nil && (*l.v < 0 || *l.v > MaxLimit) {
-			errs = append(errs, FieldError{l.field, l.field + " must be an integer from 0 to 2147483647"})
-		}
-	}
-	return errs
-}
-
-// sameMetering reports whether a and b set the same optional limits.
-func sameMetering(a, b *Tier) bool {
-	af, bf := a.meteringFields(), b.meteringFields()
-	for i := range af {
-		x, y := af[i].v, bf[i].v
-		if (x == nil) != (y == nil) || x != nil && *x != *y {
-			return false
-		}
-	}
-	return true
 }

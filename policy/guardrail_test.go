@@ -229,7 +229,7 @@ func TestServiceTierEdits(t *testing.T) {
 func TestServiceCreateAndReplaceAskForPreconditions(t *testing.T) {
 	svc, st, clk := newService(t)
 	ctx := context.Background()
-	team := policy.Tier{Name: "team", RequestsPerMinute: 1, RequestsPerHour: 1, RequestsPerDay: 1}
+	team := policy.Tier{Name: "team", RequestsPerMinute: 1, RequestsPerHour: 10, RequestsPerDay: 10}
 	if _, err := svc.CreateTier(ctx, policy.Tier{Name: "Bad Name"}); policy.ErrorCode(err) != policy.EINVALID {
 		t.Fatalf("invalid tier: err = %v", err)
 	}

@@ -235,13 +235,23 @@ func (s *Service) overrides(base RequestLimits) LimitsLookup {
 	t = t.WithLimits(base)
 	return func(userID string) (RequestLimits, bool) {
 		rec, ok := s.users.CachedUser(userID)
-		if !ok || rec.Limits.RequestsPerMinute == nil && rec.Limits.RequestsPerHour == nil &&
-			rec.Limits.RequestsPerDay == nil && rec.Limits.BurstAllowance == nil {
+		if !ok || !overridesRequestLimits(&rec.Limits) {
 			return RequestLimits{}, false
 		}
 		u := t.WithOverrides(rec.Limits)
 		return u.RequestLimits(), true
 	}
+}
+
+// overridesRequestLimits reports whether l overrides a limit that
+// RequestLimits holds.
+func overridesRequestLimits(l *Limits) bool {
+	for i := range LimitFields {
+		if f := &LimitFields[i]; f.InRequestLimits() && f.Override(l).Set {
+			return true
+		}
+	}
+	return false
 }
 
 // replay reads the requests of t recorded strictly after from and at or

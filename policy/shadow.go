@@ -27,25 +27,6 @@ func (l *RequestLimits) Ceiling(w Window) int64 {
 	}
 }
 
-// validate returns the problems of l, naming each field with prefix.
-func (l *RequestLimits) validate(prefix string) []FieldError {
-	var errs []FieldError
-	for _, f := range []struct {
-		field string
-		v     int64
-	}{
-		{"requests_per_minute", l.RequestsPerMinute},
-		{"requests_per_hour", l.RequestsPerHour},
-		{"requests_per_day", l.RequestsPerDay},
-		{"burst_allowance", l.BurstAllowance},
-	} {
-		if f.v < 0 || f.v > MaxLimit {
-			errs = append(errs, FieldError{prefix + f.field, prefix + f.field + " must be an integer from 0 to 2147483647"})
-		}
-	}
-	return errs
-}
-
 // RequestLimits returns t's request limits.
 func (t *Tier) RequestLimits() RequestLimits {
 	return RequestLimits{t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay, t.BurstAllowance}
@@ -55,8 +36,11 @@ func (t *Tier) RequestLimits() RequestLimits {
 // else, shadow limits included, is t's.
 func (t *Tier) WithLimits(l RequestLimits) Tier {
 	c := *t
-	c.RequestsPerMinute, c.RequestsPerHour, c.RequestsPerDay, c.BurstAllowance =
-		l.RequestsPerMinute, l.RequestsPerHour, l.RequestsPerDay, l.BurstAllowance
+	for i := range LimitFields {
+		if f := &LimitFields[i]; f.InRequestLimits() {
+			f.Set(&c, f.RequestLimit(&l))
+		}
+	}
 	return c
 }
 

@@ -23,36 +23,58 @@ func TierSummary(t *Tier) string {
 	if t.Shadow != nil {
 		shadow = "; shadow " + LimitsSummary(*t.Shadow)
 	}
-	return fmt.Sprintf("%s/min (+%s burst), %s/hour, %s/day%s; %s%s",
-		GroupDigits(t.RequestsPerMinute), GroupDigits(t.BurstAllowance),
-		GroupDigits(t.RequestsPerHour), GroupDigits(t.RequestsPerDay), meteringSummary(t), features, shadow)
+	requests, metering := limitWords(func(f *LimitField) (int64, bool) { return f.Value(t) })
+	if metering != "" {
+		// Only the metering limits a tier sets: the seeded tiers read as
+		// they always did.
+		metering = "; " + metering
+	}
+	return requests + metering + "; " + features + shadow
 }
 
-// meteringSummary describes the metering limits a tier sets, "" when none:
-// the seeded tiers read as they always did.
-func meteringSummary(t *Tier) string {
-	var parts []string
-	for _, l := range []struct {
-		unit string
-		v    *int64
-	}{
-		{"tokens/min", t.TokensPerMinute},
-		{"tokens/hour", t.TokensPerHour},
-		{"tokens/day", t.TokensPerDay},
-		{"concurrent calls", t.MaxConcurrent},
-	} {
-		if l.v != nil {
-			parts = append(parts, GroupDigits(*l.v)+" "+l.unit)
+// limitWords words the limits value reads (ok false for one unset), in
+// the order of LimitFields: the request limits, each burst with the limit
+// of its window ("10/min (+2 burst), 100/hour, 1,000/day"), and the
+// metering limits ("5,000 tokens/min, 2 concurrent calls").
+func limitWords(value func(*LimitField) (int64, bool)) (requests, metering string) {
+	var req, met []string
+	windowAt := map[Window]int{} // the part of each window's request limit
+	for i := range LimitFields {
+		f := &LimitFields[i]
+		v, ok := value(f)
+		if !ok {
+			continue
+		}
+		switch f.Kind {
+		case KindRequests:
+			windowAt[f.Window] = len(req)
+			req = append(req, GroupDigits(v)+"/"+windowUnit(f.Window))
+		case KindBurst:
+			if j, ok := windowAt[f.Window]; ok {
+				req[j] += " (+" + GroupDigits(v) + " burst)"
+			} else {
+				req = append(req, "+"+GroupDigits(v)+" burst")
+			}
+		case KindTokens:
+			met = append(met, GroupDigits(v)+" tokens/"+windowUnit(f.Window))
+		case KindConcurrency:
+			met = append(met, GroupDigits(v)+" concurrent calls")
 		}
 	}
-	if len(parts) == 0 {
-		return ""
-	}
-	return "; " + strings.Join(parts, ", ")
+	return strings.Join(req, ", "), strings.Join(met, ", ")
 }
 
-// limitText words a metering limit for the audit log: "none" when unset.
-func limitText(v *int64) string {
+// windowUnit is w as a summary abbreviates it: "min", "hour", "day".
+func windowUnit(w Window) string {
+	if w == Minute {
+		return "min"
+	}
+	return w.String()
+}
+
+// LimitText words a limit for a person: "none" when unset, else its digits
+// grouped ("1,000").
+func LimitText(v *int64) string {
 	if v == nil {
 		return "none"
 	}
@@ -64,30 +86,10 @@ func limitText(v *int64) string {
 // changed nothing reads "saved without a change".
 func TierDiff(before, after *Tier) []string {
 	var out []string
-	for _, l := range []struct {
-		field         string
-		before, after int64
-	}{
-		{"requests_per_minute", before.RequestsPerMinute, after.RequestsPerMinute},
-		{"requests_per_hour", before.RequestsPerHour, after.RequestsPerHour},
-		{"requests_per_day", before.RequestsPerDay, after.RequestsPerDay},
-		{"burst_allowance", before.BurstAllowance, after.BurstAllowance},
-	} {
-		if l.before != l.after {
-			out = append(out, fmt.Sprintf("%s: %s → %s", l.field, GroupDigits(l.before), GroupDigits(l.after)))
-		}
-	}
-	for _, l := range []struct {
-		field         string
-		before, after *int64
-	}{
-		{"tokens_per_minute", before.TokensPerMinute, after.TokensPerMinute},
-		{"tokens_per_hour", before.TokensPerHour, after.TokensPerHour},
-		{"tokens_per_day", before.TokensPerDay, after.TokensPerDay},
-		{"max_concurrent", before.MaxConcurrent, after.MaxConcurrent},
-	} {
-		if b, a := limitText(l.before), limitText(l.after); b != a {
-			out = append(out, fmt.Sprintf("%s: %s → %s", l.field, b, a))
+	for i := range LimitFields {
+		f := &LimitFields[i]
+		if b, a := LimitText(f.Get(before)), LimitText(f.Get(after)); b != a {
+			out = append(out, fmt.Sprintf("%s: %s → %s", f.Name, b, a))
 		}
 	}
 	if bf, af := strings.Join(before.Features, ", "), strings.Join(after.Features, ", "); bf != af {
@@ -134,8 +136,13 @@ func UserSummary(r *UserRecord) string {
 // LimitsSummary describes request limits in one line: "5/min (+0 burst),
 // 100/hour, 1,000/day".
 func LimitsSummary(l RequestLimits) string {
-	return fmt.Sprintf("%s/min (+%s burst), %s/hour, %s/day",
-		GroupDigits(l.RequestsPerMinute), GroupDigits(l.BurstAllowance), GroupDigits(l.RequestsPerHour), GroupDigits(l.RequestsPerDay))
+	requests, _ := limitWords(func(f *LimitField) (int64, bool) {
+		if p := f.RequestLimit(&l); p != nil {
+			return *p, true
+		}
+		return 0, false
+	})
+	return requests
 }
 
 // GroupDigits formats n with a comma between groups of three digits:

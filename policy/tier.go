@@ -100,9 +100,7 @@ func (t *Tier) ValidateFields() []FieldError {
 	if !ValidTierName(t.Name) {
 		errs = append(errs, FieldError{"name", "name must match [a-z0-9][a-z0-9_-]{0,62}"})
 	}
-	limits := t.RequestLimits()
-	errs = append(errs, limits.validate("")...)
-	errs = append(errs, t.validateMetering()...)
+	errs = append(errs, t.validateLimits()...)
 	if t.Shadow != nil {
 		errs = append(errs, t.Shadow.validate("shadow.")...)
 	}
@@ -199,11 +197,7 @@ func (c *TierChange) Deleted() bool { return c.New == nil }
 // description: whether deciding a check on one instead of the other could
 // change any answer. Names and UpdatedAt are not compared.
 func SameLimits(a, b *Tier) bool {
-	return a.RequestsPerMinute == b.RequestsPerMinute &&
-		a.RequestsPerHour == b.RequestsPerHour &&
-		a.RequestsPerDay == b.RequestsPerDay &&
-		a.BurstAllowance == b.BurstAllowance &&
-		sameMetering(a, b) &&
+	return sameLimitValues(a, b) &&
 		sameShadow(a, b) &&
 		a.Description == b.Description &&
 		slices.Equal(a.Features, b.Features)

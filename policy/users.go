@@ -3,131 +3,12 @@ package policy
 import (
 	"context"
 	"errors"
-	"slices"
 	"time"
 	"unicode/utf8"
 )
 
 // MaxNote is the longest note of a user record accepted, in bytes.
 const MaxNote = 1024
-
-// Override replaces one optional limit of a tier (a token window or
-// max_concurrent) for one user. The zero value replaces nothing.
-type Override struct {
-	// Set reports whether the user's limit replaces the tier's.
-	Set bool
-	// Limit is the user's limit when Set; nil removes the tier's limit.
-	Limit *int64
-}
-
-// To returns an override setting the limit to v.
-func To(v int64) Override { return Override{Set: true, Limit: &v} }
-
-// Unlimited is the override that removes a tier's optional limit.
-var Unlimited = Override{Set: true}
-
-// Limits are a user's overrides of their tier's limits, field by field: a
-// nil request limit, or an Override not Set, keeps the tier's value. The
-// zero value overrides nothing.
-type Limits struct {
-	RequestsPerMinute, RequestsPerHour, RequestsPerDay, BurstAllowance *int64
-	TokensPerMinute, TokensPerHour, TokensPerDay, MaxConcurrent        Override
-}
-
-// IsZero reports whether l overrides nothing.
-func (l Limits) IsZero() bool { return l.Equal(Limits{}) }
-
-// Equal reports whether l and m override the same limits with the same
-// values.
-func (l Limits) Equal(m Limits) bool {
-	eq := func(a, b *int64) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
-	for i, a := range l.requestFields() {
-		if !eq(a.v, m.requestFields()[i].v) {
-			return false
-		}
-	}
-	for i, a := range l.optionalFields() {
-		b := m.optionalFields()[i].o
-		if a.o.Set != b.Set || a.o.Set && !eq(a.o.Limit, b.Limit) {
-			return false
-		}
-	}
-	return true
-}
-
-type namedLimit struct {
-	field string
-	v     *int64
-}
-
-type namedOverride struct {
-	field string
-	o     Override
-}
-
-// requestFields lists the request limits of l with their API names.
-func (l *Limits) requestFields() [4]namedLimit {
-	return [4]namedLimit{
-		{"requests_per_minute", l.RequestsPerMinute},
-		{"requests_per_hour", l.RequestsPerHour},
-		{"requests_per_day", l.RequestsPerDay},
-		{"burst_allowance", l.BurstAllowance},
-	}
-}
-
-// optionalFields lists the optional limits of l with their API names.
-func (l *Limits) optionalFields() [4]namedOverride {
-	return [4]namedOverride{
-		{"tokens_per_minute", l.TokensPerMinute},
-		{"tokens_per_hour", l.TokensPerHour},
-		{"tokens_per_day", l.TokensPerDay},
-		{"max_concurrent", l.MaxConcurrent},
-	}
-}
-
-// ValidateFields returns every problem with l, in field order, worded as
-// a tier's.
-func (l *Limits) ValidateFields() []FieldError {
-	var errs []FieldError
-	bad := func(field string) {
-		errs = append(errs, FieldError{field, field + " must be an integer from 0 to 2147483647"})
-	}
-	for _, f := range l.requestFields() {
-		if f.v != nil && (*f.v < 0 || *f.v > MaxLimit) {
-			bad(f.field)
-		}
-	}
-	for _, f := range l.optionalFields() {
-		if f.o.Set && f.o.Limit != nil && (*f.o.Limit < 0 || *f.o.Limit > MaxLimit) {
-			bad(f.field)
-		}
-	}
-	return errs
-}
-
-// WithOverrides returns t with the limits l sets replaced; its name,
-// features and description stay the tier's.
-func (t Tier) WithOverrides(l Limits) Tier {
-	set := func(dst *int64, v *int64) {
-		if v != nil {
-			*dst = *v
-		}
-	}
-	set(&t.RequestsPerMinute, l.RequestsPerMinute)
-	set(&t.RequestsPerHour, l.RequestsPerHour)
-	set(&t.RequestsPerDay, l.RequestsPerDay)
-	set(&t.BurstAllowance, l.BurstAllowance)
-	over := func(dst **int64, o Override) {
-		if o.Set {
-			*dst = o.Limit
-		}
-	}
-	over(&t.TokensPerMinute, l.TokensPerMinute)
-	over(&t.TokensPerHour, l.TokensPerHour)
-	over(&t.TokensPerDay, l.TokensPerDay)
-	over(&t.MaxConcurrent, l.MaxConcurrent)
-	return t
-}
 
 // UserRecord is what an admin set for one user: the tier their checks are
 // decided under, whatever the check names, and overrides of that tier's
@@ -363,12 +244,42 @@ func (s *Service) PutUser(ctx context.Context, r UserRecord) (UserRecord, bool, 
 	if err := r.Validate(); err != nil {
 		return UserRecord{}, false, err
 	}
+	if err := s.checkOverrides(ctx, &r, nil); err != nil {
+		return UserRecord{}, false, err
+	}
 	r.UpdatedAt = s.now().UTC().Truncate(Resolution)
 	changes, err := s.users.UpdateUsers(ctx, UserUpdate{At: r.UpdatedAt, Source: ChangeSource(ctx), Put: []UserRecord{r}})
 	if err != nil {
 		return UserRecord{}, false, err
 	}
 	return r, len(changes) == 1 && changes[0].Old == nil, nil
+}
+
+// checkOverrides refuses r, with EINVALID, when the limits it overrides
+// could not all bind on the tier it assigns: that tier as listed, when
+// listed has it, or else as stored now. A record that assigns no tier is
+// checked alone (see Limits.ValidateOn); one assigning a tier that does
+// not exist is left to the store, which refuses it. A tier changed later
+// is checked on its own: the records on it are checked when written.
+func (s *Service) checkOverrides(ctx context.Context, r *UserRecord, listed map[string]*Tier) error {
+	if r.Limits.IsZero() {
+		return nil
+	}
+	t, ok := listed[r.Tier]
+	if !ok && r.Tier != "" {
+		stored, err := s.tiers.Tier(ctx, r.Tier)
+		switch {
+		case ErrorCode(err) == ENOTFOUND:
+			return nil
+		case err != nil:
+			return err
+		}
+		t = &stored
+	}
+	if errs := r.Limits.ValidateOn(t); len(errs) > 0 {
+		return &Error{Code: EINVALID, Message: errs[0].Message}
+	}
+	return nil
 }
 
 // DeleteUser removes userID's record, so that their checks are decided as
@@ -410,11 +321,21 @@ func (s *Service) Import(ctx context.Context, tiers []Tier, records []UserRecord
 	if err != nil {
 		return nil, nil, err
 	}
+	listed := make(map[string]*Tier, len(tu.Put))
+	for i := range tu.Put {
+		listed[tu.Put[i].Name] = &tu.Put[i]
+	}
 	seen := make(map[string]bool, len(records))
 	put := make([]UserRecord, len(records))
 	for i, r := range records {
-		if err := r.Validate(); err != nil {
+		err := r.Validate()
+		if err == nil {
+			err = s.checkOverrides(ctx, &r, listed)
+		}
+		if ErrorCode(err) == EINVALID {
 			return nil, nil, Errorf(EINVALID, "user %d (%s): %s", i+1, Quote(r.UserID), ErrorMessage(err))
+		} else if err != nil {
+			return nil, nil, err
 		}
 		if seen[r.UserID] {
 			return nil, nil, Errorf(EINVALID, "user %s is listed twice", Quote(r.UserID))
@@ -441,73 +362,4 @@ func validRecordID(userID string) error {
 		return Errorf(EINVALID, "user_id must not be empty")
 	}
 	return ValidateUserID(userID)
-}
-
-// LimitNames are the names of the limits a user's record can override, in
-// field order: the API's and the tiers file's.
-var LimitNames = [...]string{
-	"requests_per_minute", "requests_per_hour", "requests_per_day", "burst_allowance",
-	"tokens_per_minute", "tokens_per_hour", "tokens_per_day", "max_concurrent",
-}
-
-// Values returns the limits l overrides, by name: a nil value removes an
-// optional limit. It returns nil when l overrides nothing.
-func (l Limits) Values() map[string]*int64 {
-	var m map[string]*int64
-	put := func(name string, v *int64) {
-		if m == nil {
-			m = make(map[string]*int64)
-		}
-		m[name] = v
-	}
-	for _, f := range l.requestFields() {
-		if f.v != nil {
-			put(f.field, f.v)
-		}
-	}
-	for _, f := range l.optionalFields() {
-		if f.o.Set {
-			put(f.field, f.o.Limit)
-		}
-	}
-	return m
-}
-
-// LimitsOf returns the Limits whose Values are values. A name that is not
-// one of LimitNames, or a nil request limit (only the optional limits can
-// be removed), is an EINVALID error naming it; values are not checked
-// against their range (see Limits.ValidateFields).
-func LimitsOf(values map[string]*int64) (Limits, error) {
-	var l Limits
-	for _, name := range sortedKeys(values) {
-		v := values[name]
-		req := map[string]**int64{
-			"requests_per_minute": &l.RequestsPerMinute, "requests_per_hour": &l.RequestsPerHour,
-			"requests_per_day": &l.RequestsPerDay, "burst_allowance": &l.BurstAllowance,
-		}
-		opt := map[string]*Override{
-			"tokens_per_minute": &l.TokensPerMinute, "tokens_per_hour": &l.TokensPerHour,
-			"tokens_per_day": &l.TokensPerDay, "max_concurrent": &l.MaxConcurrent,
-		}
-		switch {
-		case req[name] != nil && v == nil:
-			return Limits{}, Errorf(EINVALID, "%s must be an integer from 0 to 2147483647 (only token limits and max_concurrent can be null)", name)
-		case req[name] != nil:
-			*req[name] = v
-		case opt[name] != nil:
-			*opt[name] = Override{Set: true, Limit: v}
-		default:
-			return Limits{}, Errorf(EINVALID, "unknown field %s in limits", Quote(name))
-		}
-	}
-	return l, nil
-}
-
-func sortedKeys(m map[string]*int64) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -14,16 +14,53 @@ import (
 
 // adminTierRow is one tier as the tiers table shows it.
 type adminTierRow struct {
-	Name              string
-	Default           bool
-	RequestsPerMinute string
-	RequestsPerHour   string
-	RequestsPerDay    string
-	BurstAllowance    string
-	Features          []string
-	Description       string
-	Updated           string
-	UpdatedISO        string // empty when the tier has not changed since it was seeded
+	Name        string
+	Default     bool
+	Limits      []adminLimitCell // in the order of TierColumns
+	Features    []string
+	Description string
+	Updated     string
+	UpdatedISO  string // empty when the tier has not changed since it was seeded
+}
+
+// adminLimitCell is one limit of a tier in the tiers table.
+type adminLimitCell struct {
+	Field, Label, Value string
+}
+
+// tierColumns are the limits the tiers table shows, a column each: those
+// every tier sets.
+var tierColumns = func() []*policy.LimitField {
+	var fs []*policy.LimitField
+	for i := range policy.LimitFields {
+		if f := &policy.LimitFields[i]; !f.Optional {
+			fs = append(fs, f)
+		}
+	}
+	return fs
+}()
+
+// TierColumns returns the headings of the tiers table's limit columns.
+func (adminView) TierColumns() []string {
+	labels := make([]string, len(tierColumns))
+	for i, f := range tierColumns {
+		labels[i] = columnLabel(f)
+	}
+	return labels
+}
+
+// TierTableWidth returns the number of columns of the tiers table.
+func (adminView) TierTableWidth() int { return len(tierColumns) + 5 }
+
+// columnLabel is the short heading of limit f's column: "Per minute".
+func columnLabel(f *policy.LimitField) string {
+	switch f.Kind {
+	case policy.KindRequests:
+		return "Per " + f.Window.String()
+	case policy.KindBurst:
+		return "Burst"
+	}
+	return f.Label
 }
 
 // adminField is one labelled control of a form. Value is what the admin
@@ -91,31 +128,58 @@ func parseTierVersion(s string) (time.Time, bool) {
 	return time.UnixMicro(n).UTC(), true
 }
 
-// adminTierFields lists the tier form's fields in order, named as in the
-// JSON API, so that policy.FieldError.Field finds its field.
-var adminTierFields = []struct {
+// adminTierField is one field of the tier form.
+type adminTierField struct {
 	name, label, hint string
 	numeric, wide     bool
-}{
-	{name: "name", label: "Name", hint: "Lowercase letters, digits, - and _."},
-	{name: "requests_per_minute", label: "Requests per minute", numeric: true},
-	{name: "requests_per_hour", label: "Requests per hour", numeric: true},
-	{name: "requests_per_day", label: "Requests per day", numeric: true},
-	{name: "burst_allowance", label: "Burst allowance", hint: "Extra requests the minute window admits.", numeric: true},
-	{name: "tokens_per_minute", label: "Tokens per minute", hint: "Empty for no limit.", numeric: true},
-	{name: "tokens_per_hour", label: "Tokens per hour", hint: "Empty for no limit.", numeric: true},
-	{name: "tokens_per_day", label: "Tokens per day", hint: "Empty for no limit.", numeric: true},
-	{name: "max_concurrent", label: "Max concurrent calls", hint: "Calls open at once. Empty for no limit.", numeric: true},
-	{name: "features", label: "Features", hint: "Comma-separated, * for all.", wide: true},
-	{name: "description", label: "Description", wide: true},
-	{name: "shadow.requests_per_minute", label: "Shadow: requests per minute", hint: "Shadow limits are checked and counted, never enforced; leave all four empty for none.", numeric: true},
-	{name: "shadow.requests_per_hour", label: "Shadow: requests per hour", numeric: true},
-	{name: "shadow.requests_per_day", label: "Shadow: requests per day", numeric: true},
-	{name: "shadow.burst_allowance", label: "Shadow: burst allowance", numeric: true},
 }
 
+// adminTierFields lists the tier form's fields in order, named as in the
+// JSON API, so that policy.FieldError.Field finds its field: the name,
+// every limit of policy.LimitFields, the features and description, then
+// the shadow limits.
+var adminTierFields = func() []adminTierField {
+	fields := []adminTierField{{name: "name", label: "Name", hint: "Lowercase letters, digits, - and _."}}
+	for i := range policy.LimitFields {
+		f := &policy.LimitFields[i]
+		hint := f.Doc
+		if f.Optional {
+			hint = strings.TrimSpace(hint + " Empty for no limit.")
+		}
+		fields = append(fields, adminTierField{name: f.Name, label: f.Label, hint: hint, numeric: true})
+	}
+	fields = append(fields,
+		adminTierField{name: "features", label: "Features", hint: "Comma-separated, * for all.", wide: true},
+		adminTierField{name: "description", label: "Description", wide: true})
+	for i, name := range shadowFields {
+		f, _ := policy.LimitFieldNamed(strings.TrimPrefix(name, "shadow."))
+		d := adminTierField{name: name, label: "Shadow: " + strings.ToLower(f.Label[:1]) + f.Label[1:], numeric: true}
+		if i == 0 {
+			d.hint = "Shadow limits are checked and counted, never enforced; leave all " + countWord(len(shadowFields)) + " empty for none."
+		}
+		fields = append(fields, d)
+	}
+	return fields
+}()
+
 // shadowFields are the form fields of a tier's shadow limits.
-var shadowFields = [...]string{"shadow.requests_per_minute", "shadow.requests_per_hour", "shadow.requests_per_day", "shadow.burst_allowance"}
+var shadowFields = func() []string {
+	var names []string
+	for i := range policy.LimitFields {
+		if f := &policy.LimitFields[i]; f.InRequestLimits() {
+			names = append(names, "shadow."+f.Name)
+		}
+	}
+	return names
+}()
+
+// countWord spells a small count out: "four".
+func countWord(n int) string {
+	if words := [...]string{"zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"}; n < len(words) {
+		return words[n]
+	}
+	return strconv.Itoa(n)
+}
 
 // newAdminTierForm builds the form from values and per-field errors. editing
 // names the tier being edited, whose name cannot change; "" is the create
@@ -148,21 +212,15 @@ func newAdminTierForm(values, errs map[string]string, editing string) *adminTier
 // tierFormValues returns t as the form shows it.
 func tierFormValues(t policy.Tier) map[string]string {
 	v := map[string]string{
-		"name":                t.Name,
-		"requests_per_minute": strconv.FormatInt(t.RequestsPerMinute, 10),
-		"requests_per_hour":   strconv.FormatInt(t.RequestsPerHour, 10),
-		"requests_per_day":    strconv.FormatInt(t.RequestsPerDay, 10),
-		"burst_allowance":     strconv.FormatInt(t.BurstAllowance, 10),
-		"tokens_per_minute":   optionalLimit(t.TokensPerMinute),
-		"tokens_per_hour":     optionalLimit(t.TokensPerHour),
-		"tokens_per_day":      optionalLimit(t.TokensPerDay),
-		"max_concurrent":      optionalLimit(t.MaxConcurrent),
-		"features":            strings.Join(t.Features, ", "),
-		"description":         t.Description,
+		"name":        t.Name,
+		"features":    strings.Join(t.Features, ", "),
+		"description": t.Description,
 	}
-	if l := t.Shadow; l != nil {
-		for i, n := range [...]int64{l.RequestsPerMinute, l.RequestsPerHour, l.RequestsPerDay, l.BurstAllowance} {
-			v[shadowFields[i]] = strconv.FormatInt(n, 10)
+	for i := range policy.LimitFields {
+		f := &policy.LimitFields[i]
+		v[f.Name] = optionalLimit(f.Get(&t))
+		if t.Shadow != nil && f.InRequestLimits() {
+			v["shadow."+f.Name] = strconv.FormatInt(*f.RequestLimit(t.Shadow), 10)
 		}
 	}
 	return v
@@ -194,57 +252,33 @@ func postedTierValues(c echo.Context) map[string]string {
 func (a *Admin) tierFromForm(name string, values map[string]string) (policy.Tier, map[string]string) {
 	t := policy.Tier{Name: name, Description: values["description"], Features: splitFeatures(values["features"])}
 	errs := make(map[string]string)
-	for _, l := range []struct {
-		field string
-		dst   *int64
-	}{
-		{"requests_per_minute", &t.RequestsPerMinute},
-		{"requests_per_hour", &t.RequestsPerHour},
-		{"requests_per_day", &t.RequestsPerDay},
-		{"burst_allowance", &t.BurstAllowance},
-	} {
-		v, err := policy.ParseLimit(l.field, strings.TrimSpace(values[l.field]))
+	// parse reads field: nil, and no error, for an optional field left
+	// empty, which sets no limit.
+	parse := func(field string, optional bool) *int64 {
+		raw := strings.TrimSpace(values[field])
+		if optional && raw == "" {
+			return nil
+		}
+		v, err := policy.ParseLimit(field, raw)
 		if err != nil {
-			errs[l.field] = policy.ErrorMessage(err)
-			continue
+			errs[field] = policy.ErrorMessage(err)
+			return nil
 		}
-		*l.dst = v
+		return &v
 	}
-	// The metering limits are optional: an empty field sets no limit.
-	for _, l := range []struct {
-		field string
-		dst   **int64
-	}{
-		{"tokens_per_minute", &t.TokensPerMinute},
-		{"tokens_per_hour", &t.TokensPerHour},
-		{"tokens_per_day", &t.TokensPerDay},
-		{"max_concurrent", &t.MaxConcurrent},
-	} {
-		raw := strings.TrimSpace(values[l.field])
-		if raw == "" {
-			continue
-		}
-		v, err := policy.ParseLimit(l.field, raw)
-		if err != nil {
-			errs[l.field] = policy.ErrorMessage(err)
-			continue
-		}
-		*l.dst = &v
-	}
-	// Shadow limits are all four or none: empty fields mean none.
+	// Shadow limits are all or none: empty fields mean none.
 	for _, f := range shadowFields {
 		if strings.TrimSpace(values[f]) != "" {
 			t.Shadow = &policy.RequestLimits{}
 		}
 	}
-	if l := t.Shadow; l != nil {
-		for i, dst := range [...]*int64{&l.RequestsPerMinute, &l.RequestsPerHour, &l.RequestsPerDay, &l.BurstAllowance} {
-			v, err := policy.ParseLimit(shadowFields[i], strings.TrimSpace(values[shadowFields[i]]))
-			if err != nil {
-				errs[shadowFields[i]] = policy.ErrorMessage(err)
-				continue
+	for i := range policy.LimitFields {
+		f := &policy.LimitFields[i]
+		f.Set(&t, parse(f.Name, f.Optional))
+		if t.Shadow != nil && f.InRequestLimits() {
+			if v := parse("shadow."+f.Name, false); v != nil {
+				*f.RequestLimit(t.Shadow) = *v
 			}
-			*dst = v
 		}
 	}
 	for _, fe := range t.ValidateFields() {
@@ -281,15 +315,14 @@ func (a *Admin) tiersView(c echo.Context, form *adminTierForm) (adminView, error
 	v.Tiers = make([]adminTierRow, len(tiers))
 	for i, t := range tiers {
 		v.Tiers[i] = adminTierRow{
-			Name:              t.Name,
-			Default:           t.Name == a.svc.DefaultTier(),
-			RequestsPerMinute: policy.GroupDigits(t.RequestsPerMinute),
-			RequestsPerHour:   policy.GroupDigits(t.RequestsPerHour),
-			RequestsPerDay:    policy.GroupDigits(t.RequestsPerDay),
-			BurstAllowance:    policy.GroupDigits(t.BurstAllowance),
-			Features:          t.Features,
-			Description:       t.Description,
-			Updated:           "not changed yet",
+			Name:        t.Name,
+			Default:     t.Name == a.svc.DefaultTier(),
+			Features:    t.Features,
+			Description: t.Description,
+			Updated:     "not changed yet",
+		}
+		for _, f := range tierColumns {
+			v.Tiers[i].Limits = append(v.Tiers[i].Limits, adminLimitCell{Field: f.Name, Label: columnLabel(f), Value: policy.LimitText(f.Get(&t))})
 		}
 		if !t.UpdatedAt.IsZero() {
 			v.Tiers[i].Updated = t.UpdatedAt.UTC().Format("2006-01-02 15:04:05 UTC")

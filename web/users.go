@@ -68,7 +68,7 @@ func (a *Admin) recordForm(ctx context.Context, user string, tiers []policy.Tier
 		Hint: "Every check of this user is decided under this tier, whatever it names."})
 	for i, name := range policy.LimitNames {
 		hint := "Empty keeps the tier's limit."
-		if i >= 4 {
+		if policy.LimitFields[i].Optional {
 			hint = `Empty keeps the tier's limit; "none" removes it for this user.`
 		}
 		f.Fields = append(f.Fields, adminField{ID: "record-" + name, Name: name, Label: name, Value: form.Get(name),
@@ -124,7 +124,7 @@ func (a *Admin) recordFromForm(user string, form url.Values) (policy.UserRecord,
 		switch {
 		case raw == "":
 			continue
-		case i >= 4 && strings.EqualFold(raw, noLimit):
+		case policy.LimitFields[i].Optional && strings.EqualFold(raw, noLimit):
 			values[name] = nil
 			continue
 		}
@@ -160,6 +160,21 @@ func (a *Admin) handleSaveRecord(c echo.Context) error {
 	}
 	r, errs := a.recordFromForm(user, form)
 	if len(errs) == 0 {
+		// Overrides that could not all bind on the tier, beside the
+		// field to change; PutUser checks the same.
+		var tier *policy.Tier
+		if r.Tier != "" {
+			if t, err := a.svc.Tier(ctx, r.Tier); err == nil {
+				tier = &t
+			}
+		}
+		for _, fe := range r.Limits.ValidateOn(tier) {
+			if errs[fe.Field] == "" {
+				errs[fe.Field] = fe.Message
+			}
+		}
+	}
+	if len(errs) == 0 {
 		_, created, err := a.svc.PutUser(ctx, r)
 		switch {
 		case err == nil:
@@ -170,7 +185,7 @@ func (a *Admin) handleSaveRecord(c echo.Context) error {
 			a.flash(c, fmt.Sprintf("%s the record of user %s — %s; it applies to their next check", verb, user, policy.UserSummary(&r)))
 			return c.Redirect(http.StatusSeeOther, "/admin/usage?"+url.Values{"user_id": {user}}.Encode())
 		case policy.ErrorCode(err) == policy.EINVALID:
-			errs["tier"] = policy.ErrorMessage(err) // the form was checked: only the tier can be refused
+			errs["tier"] = policy.ErrorMessage(err) // the form was checked: the tier is refused, or was changed meanwhile
 		default:
 			return a.fail(c, err)
 		}

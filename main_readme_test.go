@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,6 +62,52 @@ func TestREADMERollingOutExamples(t *testing.T) {
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the examples' output lacks %s:\n%s", want, out)
+		}
+	}
+}
+
+// The Tour runs as printed, from a fresh database: it builds the binary,
+// starts it, walks every step and stops it, on a free port instead of 8080.
+func TestREADMETour(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary: skipped with -short")
+	}
+	if _, err := exec.LookPath("curl"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("curl is needed to run the README's Tour")
+		}
+		t.Skip("curl is not installed")
+	}
+	var script strings.Builder
+	script.WriteString("set -eu\n")
+	for _, m := range shBlockRE.FindAllStringSubmatch(readmeSection(t, "## Tour"), -1) {
+		script.WriteString(m[1])
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command("bash", "-c", strings.ReplaceAll(script.String(), "127.0.0.1:8080", addr))
+	cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the Tour failed: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		`{"allowed":true,"reason":null,"retry_after":0,"tier":"pro","guardrail":"rate_limiter","windows":{"minute":{"limit":70,"remaining":69,"reset":60},"hour":{"limit":2000,"remaining":1999,"reset":3600},"day":{"limit":20000,"remaining":19999,"reset":86400}},"call_id":null}`,
+		`{"allowed":false,"reason":"feature \"search\" is not included in tier \"free\"",`,
+		"200 200 200 429 \n",
+		`Ratelimit: "minute";r=0;t=60, "hour";r=97;t=3600, "day";r=997;t=86400`,
+		`{"user_id":"bob","tier":"tour","windows":{"minute":{"count":3,"limit":3,"remaining":0,"reset":60,`,
+		`"user_id":"carol","tokens":1234,"reserved":4000,`,
+		`"tokens":{"used":1234,"limit":10000,"remaining":8766,"reset":60}}`,
+		`{"message":"unknown field \"user_id\": user_id belongs in \"context\""}`,
+		"\n200\n" + `"name":"enterprise" "name":"free" "name":"pro" ` + "\n",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the Tour's output lacks %s:\n%s", want, out)
 		}
 	}
 }

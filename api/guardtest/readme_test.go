@@ -66,7 +66,11 @@ func funcBody(t *testing.T, filename, src, name string) (params, body string) {
 // TestREADMEGoSnippet checks that the test README.md shows under "Testing
 // your agent" has the body of agentBacksOff, which Example runs and checks.
 func TestREADMEGoSnippet(t *testing.T) {
-	readmeParams, readmeBody := funcBody(t, "README.md", "package agent_test\n\n"+readmeSnippet(t, "guardtest-go"), "TestAgentBacksOff")
+	snippet := readmeSnippet(t, "guardtest-go")
+	if !strings.HasPrefix(snippet, "package ") {
+		t.Errorf("the README's Go test is not a complete file: it begins %q", strings.SplitN(snippet, "\n", 2)[0])
+	}
+	readmeParams, readmeBody := funcBody(t, "README.md", snippet, "TestAgentBacksOff")
 	example, err := os.ReadFile("example_test.go")
 	if err != nil {
 		t.Fatal(err)
@@ -80,8 +84,9 @@ func TestREADMEGoSnippet(t *testing.T) {
 	}
 }
 
-// TestREADMEPythonSnippet builds policyguard and runs the Python script of
-// README.md against it, as printed. Without python3 it is skipped, except
+// TestREADMEPythonSnippet builds policyguard and runs the Python test of
+// testdata/agent_backs_off.py against it, whose heart README.md shows: the
+// README's lines must be the file's, as printed. Without python3 it is skipped, except
 // in CI (CI=true), where it fails. It also checks that the built binary
 // refuses -test-clock on an address beyond loopback, with exit status 1.
 func TestREADMEPythonSnippet(t *testing.T) {
@@ -99,7 +104,14 @@ func TestREADMEPythonSnippet(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go not found: %v", err)
 	}
-	script := readmeSnippet(t, "guardtest-python")
+	b, err := os.ReadFile(filepath.Join("testdata", "agent_backs_off.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := string(b)
+	if excerpt := readmeSnippet(t, "guardtest-python"); !strings.Contains(script, excerpt) {
+		t.Errorf("README.md shows lines that are not testdata/agent_backs_off.py's:\n%s", excerpt)
+	}
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -30,10 +30,11 @@ func readmeSection(t *testing.T, heading string) string {
 	return sec
 }
 
-// The curl examples of "Rolling out a change" run as printed, in order, on
-// a fresh database with the admin token secret, and answer what the README
-// says they answer.
-func TestREADMERollingOutExamples(t *testing.T) {
+// readmeScript returns the sh blocks of README.md's section under heading,
+// in order, as one bash script that stops at the first failure. It skips
+// the test when curl, which the examples use, is missing, except in CI.
+func readmeScript(t *testing.T, heading string) string {
+	t.Helper()
 	if _, err := exec.LookPath("curl"); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("curl is needed to run the README's examples")
@@ -42,12 +43,20 @@ func TestREADMERollingOutExamples(t *testing.T) {
 	}
 	var script strings.Builder
 	script.WriteString("set -eu\n")
-	for _, m := range shBlockRE.FindAllStringSubmatch(readmeSection(t, "## Rolling out a change"), -1) {
+	for _, m := range shBlockRE.FindAllStringSubmatch(readmeSection(t, heading), -1) {
 		script.WriteString(m[1])
 	}
+	return script.String()
+}
+
+// The curl examples of "Rolling out a change" run as printed, in order, on
+// a fresh database with the admin token secret, and answer what the README
+// says they answer.
+func TestREADMERollingOutExamples(t *testing.T) {
+	script := readmeScript(t, "## Rolling out a change")
 	url, stop := startInProcess(t, filepath.Join(t.TempDir(), "readme.db"), "-admin-token", "secret")
 	t.Cleanup(func() { stop() })
-	out, err := exec.Command("bash", "-c", strings.ReplaceAll(script.String(), "localhost:8080", strings.TrimPrefix(url, "http://"))).CombinedOutput()
+	out, err := exec.Command("bash", "-c", strings.ReplaceAll(script, "localhost:8080", strings.TrimPrefix(url, "http://"))).CombinedOutput()
 	if err != nil {
 		t.Fatalf("the examples failed: %v\n%s", err, out)
 	}
@@ -72,24 +81,14 @@ func TestREADMETour(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary: skipped with -short")
 	}
-	if _, err := exec.LookPath("curl"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("curl is needed to run the README's Tour")
-		}
-		t.Skip("curl is not installed")
-	}
-	var script strings.Builder
-	script.WriteString("set -eu\n")
-	for _, m := range shBlockRE.FindAllStringSubmatch(readmeSection(t, "## Tour"), -1) {
-		script.WriteString(m[1])
-	}
+	script := readmeScript(t, "## Tour")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cmd := exec.Command("bash", "-c", strings.ReplaceAll(script.String(), "127.0.0.1:8080", addr))
+	cmd := exec.Command("bash", "-c", strings.ReplaceAll(script, "127.0.0.1:8080", addr))
 	cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir())
 	out, err := cmd.CombinedOutput()
 	if err != nil {

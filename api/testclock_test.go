@@ -26,6 +26,19 @@ func newTestClockServer(e *env) (*api.Server, *policy.TestClock) {
 	}), clock
 }
 
+// adminSender returns a function that sends a JSON request with the admin
+// token through srv and returns the answer.
+func adminSender(srv http.Handler) func(method, path, body string) *httptest.ResponseRecorder {
+	return func(method, path, body string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, req)
+		return rec
+	}
+}
+
 func TestTestClockRoutes(t *testing.T) {
 	e := newEnv(t)
 	srv, clock := newTestClockServer(e)
@@ -90,14 +103,7 @@ func TestTestClockMovesWindows(t *testing.T) {
 	e := newEnv(t)
 	e.putTier("one", `{"requests_per_minute":1,"requests_per_hour":10,"requests_per_day":10,"burst_allowance":0}`)
 	srv, _ := newTestClockServer(e)
-	send := func(method, path, body string) *httptest.ResponseRecorder {
-		req := httptest.NewRequest(method, path, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+adminToken)
-		rec := httptest.NewRecorder()
-		srv.ServeHTTP(rec, req)
-		return rec
-	}
+	send := adminSender(srv)
 	check := `{"context":{"user_id":"tc","user_tier":"one"}}`
 	for i, want := range []int{200, 429} {
 		if rec := send("POST", "/v1/check", check); rec.Code != want {
@@ -177,14 +183,7 @@ func TestTestClockRequestsAtOneInstantLeaveTogether(t *testing.T) {
 			e := newEnv(t)
 			e.putTier("instant", tc.limits)
 			srv, _ := newTestClockServer(e)
-			send := func(method, path, body string) *httptest.ResponseRecorder {
-				req := httptest.NewRequest(method, path, strings.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("Authorization", "Bearer "+adminToken)
-				rec := httptest.NewRecorder()
-				srv.ServeHTTP(rec, req)
-				return rec
-			}
+			send := adminSender(srv)
 			check := `{"context":{"user_id":"burst","user_tier":"instant"}}`
 			fill := func(when string) {
 				t.Helper()

@@ -319,7 +319,7 @@ func TestTierAPI(t *testing.T) {
 		{"get", "GET", "/v1/tiers/pro", "", 200, `"features":["chat","search","summarize"]`},
 		{"get missing", "GET", "/v1/tiers/gold", "", 404, `tier \"gold\" not found`},
 		{"create", "PUT", "/v1/tiers/team", `{` + limits + `,"features":["chat"],"description":"Team"}`, 201, `"name":"team"`},
-		{"defaults", "PUT", "/v1/tiers/bare", `{` + limits + `}`, 201, `"features":[],"description":""`},
+		{"defaults", "PUT", "/v1/tiers/bare", `{` + limits + `}`, 201, `"features":[],"models":null,"description":""`},
 		{"replace", "PUT", "/v1/tiers/team", `{"name":"team",` + limits + `}`, 200, `"features":[]`},
 		{"name mismatch", "PUT", "/v1/tiers/team", `{"name":"other",` + limits + `}`, 400, `does not match`},
 		{"bad name", "PUT", "/v1/tiers/Bad!", `{` + limits + `}`, 400, `tier name must match`},

@@ -152,6 +152,10 @@ func FuzzTierPut(f *testing.F) {
 		{"x", `{"requests_per_minute":1.5,"requests_per_hour":1,"requests_per_day":1,"burst_allowance":0}`},
 		{"x", `{"requests_per_minute":2147483648,"requests_per_hour":1,"requests_per_day":1,"burst_allowance":0}`},
 		{"x", `{` + limits + `,"features":["*","*"]}`},
+		{"x", `{` + limits + `,"models":["gpt-4o-mini*","o3"]}`},
+		{"x", `{` + limits + `,"models":[]}`},
+		{"x", `{` + limits + `,"models":null}`},
+		{"x", `{` + limits + `,"models":["*gpt","a b",""]}`},
 		{"x", `{` + limits + `,"name":"y"}`},
 		{"x", `{` + limits + `,"requests_per_hour":5}`},
 		{"x", `{` + limits + `,"description":"` + "\xff" + `"}`},
@@ -202,6 +206,15 @@ func FuzzTierPut(f *testing.F) {
 					t.Fatalf("%s: sent %s, stored %d", field, raw[field], v)
 				}
 			}
+			var models []string // nil when left out or null: any model
+			if m, ok := raw["models"]; ok {
+				if err := json.Unmarshal(m, &models); err != nil {
+					t.Fatalf("models: stored from %s: %v", m, err)
+				}
+			}
+			if (got.Models == nil) != (models == nil) || !slices.Equal(got.Models, models) {
+				t.Fatalf("models: sent %s, stored %#v", raw["models"], got.Models)
+			}
 			restoreTiers(t, e, original)
 		case http.StatusBadRequest, http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusRequestEntityTooLarge:
 			if message(rec) == "" {
@@ -242,8 +255,6 @@ func restoreTiers(t *testing.T, e *guardEnv, original []policy.Tier) {
 // limits, features and description.
 func sameTiers(a, b []policy.Tier) bool {
 	return slices.EqualFunc(a, b, func(x, y policy.Tier) bool {
-		return x.Name == y.Name && x.RequestsPerMinute == y.RequestsPerMinute && x.RequestsPerHour == y.RequestsPerHour &&
-			x.RequestsPerDay == y.RequestsPerDay && x.BurstAllowance == y.BurstAllowance &&
-			slices.Equal(x.Features, y.Features) && x.Description == y.Description
+		return x.Name == y.Name && policy.SameLimits(&x, &y)
 	})
 }

@@ -33,6 +33,7 @@ func TestTiersFileRoundTrip(t *testing.T) {
       "tokens_per_day": null,
       "max_concurrent": null,
       "features": [],
+      "models": null,
       "description": ""
     },
     {
@@ -49,6 +50,7 @@ func TestTiersFileRoundTrip(t *testing.T) {
         "chat",
         "*"
       ],
+      "models": null,
       "description": "Pro <plan> & more"
     }
   ]

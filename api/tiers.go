@@ -33,7 +33,8 @@ type tierJSON struct {
 	TokensPerHour   *int64    `json:"tokens_per_hour"`
 	TokensPerDay    *int64    `json:"tokens_per_day"`
 	MaxConcurrent   *int64    `json:"max_concurrent"`
-	Features        []string  `json:"features"` // nil is written []
+	Features        []string  `json:"features"`               // nil is written []
+	Models          []string  `json:"models,format:emitnull"` // null (or absent from a body) for any model
 	Description     string    `json:"description"`
 	UpdatedAt       time.Time `json:"updated_at,omitzero"`
 	// Shadow is left out when the tier has none, so that a tiers file
@@ -58,7 +59,7 @@ var (
 )
 
 func tierToJSON(t policy.Tier) tierJSON {
-	j := tierJSON{Name: t.Name, Features: t.Features, Description: t.Description, UpdatedAt: t.UpdatedAt.UTC()}
+	j := tierJSON{Name: t.Name, Features: t.Features, Models: t.Models, Description: t.Description, UpdatedAt: t.UpdatedAt.UTC()}
 	for i := range policy.LimitFields {
 		tierWire.set(&j, i, policy.LimitFields[i].Get(&t))
 	}
@@ -76,7 +77,7 @@ func tierToJSON(t policy.Tier) tierJSON {
 // tierFields are a tier's fields in the order their problems are listed.
 var tierFields = func() []string {
 	fields := append([]string{"name"}, policy.LimitNames[:]...)
-	fields = append(fields, "features", "description", "shadow")
+	fields = append(fields, "features", "models", "description", "shadow")
 	for i := range policy.LimitFields {
 		if f := &policy.LimitFields[i]; f.InRequestLimits() {
 			fields = append(fields, "shadow."+f.Name)
@@ -185,12 +186,12 @@ func readTier(data []byte, pathName string) (policy.Tier, []string) {
 		}
 	}
 	limit, str := must(fmt.Sprintf("an integer from 0 to %d", policy.MaxLimit)), must("a string")
-	features := must("an array of strings")
+	strs := must("an array of strings")
 	var in tierJSON
 	err := unmarshalObject(data, &in, json.JoinOptions(strictOptions, json.WithUnmarshalers(json.JoinUnmarshalers(
 		json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *int64) error { return limit(dec, v) }),
 		json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *string) error { return str(dec, v) }),
-		json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *[]string) error { return features(dec, v) }),
+		json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *[]string) error { return strs(dec, v) }),
 	))))
 	name := pathName
 	if name == "" {
@@ -215,7 +216,7 @@ func readTier(data []byte, pathName string) (policy.Tier, []string) {
 	if !policy.ValidTierName(name) {
 		problems["name"] = append([]string{"tier name must match [a-z0-9][a-z0-9_-]{0,62}"}, problems["name"]...)
 	}
-	t := policy.Tier{Name: name, Features: in.Features, Description: in.Description}
+	t := policy.Tier{Name: name, Features: in.Features, Models: in.Models, Description: in.Description}
 	if t.Features == nil {
 		t.Features = []string{}
 	}

@@ -6,8 +6,8 @@ var _ policy.CurrentTiers = (*history)(nil)
 
 // CachedTier implements policy.TierStore: the named tier as the cache holds
 // it, without reading the database. The writer confirms it when a request
-// is recorded (see history.CurrentTier). The returned Features slice is
-// shared and must not be modified.
+// is recorded (see history.CurrentTier). The returned Features and Models
+// slices are shared and must not be modified.
 func (s *Store) CachedTier(name string) (policy.Tier, bool) {
 	t, ok := s.tiers.Load().byName[name]
 	return t, ok

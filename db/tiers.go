@@ -37,6 +37,7 @@ type tierRow struct {
 	RequestsPerDay    int64       `db:"requests_per_day" json:"requests_per_day"`
 	BurstAllowance    int64       `db:"burst_allowance" json:"burst_allowance"`
 	Features          featureList `db:"features" json:"features"`
+	Models            modelList   `db:"models" json:"models,format:emitnull"` // NULL, and null in the audit log, for any model
 	Description       string      `db:"description" json:"description"`
 	UpdatedAt         int64       `db:"updated_at" json:"-"` // Unix microseconds; 0 for never
 
@@ -69,7 +70,7 @@ func (l limitsRow) Value() (driver.Value, error) {
 }
 
 func rowOf(t *policy.Tier) tierRow {
-	r := tierRow{t.Name, t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay, t.BurstAllowance, t.Features, t.Description, 0,
+	r := tierRow{t.Name, t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay, t.BurstAllowance, t.Features, t.Models, t.Description, 0,
 		t.TokensPerMinute, t.TokensPerHour, t.TokensPerDay, t.MaxConcurrent, nil, t.ID}
 	if l := t.Shadow; l != nil {
 		r.Shadow = &limitsRow{l.RequestsPerMinute, l.RequestsPerHour, l.RequestsPerDay, l.BurstAllowance}
@@ -89,6 +90,7 @@ func (r *tierRow) tier() policy.Tier {
 		BurstAllowance:    r.BurstAllowance,
 		Description:       r.Description,
 		Features:          r.Features,
+		Models:            r.Models,
 		TokensPerMinute:   r.TokensPerMinute,
 		TokensPerHour:     r.TokensPerHour,
 		TokensPerDay:      r.TokensPerDay,
@@ -137,8 +139,31 @@ func (f featureList) Value() (driver.Value, error) {
 	return string(b), err
 }
 
+// modelList is the models column: NULL for nil (any model), else a JSON
+// array of strings, empty for none.
+type modelList []string
+
+// Scan implements sql.Scanner.
+func (m *modelList) Scan(src any) error {
+	if src == nil {
+		*m = nil
+		return nil
+	}
+	// JSON null reads nil, as NULL does; [] reads an empty list, not nil.
+	return scanJSON("models", src, (*[]string)(m))
+}
+
+// Value implements driver.Valuer.
+func (m modelList) Value() (driver.Value, error) {
+	if m == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal([]string(m))
+	return string(b), err
+}
+
 const tierColumns = `name, requests_per_minute, requests_per_hour, requests_per_day, burst_allowance, features, description, updated_at, ` +
-	`tokens_per_minute, tokens_per_hour, tokens_per_day, max_concurrent, shadow`
+	`tokens_per_minute, tokens_per_hour, tokens_per_day, max_concurrent, shadow, models`
 
 // tierSelect reads every tier with its ID.
 const tierSelect = `SELECT ` + tierColumns + `, COALESCE((SELECT id FROM tier_ids WHERE tier_ids.name = tiers.name), 0) AS id FROM tiers`
@@ -265,8 +290,8 @@ func (r *versionReader) read(ctx context.Context) (int64, error) {
 }
 
 // Tier implements policy.TierStore from memory, after making sure the
-// cache is current. The returned Features slice is shared and must not be
-// modified.
+// cache is current. The returned Features and Models slices are shared and
+// must not be modified.
 func (s *Store) Tier(ctx context.Context, name string) (policy.Tier, error) {
 	c, err := s.freshTiers(ctx)
 	if err != nil {
@@ -430,7 +455,7 @@ func queryTiers(tx *writeTx, where string, args ...any) (map[string]policy.Tier,
 	for rows.Next() {
 		var r tierRow
 		if err := rows.Scan(&r.Name, &r.RequestsPerMinute, &r.RequestsPerHour, &r.RequestsPerDay, &r.BurstAllowance,
-			&r.Features, &r.Description, &r.UpdatedAt, &r.TokensPerMinute, &r.TokensPerHour, &r.TokensPerDay, &r.MaxConcurrent, &r.Shadow, &r.ID); err != nil {
+			&r.Features, &r.Description, &r.UpdatedAt, &r.TokensPerMinute, &r.TokensPerHour, &r.TokensPerDay, &r.MaxConcurrent, &r.Shadow, &r.Models, &r.ID); err != nil {
 			return nil, unavailable(err)
 		}
 		t := r.tier()
@@ -442,7 +467,7 @@ func queryTiers(tx *writeTx, where string, args ...any) (map[string]policy.Tier,
 func upsertTier(tx *writeTx, t *policy.Tier) error {
 	r := rowOf(t)
 	_, err := tx.execSQL(`INSERT INTO tiers (`+tierColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (name) DO UPDATE SET
 				requests_per_minute = excluded.requests_per_minute,
 				requests_per_hour   = excluded.requests_per_hour,
@@ -455,9 +480,10 @@ func upsertTier(tx *writeTx, t *policy.Tier) error {
 				tokens_per_hour     = excluded.tokens_per_hour,
 				tokens_per_day      = excluded.tokens_per_day,
 				max_concurrent      = excluded.max_concurrent,
-				shadow              = excluded.shadow`,
+				shadow              = excluded.shadow,
+				models              = excluded.models`,
 		r.Name, r.RequestsPerMinute, r.RequestsPerHour, r.RequestsPerDay, r.BurstAllowance, r.Features, r.Description, t.UpdatedAt.UnixMicro(),
-		r.TokensPerMinute, r.TokensPerHour, r.TokensPerDay, r.MaxConcurrent, r.Shadow)
+		r.TokensPerMinute, r.TokensPerHour, r.TokensPerDay, r.MaxConcurrent, r.Shadow, r.Models)
 	return unavailable(err)
 }
 
@@ -466,7 +492,7 @@ func auditJSON(t *policy.Tier) any {
 	if t == nil {
 		return nil
 	}
-	b, _ := json.Marshal(rowOf(t)) // cannot fail: the row holds only strings and integers
+	b, _ := json.Marshal(rowOf(t)) // cannot fail: the row holds only strings, lists of strings and integers
 	return string(b)
 }
 

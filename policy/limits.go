@@ -431,7 +431,7 @@ func (l *Limits) ValidateOn(t *Tier) []FieldError {
 }
 
 // WithOverrides returns t with the limits l sets replaced; its name,
-// features and description stay the tier's.
+// features, models and description stay the tier's.
 func (t Tier) WithOverrides(l Limits) Tier {
 	for i := range LimitFields {
 		f := &LimitFields[i]

@@ -312,12 +312,12 @@ func (s *Service) DeleteTier(ctx context.Context, name string) error {
 }
 
 // ImportTiers makes the stored tiers match tiers in one transaction: it
-// creates the tiers that are missing, replaces those whose limits, features
-// or description differ and, with prune, deletes every tier not listed. It
-// checks every tier before changing anything, refuses to prune the default
-// tier, and returns the changes made, recorded with SourceImport. Tiers that
-// are already as listed are left alone, so importing the same list twice
-// changes nothing the second time.
+// creates the tiers that are missing, replaces those whose limits, features,
+// models or description differ and, with prune, deletes every tier not
+// listed. It checks every tier before changing anything, refuses to prune
+// the default tier, and returns the changes made, recorded with
+// SourceImport. Tiers that are already as listed are left alone, so
+// importing the same list twice changes nothing the second time.
 func (s *Service) ImportTiers(ctx context.Context, tiers []Tier, prune bool) ([]TierChange, error) {
 	u, err := s.tierImport(tiers, prune)
 	if err != nil {

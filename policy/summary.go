@@ -10,14 +10,22 @@ import (
 // place that shows them to a person: the admin page's tiers page and
 // audit log, and the import report of "policyguard tiers import".
 
-// TierSummary describes a tier's limits and features in one line, as the
-// admin page's audit log and the import report of "policyguard tiers
-// import" word a tier that was created or deleted: "5/min (+0 burst),
-// 50/hour, 500/day; chat".
+// TierSummary describes a tier's limits, features and models in one line,
+// as the admin page's audit log and the import report of "policyguard
+// tiers import" word a tier that was created or deleted: "5/min (+0
+// burst), 50/hour, 500/day; chat; models gpt-4o*". A tier that allows
+// every model does not say so, so the seeded tiers read as they always did.
 func TierSummary(t *Tier) string {
 	features := "no features"
 	if len(t.Features) > 0 {
 		features = strings.Join(t.Features, ", ")
+	}
+	switch {
+	case t.Models == nil:
+	case len(t.Models) == 0:
+		features += "; no models"
+	default:
+		features += "; models " + strings.Join(t.Models, ", ")
 	}
 	shadow := ""
 	if t.Shadow != nil {
@@ -95,6 +103,9 @@ func TierDiff(before, after *Tier) []string {
 	if bf, af := strings.Join(before.Features, ", "), strings.Join(after.Features, ", "); bf != af {
 		out = append(out, fmt.Sprintf("features: [%s] → [%s]", bf, af))
 	}
+	if bm, am := ModelsText(before.Models), ModelsText(after.Models); bm != am {
+		out = append(out, fmt.Sprintf("models: %s → %s", bm, am))
+	}
 	if before.Description != after.Description {
 		out = append(out, fmt.Sprintf("description: %s → %s", Quote(before.Description), Quote(after.Description)))
 	}
@@ -110,6 +121,18 @@ func TierDiff(before, after *Tier) []string {
 		out = append(out, "saved without a change")
 	}
 	return out
+}
+
+// ModelsText words a tier's Models for a person: "any" for nil, "none" for
+// an empty list, else the names in brackets: "[gpt-4o*, o3]".
+func ModelsText(models []string) string {
+	switch {
+	case models == nil:
+		return "any"
+	case len(models) == 0:
+		return "none"
+	}
+	return "[" + strings.Join(models, ", ") + "]"
 }
 
 // UserSummary says in words what a record sets: "tier pro;

@@ -2,8 +2,10 @@ package policy
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -18,13 +20,24 @@ const AllFeatures = "*"
 // MaxDescription is the longest tier description accepted, in bytes.
 const MaxDescription = 1024
 
+// MaxModels is the most model names a tier may list, and MaxModelName the
+// longest name, in bytes.
+const (
+	MaxModels    = 256
+	MaxModelName = 128
+)
+
+// ModelWildcard ending a model name in a tier's list makes it match every
+// model whose name begins with the rest; alone, it matches every model.
+const ModelWildcard = "*"
+
 var (
 	tierNameRE    = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 	featureNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$`)
 )
 
-// Tier is a subscription plan: the limits of its three rolling windows and the
-// features it includes.
+// Tier is a subscription plan: the limits of its three rolling windows, the
+// features it includes and the models its users may call.
 type Tier struct {
 	Name              string
 	RequestsPerMinute int64
@@ -34,8 +47,12 @@ type Tier struct {
 	// without relaxing the hour and day caps.
 	BurstAllowance int64
 	Features       []string
-	Description    string
-	UpdatedAt      time.Time
+	// Models lists the models the tier's users may call through the
+	// gateway, each name exact or ending in ModelWildcard (see
+	// AllowsModel). nil allows every model; an empty list allows none.
+	Models      []string
+	Description string
+	UpdatedAt   time.Time
 
 	// TokensPerMinute, TokensPerHour and TokensPerDay limit the tokens of
 	// the tier's calls in each window, and MaxConcurrent the calls open at
@@ -68,6 +85,27 @@ func (t *Tier) Includes(feature string) bool {
 	}
 	for _, f := range t.Features {
 		if f == AllFeatures || f == feature {
+			return true
+		}
+	}
+	return false
+}
+
+// AllowsModel reports whether the tier's users may call model: whether
+// Models is nil, or lists model, or lists a name ending in ModelWildcard
+// that model begins with ("gpt-4o-mini*" allows "gpt-4o-mini" and
+// "gpt-4o-mini-2024-07-18"; a lone "*" allows every model). Names are
+// compared byte for byte.
+func (t *Tier) AllowsModel(model string) bool {
+	if t.Models == nil {
+		return true
+	}
+	for _, m := range t.Models {
+		if prefix, wild := strings.CutSuffix(m, ModelWildcard); wild {
+			if strings.HasPrefix(model, prefix) {
+				return true
+			}
+		} else if m == model {
 			return true
 		}
 	}
@@ -114,12 +152,52 @@ func (t *Tier) ValidateFields() []FieldError {
 		}
 		seen[f] = true
 	}
+	errs = append(errs, t.validateModels()...)
 	if len(t.Description) > MaxDescription {
 		errs = append(errs, FieldError{"description", "description must be at most 1024 bytes"})
 	} else if !utf8.ValidString(t.Description) {
 		errs = append(errs, FieldError{"description", "description must be valid UTF-8"})
 	}
 	return errs
+}
+
+// validateModels returns the problems of t.Models, each naming the entry
+// by its index: "models[2]: ...".
+func (t *Tier) validateModels() []FieldError {
+	if len(t.Models) > MaxModels {
+		return []FieldError{{"models", fmt.Sprintf("models must list at most %d names, not %d", MaxModels, len(t.Models))}}
+	}
+	var errs []FieldError
+	first := make(map[string]int, len(t.Models))
+	for i, m := range t.Models {
+		at := fmt.Sprintf("models[%d]: %s", i, Quote(m))
+		star := strings.Index(m, ModelWildcard)
+		switch j, dup := first[m]; {
+		case !validModelChars(m):
+			errs = append(errs, FieldError{"models", fmt.Sprintf("%s must be 1 to %d printable ASCII characters without spaces", at, MaxModelName)})
+		case star >= 0 && star < len(m)-1:
+			errs = append(errs, FieldError{"models", at + ` has a "*" before its end; "*" may only end a name`})
+		case dup:
+			errs = append(errs, FieldError{"models", fmt.Sprintf("%s is listed twice, first as models[%d]", at, j)})
+		default:
+			first[m] = i
+		}
+	}
+	return errs
+}
+
+// validModelChars reports whether m is 1 to MaxModelName printable ASCII
+// characters, none a space.
+func validModelChars(m string) bool {
+	if m == "" || len(m) > MaxModelName {
+		return false
+	}
+	for i := 0; i < len(m); i++ {
+		if m[i] <= ' ' || m[i] > '~' {
+			return false
+		}
+	}
+	return true
 }
 
 // Quote renders a user-supplied string for a message: in double quotes,
@@ -193,14 +271,16 @@ func (c *TierChange) Created() bool { return c.Old == nil && c.New != nil }
 // Deleted reports whether the change deleted its tier.
 func (c *TierChange) Deleted() bool { return c.New == nil }
 
-// SameLimits reports whether a and b have the same limits, features and
-// description: whether deciding a check on one instead of the other could
-// change any answer. Names and UpdatedAt are not compared.
+// SameLimits reports whether a and b have the same limits, features,
+// models and description: whether deciding a check on one instead of the
+// other could change any answer. Names and UpdatedAt are not compared; a
+// nil Models (any model) differs from an empty one (none).
 func SameLimits(a, b *Tier) bool {
 	return sameLimitValues(a, b) &&
 		sameShadow(a, b) &&
 		a.Description == b.Description &&
-		slices.Equal(a.Features, b.Features)
+		slices.Equal(a.Features, b.Features) &&
+		(a.Models == nil) == (b.Models == nil) && slices.Equal(a.Models, b.Models)
 }
 
 // PutMode is what putting a tier expects to find, checked in the same
@@ -238,8 +318,8 @@ type TierUpdate struct {
 	Delete []string
 	// Prune removes every tier not named in Put.
 	Prune bool
-	// SkipUnchanged leaves alone a tier of Put whose stored limits, features
-	// and description are the same (SameLimits), so neither its UpdatedAt
+	// SkipUnchanged leaves alone a tier of Put whose stored limits, features,
+	// models and description are the same (SameLimits), so neither its UpdatedAt
 	// nor the audit log shows a change that changed nothing.
 	SkipUnchanged bool
 }

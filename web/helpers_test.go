@@ -244,9 +244,19 @@ func pageTierForm(t policy.Tier) url.Values {
 		"requests_per_day":    {itoa(t.RequestsPerDay)},
 		"burst_allowance":     {itoa(t.BurstAllowance)},
 		"features":            {strings.Join(t.Features, ", ")},
+		"models":              {pageModels(t.Models)},
 		"description":         {t.Description},
 		"version":             {pageTierVersion(t)},
 	}
+}
+
+// pageModels is a tier's models as the form shows them: empty for any
+// model, "none" for none.
+func pageModels(models []string) string {
+	if models != nil && len(models) == 0 {
+		return "none"
+	}
+	return strings.Join(models, ", ")
 }
 
 // pageTierVersion is t's version as the edit form carries it.

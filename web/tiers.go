@@ -18,6 +18,8 @@ type adminTierRow struct {
 	Default     bool
 	Limits      []adminLimitCell // in the order of TierColumns
 	Features    []string
+	Models      []string
+	AnyModel    bool // Models is nil: the tier allows every model
 	Description string
 	Updated     string
 	UpdatedISO  string // empty when the tier has not changed since it was seeded
@@ -50,7 +52,7 @@ func (adminView) TierColumns() []string {
 }
 
 // TierTableWidth returns the number of columns of the tiers table.
-func (adminView) TierTableWidth() int { return len(tierColumns) + 5 }
+func (adminView) TierTableWidth() int { return len(tierColumns) + 6 }
 
 // columnLabel is the short heading of limit f's column: "Per minute".
 func columnLabel(f *policy.LimitField) string {
@@ -136,8 +138,8 @@ type adminTierField struct {
 
 // adminTierFields lists the tier form's fields in order, named as in the
 // JSON API, so that policy.FieldError.Field finds its field: the name,
-// every limit of policy.LimitFields, the features and description, then
-// the shadow limits.
+// every limit of policy.LimitFields, the features, models and description,
+// then the shadow limits.
 var adminTierFields = func() []adminTierField {
 	fields := []adminTierField{{name: "name", label: "Name", hint: "Lowercase letters, digits, - and _."}}
 	for i := range policy.LimitFields {
@@ -150,6 +152,7 @@ var adminTierFields = func() []adminTierField {
 	}
 	fields = append(fields,
 		adminTierField{name: "features", label: "Features", hint: "Comma-separated, * for all.", wide: true},
+		adminTierField{name: "models", label: "Models", hint: "Models the gateway lets users call, comma-separated; a * may end a name (gpt-4o-mini*). Empty for any model, " + noModels + " for no model.", wide: true},
 		adminTierField{name: "description", label: "Description", wide: true})
 	for i, name := range shadowFields {
 		f, _ := policy.LimitFieldNamed(strings.TrimPrefix(name, "shadow."))
@@ -214,6 +217,7 @@ func tierFormValues(t policy.Tier) map[string]string {
 	v := map[string]string{
 		"name":        t.Name,
 		"features":    strings.Join(t.Features, ", "),
+		"models":      modelsFormValue(t.Models),
 		"description": t.Description,
 	}
 	for i := range policy.LimitFields {
@@ -250,7 +254,7 @@ func postedTierValues(c echo.Context) map[string]string {
 // with a message per invalid field. The checks and their words are the JSON
 // API's: policy.ParseLimit for the limits, then policy's own validation.
 func (a *Admin) tierFromForm(name string, values map[string]string) (policy.Tier, map[string]string) {
-	t := policy.Tier{Name: name, Description: values["description"], Features: splitFeatures(values["features"])}
+	t := policy.Tier{Name: name, Description: values["description"], Features: splitFeatures(values["features"]), Models: parseModels(values["models"])}
 	errs := make(map[string]string)
 	// parse reads field: nil, and no error, for an optional field left
 	// empty, which sets no limit.
@@ -301,6 +305,34 @@ func splitFeatures(s string) []string {
 	return features
 }
 
+// noModels is what the form's Models field holds for a tier that allows
+// no model; empty allows any.
+const noModels = "none"
+
+// modelsFormValue returns a tier's models as the form shows them: empty
+// for any model, noModels for none, else the names comma-separated.
+func modelsFormValue(models []string) string {
+	switch {
+	case models == nil:
+		return ""
+	case len(models) == 0:
+		return noModels
+	}
+	return strings.Join(models, ", ")
+}
+
+// parseModels reverses modelsFormValue: a field that lists no name allows
+// any model, and noModels (in any case) allows none.
+func parseModels(s string) []string {
+	if strings.EqualFold(strings.TrimSpace(s), noModels) {
+		return []string{}
+	}
+	if models := splitFeatures(s); len(models) > 0 {
+		return models
+	}
+	return nil
+}
+
 // tiersView returns the tiers page with form as its create form.
 func (a *Admin) tiersView(c echo.Context, form *adminTierForm) (adminView, error) {
 	tiers, err := a.svc.Tiers(c.Request().Context())
@@ -318,6 +350,8 @@ func (a *Admin) tiersView(c echo.Context, form *adminTierForm) (adminView, error
 			Name:        t.Name,
 			Default:     t.Name == a.svc.DefaultTier(),
 			Features:    t.Features,
+			Models:      t.Models,
+			AnyModel:    t.Models == nil,
 			Description: t.Description,
 			Updated:     "not changed yet",
 		}

@@ -240,8 +240,8 @@ func (c *Client) check(ctx context.Context, req CheckRequest, dryRun bool) (Deci
 	return d, nil
 }
 
-// Tier is a subscription plan: the limits of its rolling windows and the
-// features it includes.
+// Tier is a subscription plan: the limits of its rolling windows, the
+// features it includes and the models its users may call.
 type Tier struct {
 	Name              string `json:"name"`
 	RequestsPerMinute int64  `json:"requests_per_minute"`
@@ -257,6 +257,11 @@ type Tier struct {
 	MaxConcurrent   *int64   `json:"max_concurrent"`
 	Features        []string `json:"features"`
 	Description     string   `json:"description"`
+	// Models lists the models the tier's users may call through the
+	// gateway, each exact or ending in a "*" wildcard ("gpt-4o-mini*"
+	// matches every name that begins "gpt-4o-mini"); nil allows any
+	// model, an empty list none.
+	Models []string `json:"models"`
 	// UpdatedAt is the time of the last change; zero for a seeded tier
 	// never changed. The service sets it; PutTier does not send it.
 	UpdatedAt time.Time `json:"updated_at,omitzero"`

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -152,6 +153,10 @@ func (s *Service) RevokeKey(ctx context.Context, id string) error {
 	if s.keys == nil {
 		return errNoKeys()
 	}
+	if strings.HasPrefix(id, KeyPrefix) {
+		// Someone pasted the secret: say so without repeating it.
+		return Errorf(ENOTFOUND, "no key has that id: it is a key's secret (%s...), not its id (%s...)", KeyPrefix, keyIDPrefix)
+	}
 	notFound := Errorf(ENOTFOUND, "key %s does not exist", Quote(id))
 	if !wellFormedKeyText(id, keyIDPrefix, keyIDLen) {
 		return notFound
@@ -195,6 +200,38 @@ func (s *Service) Authenticate(ctx context.Context, secret string) (Key, error) 
 	return k, nil
 }
 
+// RedactKeySecrets returns s with what looks like a key's secret in it
+// (KeyPrefix followed by 16 base64url characters or more) cut to KeyPrefix
+// and "[redacted]", for a line of a log about a URL where someone pasted
+// one, say in place of a key's id.
+func RedactKeySecrets(s string) string {
+	i := strings.Index(s, KeyPrefix)
+	if i < 0 {
+		return s
+	}
+	var b strings.Builder
+	for ; i >= 0; i = strings.Index(s, KeyPrefix) {
+		n := i + len(KeyPrefix)
+		j := n
+		for j < len(s) && isBase64URL(s[j]) {
+			j++
+		}
+		if j-n < 16 {
+			b.WriteString(s[:j])
+		} else {
+			b.WriteString(s[:n] + "[redacted]")
+		}
+		s = s[j:]
+	}
+	b.WriteString(s)
+	return b.String()
+}
+
+// isBase64URL reports whether c is a character of base64url.
+func isBase64URL(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_'
+}
+
 // wellFormedKeyText reports whether s is prefix followed by base64url
 // characters, n bytes in all: the shape of a key's id or secret.
 func wellFormedKeyText(s, prefix string, n int) bool {
@@ -202,9 +239,7 @@ func wellFormedKeyText(s, prefix string, n int) bool {
 		return false
 	}
 	for i := len(prefix); i < len(s); i++ {
-		switch c := s[i]; {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_':
-		default:
+		if !isBase64URL(s[i]) {
 			return false
 		}
 	}

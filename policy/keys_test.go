@@ -333,13 +333,19 @@ func TestKeysAndRevokeKey(t *testing.T) {
 	if err := svc.RevokeKey(ctx, a.ID); err != nil {
 		t.Fatal(err)
 	}
+	// The secret pasted for the id: not found, and not repeated.
+	_, secret, _ := svc.CreateKey(ctx, "alice", false, "")
+	if err := svc.RevokeKey(ctx, secret); policy.ErrorCode(err) != policy.ENOTFOUND || strings.Contains(err.Error(), secret[len(policy.KeyPrefix):]) ||
+		!strings.Contains(err.Error(), "it is a key's secret") {
+		t.Fatalf("RevokeKey(secret) = %v, want ENOTFOUND that says so without the secret", err)
+	}
 	for _, id := range []string{a.ID, "key_AAAAAAAAAAAA", "nonsense", ""} {
 		err := svc.RevokeKey(ctx, id)
 		if policy.ErrorCode(err) != policy.ENOTFOUND || policy.ErrorMessage(err) != "key "+policy.Quote(id)+" does not exist" {
 			t.Fatalf("RevokeKey(%q) = %v, want ENOTFOUND", id, err)
 		}
 	}
-	if got, _ := svc.Keys(ctx, "alice"); len(got) != 1 || got[0].ID != b.ID {
+	if got, _ := svc.Keys(ctx, "alice"); len(got) != 2 || got[0].ID != b.ID && got[1].ID != b.ID || got[0].ID == a.ID || got[1].ID == a.ID {
 		t.Fatalf("after revoking one, alice's keys = %+v", got)
 	}
 }
@@ -354,6 +360,23 @@ func TestKeyMethodsWithoutAKeyStore(t *testing.T) {
 	for i, err := range []error{err1, err2, err3, err4} {
 		if policy.ErrorCode(err) != policy.EINTERNAL {
 			t.Errorf("method %d: %v, want EINTERNAL", i+1, err)
+		}
+	}
+}
+
+func TestRedactKeySecrets(t *testing.T) {
+	secret := policy.KeyPrefix + "Zm9vYmFyYmF6cXV4cXV1eHh5enp5eHh4"
+	for _, tc := range []struct{ in, want string }{
+		{"/v1/keys/key_AAAAAAAAAAAA", "/v1/keys/key_AAAAAAAAAAAA"},
+		{"/v1/keys/" + secret, "/v1/keys/pgk_[redacted]"},
+		{"/a/" + secret + "/b/" + secret + "x", "/a/pgk_[redacted]/b/pgk_[redacted]"},
+		{"/v1/users/pgk_fan", "/v1/users/pgk_fan"},             // too short to be one
+		{"/v1/keys/" + secret[:20], "/v1/keys/pgk_[redacted]"}, // half of one is still too much
+		{"pgk_pgk_" + secret[4:], "pgk_[redacted]"},            // prefix then a secret
+		{"/v1/keys/" + secret + "/revoke", "/v1/keys/pgk_[redacted]/revoke"},
+	} {
+		if got := policy.RedactKeySecrets(tc.in); got != tc.want {
+			t.Errorf("RedactKeySecrets(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }

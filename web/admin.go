@@ -264,7 +264,7 @@ func (a *Admin) fail(c echo.Context, err error) error {
 		a.log.LogAttrs(c.Request().Context(), slog.LevelError, "admin page failed",
 			slog.String("id", c.Response().Header().Get(echo.HeaderXRequestID)),
 			slog.String("method", c.Request().Method),
-			slog.String("path", c.Request().URL.Path),
+			slog.String("path", policy.RedactKeySecrets(c.Request().URL.Path)),
 			slog.Any("err", err))
 	}
 	return a.renderError(c, status, http.StatusText(status), policy.ErrorMessage(err))

@@ -70,6 +70,10 @@ type KeyStore interface {
 // service has none, and its key methods fail with EINTERNAL.
 func WithKeys(ks KeyStore) Option { return func(s *Service) { s.keys = ks } }
 
+// KeepsKeys reports whether the service has a store of gateway keys
+// (WithKeys); without one its key methods fail.
+func (s *Service) KeepsKeys() bool { return s.keys != nil }
+
 // errNoKeys is the error of the key methods of a service without a store.
 func errNoKeys() error {
 	return Errorf(EINTERNAL, "this service keeps no gateway keys (see policy.WithKeys)")

@@ -87,6 +87,7 @@ type adminView struct {
 	Overview   *adminOverview    // overview
 	Shadow     *adminShadowView  // tier: its shadow limits, when it has some
 	Preview    *adminPreviewView // tier: the figures of a preview
+	NewKey     *adminNewKey      // key: a key just made, with its secret
 	Message    string            // error
 }
 
@@ -122,6 +123,8 @@ func (a *Admin) Register(e *echo.Echo) {
 	g.POST("/usage/clear", a.handleClearUsage, forms...)
 	g.POST("/users/save", a.handleSaveRecord, forms...)
 	g.POST("/users/delete", a.handleDeleteRecord, forms...)
+	g.POST("/keys", a.handleCreateKey, forms...)
+	g.POST("/keys/:id/revoke", a.handleRevokeKey, forms...)
 }
 
 // headers sets the security headers of every admin response. Pages carry

@@ -114,7 +114,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	tiers, requests := metrics.MeterStorage(store, store)
 	svc := policy.NewService(tiers, requests, policy.WithDefaultTier(cfg.DefaultTier), policy.WithClock(now),
 		policy.WithCallTimeout(cfg.CallTimeout), policy.WithStats(store, store),
-		policy.WithUsers(store), policy.WithTrustClientTier(cfg.TrustClientTier), policy.WithReplays(store))
+		policy.WithUsers(store), policy.WithTrustClientTier(cfg.TrustClientTier), policy.WithReplays(store),
+		policy.WithKeys(store))
 	metrics.SetCallsInFlight(func(ctx context.Context) (int64, error) {
 		byTier, err := svc.CallsInFlight(ctx)
 		var n int64

@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -394,5 +395,102 @@ func TestAdminPageAndAPIShareOneGate(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "path=/admin/login status=401") {
 		t.Errorf("no access-log line for the sign-in:\n%s", logs)
+	}
+}
+
+// TestKeySecretsStayOutOfLogs makes gateway keys through the JSON API and
+// the admin page, then sends their secrets every wrong way (as the admin
+// token, in a path where an id goes, in a query) and reads the keys back
+// every way there is: no secret appears in the log, in /metrics or in any
+// answer but the one that made it.
+func TestKeySecretsStayOutOfLogs(t *testing.T) {
+	const adminSecret = "ADMIN-SECRET-keys-5e1"
+	u, logs, stop := runInProcess(t, []string{"-addr", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "keys.db"), "-admin-token", adminSecret}, nil)
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	var answers strings.Builder
+	send := func(method, path, contentType, body string, header map[string]string, cookie *http.Cookie) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, u+path, strings.NewReader(body))
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		if cookie != nil {
+			req.AddCookie(cookie)
+		}
+		res, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		return res, string(b)
+	}
+	// keep adds an answer to those searched.
+	keep := func(res *http.Response, body string) {
+		answers.WriteString(body)
+		for k, vs := range res.Header {
+			answers.WriteString(k + ": " + strings.Join(vs, ",") + "\n")
+		}
+	}
+	admin := map[string]string{"Authorization": "Bearer " + adminSecret}
+	secretRE := regexp.MustCompile(`pgk_[A-Za-z0-9_-]{32}`)
+
+	// A key from the JSON API.
+	res, body := send("POST", "/v1/keys", "application/json", `{"user_id":"alice","note":"api"}`, admin, nil)
+	apiSecret := secretRE.FindString(body)
+	if res.StatusCode != http.StatusCreated || apiSecret == "" {
+		t.Fatalf("POST /v1/keys: %d %s", res.StatusCode, body)
+	}
+	// A key from the admin page: sign in, read the form's CSRF token.
+	form := "application/x-www-form-urlencoded"
+	res, _ = send("POST", "/admin/login", form, url.Values{"token": {adminSecret}}.Encode(), nil, nil)
+	if res.StatusCode != http.StatusSeeOther || len(res.Cookies()) == 0 {
+		t.Fatalf("sign-in: %d", res.StatusCode)
+	}
+	session := res.Cookies()[0]
+	res, body = send("GET", "/admin/usage?user_id=alice", "", "", nil, session)
+	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(body)
+	if res.StatusCode != http.StatusOK || m == nil {
+		t.Fatalf("user page: %d, CSRF token %v", res.StatusCode, m)
+	}
+	csrf := m[1]
+	res, body = send("POST", "/admin/keys", form, url.Values{"csrf": {csrf}, "user_id": {"alice"}, "note": {"page"}}.Encode(), nil, session)
+	pageSecret := secretRE.FindString(body)
+	if res.StatusCode != http.StatusOK || pageSecret == "" || pageSecret == apiSecret {
+		t.Fatalf("make a key on the page: %d, secret %q", res.StatusCode, pageSecret)
+	}
+
+	for _, secret := range []string{apiSecret, pageSecret} {
+		keep(send("GET", "/v1/tiers", "", "", map[string]string{"Authorization": "Bearer " + secret}, nil))
+		keep(send("POST", "/v1/keys", "application/json", `{"user_id":"bob"}`, map[string]string{"Authorization": "Bearer " + secret}, nil))
+		keep(send("POST", "/v1/check", "application/json", `{"context":{"user_id":"alice"}}`, map[string]string{"Authorization": "Bearer " + secret, "X-Api-Key": secret}, nil))
+		keep(send("DELETE", "/v1/keys/"+secret, "", "", admin, nil))
+		keep(send("GET", "/v1/keys?user_id=alice&key="+secret, "", "", admin, nil))
+		keep(send("POST", "/admin/keys/"+secret+"/revoke", form, url.Values{"csrf": {csrf}, "user_id": {"alice"}}.Encode(), nil, session))
+		keep(send("GET", "/admin/usage/"+secret, "", "", nil, session))
+	}
+	res, body = send("GET", "/v1/keys?user_id=alice", "", "", admin, nil)
+	if res.StatusCode != http.StatusOK || strings.Count(body, `"id":"key_`) != 2 {
+		t.Fatalf("the keys: %d %s", res.StatusCode, body)
+	}
+	keep(res, body)
+	keep(send("GET", "/admin/usage?user_id=alice", "", "", nil, session))
+	keep(send("GET", "/metrics", "", "", nil, nil))
+	keep(send("GET", "/healthz", "", "", nil, nil))
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	for where, text := range map[string]string{"log": logs.String(), "answers": answers.String()} {
+		for _, secret := range []string{apiSecret, pageSecret} {
+			if strings.Contains(text, secret) || strings.Contains(text, secret[len(policy.KeyPrefix):]) {
+				t.Errorf("%s contain the secret %s", where, secret)
+			}
+		}
+	}
+	if !strings.Contains(logs.String(), "path=/v1/keys/pgk_[redacted]") {
+		t.Fatalf("the log has no access line of the secret sent for an id, redacted:\n%s", logs)
 	}
 }

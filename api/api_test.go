@@ -38,7 +38,7 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(func() { store.Close() })
 	clk := policy.NewTestClock(t0)
-	svc := policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithStats(store, store), policy.WithUsers(store))
+	svc := policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithStats(store, store), policy.WithUsers(store), policy.WithKeys(store))
 	srv := api.NewServer(api.Config{
 		Service: svc,
 		Health:  store.Ping,

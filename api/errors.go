@@ -64,6 +64,6 @@ func (s *Server) logRequest(c echo.Context, level slog.Level, msg string, attrs 
 	s.log.LogAttrs(req.Context(), level, msg, append([]slog.Attr{
 		slog.String("id", c.Response().Header().Get(echo.HeaderXRequestID)),
 		slog.String("method", req.Method),
-		slog.String("path", req.URL.Path),
+		slog.String("path", policy.RedactKeySecrets(req.URL.Path)),
 	}, attrs...)...)
 }

@@ -57,7 +57,7 @@ func (s *Server) serve(next echo.HandlerFunc) echo.HandlerFunc {
 			r.AddAttrs(
 				slog.String("id", id),
 				slog.String("method", req.Method),
-				slog.String("path", req.URL.Path),
+				slog.String("path", policy.RedactKeySecrets(req.URL.Path)),
 				slog.Int("status", res.Status),
 				slog.Int64("bytes", res.Size),
 				slog.Duration("took", end.Sub(start)),

@@ -287,6 +287,44 @@ func TestOpenAPICheckRequest(t *testing.T) {
 	}
 }
 
+// TestOpenAPIKeyRequest holds the description of a POST /v1/keys body to
+// what the service takes: valid by the description exactly when the
+// service makes the key.
+func TestOpenAPIKeyRequest(t *testing.T) {
+	e := newEnv(t)
+	s := loadSpec(t, e.srv)
+	sch := s.schema(t, pointer("components", "schemas", "KeyInput"))
+	for _, body := range []string{
+		`{"user_id":"ok"}`,
+		`{"user_id":"ok","service":false,"note":"n"}`,
+		`{"user_id":"ok","service":null,"note":null}`,
+		`{"service":true}`,
+		`{"service":true,"user_id":null,"note":"n"}`,
+		`{}`,
+		`{"note":"n"}`,
+		`{"service":false}`,
+		`{"service":null}`,
+		`{"user_id":null}`,
+		`{"user_id":""}`,
+		`{"user_id":"ok","service":true}`,
+		`{"user_id":"ok","service":"true"}`,
+		`{"user_id":"ok","extra":1}`,
+		`{"user_id":"` + strings.Repeat("u", 257) + `"}`,
+		`{"service":true,"note":"` + strings.Repeat("n", 1025) + `"}`,
+		`{"user_id":"ok","note":5}`,
+	} {
+		v, err := jsonschema.UnmarshalJSON(strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		valid := sch.Validate(v) == nil
+		rec := e.do(http.MethodPost, "/v1/keys", body, true)
+		if taken := rec.Code == http.StatusCreated; valid != taken || !taken && rec.Code != http.StatusBadRequest {
+			t.Errorf("%.80s: valid by the description: %v; the service answers %d %s", body, valid, rec.Code, rec.Body)
+		}
+	}
+}
+
 // answerCase is one request whose answer is checked against the
 // description of its operation and status.
 type answerCase struct {
@@ -345,6 +383,11 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 		t.Fatalf("finish: %d %s", rec.Code, rec.Body)
 	}
 	finished, kept := e.openCall("om", "metered", 100), e.openCall("om", "metered", 100)
+	keyRec := e.do("POST", "/v1/keys", `{"user_id":"ok"}`, true)
+	if keyRec.Code != 201 {
+		t.Fatalf("make a key: %d %s", keyRec.Code, keyRec.Body)
+	}
+	keyID := decode[createdKey](t, keyRec).ID
 	cases := []answerCase{
 		{"POST", "/v1/check", "/v1/check", `{"input_text":"hi","context":{"user_id":"oa","user_tier":"pro","feature":"search"}}`, false, 200, nil, ""},
 		{"POST", "/v1/check", "/v1/check?dry_run=true", `{"context":{"user_id":"oa"}}`, false, 200, nil, ""},
@@ -426,6 +469,26 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 		{"DELETE", "/v1/users/{user_id}", "/v1/users/" + strings.Repeat("u", 257), "", true, 400, nil, ""},
 		{"DELETE", "/v1/users/{user_id}", "/v1/users/ou", "", false, 401, nil, ""},
 		{"DELETE", "/v1/users/{user_id}", "/v1/users/ou", "", true, 429, nil, "throttled"},
+		// Gateway keys.
+		{"POST", "/v1/keys", "/v1/keys", `{"user_id":"ok","note":"laptop"}`, true, 201, nil, ""},
+		{"POST", "/v1/keys", "/v1/keys", `{"service":true}`, true, 201, nil, ""},
+		{"POST", "/v1/keys", "/v1/keys", `{"user_id":null,"service":true,"note":"back end"}`, true, 201, nil, ""},
+		{"POST", "/v1/keys", "/v1/keys", `{"user_id":"ok","service":false}`, true, 201, nil, ""},
+		{"POST", "/v1/keys", "/v1/keys", `{"user_id":"ok","service":true}`, true, 400, nil, ""},
+		{"POST", "/v1/keys", "/v1/keys", `{"user_id":"ok"}`, false, 401, nil, ""},
+		{"POST", "/v1/keys", "/v1/keys", big, true, 413, nil, ""},
+		{"POST", "/v1/keys", "/v1/keys", `{"user_id":"ok"}`, true, 415, map[string]string{"Content-Type": "text/plain"}, ""},
+		{"POST", "/v1/keys", "/v1/keys", `{"user_id":"ok"}`, true, 429, nil, "throttled"},
+		{"GET", "/v1/keys", "/v1/keys?user_id=ok", "", true, 200, nil, ""},
+		{"GET", "/v1/keys", "/v1/keys?service=true", "", true, 200, nil, ""},
+		{"GET", "/v1/keys", "/v1/keys?user_id=nobody", "", true, 200, nil, ""},
+		{"GET", "/v1/keys", "/v1/keys", "", true, 400, nil, ""},
+		{"GET", "/v1/keys", "/v1/keys?user_id=ok", "", false, 401, nil, ""},
+		{"GET", "/v1/keys", "/v1/keys?user_id=ok", "", true, 429, nil, "throttled"},
+		{"DELETE", "/v1/keys/{id}", "/v1/keys/" + keyID, "", true, 204, nil, ""},
+		{"DELETE", "/v1/keys/{id}", "/v1/keys/" + keyID, "", true, 404, nil, ""},
+		{"DELETE", "/v1/keys/{id}", "/v1/keys/" + keyID, "", false, 401, nil, ""},
+		{"DELETE", "/v1/keys/{id}", "/v1/keys/" + keyID, "", true, 429, nil, "throttled"},
 		// Shadow limits: on the tier, in decisions, previewed and promoted.
 		{"PUT", "/v1/tiers/{name}", "/v1/tiers/sh", `{"requests_per_minute":2,"requests_per_hour":10,"requests_per_day":10,"burst_allowance":0,"shadow":{"requests_per_minute":1,"requests_per_hour":10,"requests_per_day":10,"burst_allowance":0}}`, true, 201, nil, ""},
 		{"GET", "/v1/tiers/{name}", "/v1/tiers/sh", "", true, 200, nil, ""},

@@ -44,6 +44,8 @@ type Store struct {
 	writer writes
 	reads  [numQueries]*sql.Stmt // View's statements on the read pool (see readQueries)
 
+	keyRead *sql.Stmt // KeyBySecretHash's statement on the read pool
+
 	tiers       atomic.Pointer[tierCache]
 	reloadMu    sync.Mutex    // serializes tier cache reloads
 	tierVersion versionReader // tells whether the tier cache is stale; see tiers.go
@@ -174,7 +176,7 @@ func openSQLite(ctx context.Context, path string, o *options) (*Store, error) {
 // start loads what the store keeps in memory and starts storing the counts
 // of checks; on failure it closes the store.
 func (s *Store) start(ctx context.Context) error {
-	for _, init := range []func(context.Context) error{s.initTiers, s.initUsers, s.prepareReads} {
+	for _, init := range []func(context.Context) error{s.initTiers, s.initUsers, s.prepareReads, s.prepareKeyRead} {
 		if err := init(ctx); err != nil {
 			s.Close()
 			return err
@@ -250,7 +252,7 @@ func (s *Store) Close() error {
 			}
 			err = errors.Join(err, s.writer.close())
 		}
-		for _, st := range s.reads {
+		for _, st := range append(s.reads[:], s.keyRead) {
 			if st != nil {
 				err = errors.Join(err, st.Close())
 			}

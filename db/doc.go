@@ -1,5 +1,5 @@
-// Package db stores tiers, user records, admitted requests and metered
-// calls in SQLite or PostgreSQL. It implements the storage interfaces of
+// Package db stores tiers, user records, admitted requests, metered calls
+// and gateway keys in SQLite or PostgreSQL. It implements the storage interfaces of
 // package policy, and imports no other package of this module but
 // migrations: main opens the store and gives it to the policy.Service, so
 // neither api nor web imports db.
@@ -101,6 +101,17 @@
 // session advisory lock it only tries. A replica killed leaves nothing
 // half done: its transactions roll back and its locks go with its
 // connections.
+//
+// # Gateway keys
+//
+// gateway_keys holds each key's id, user (NULL for a service key), note,
+// creation and last use, and the SHA-256 of its secret, never the secret.
+// Nothing of it is cached: the gateway reads the row by that hash (a
+// unique index) on every request, on the read pool, a statement prepared
+// once, so a key revoked through any replica, whose row is then deleted,
+// is refused by every replica from the next request on. A key's last use
+// is written through the writer, at most once a minute per key and
+// process, and never moves back.
 //
 // # Cleanup
 //

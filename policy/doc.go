@@ -5,7 +5,8 @@
 // (users.go), the check request and its Decision, the guardrail chain
 // (guardrail.go), the rolling-window evaluation (window.go), metered calls
 // (calls.go), shadow limits (shadow.go) and the replay behind previews
-// (replay.go), and the Service that puts them together (service*.go). It
+// (replay.go), the keys that authenticate the model gateway's clients
+// (keys.go), and the Service that puts them together (service*.go). It
 // declares the storage interfaces the Service needs; package db implements
 // them.
 //

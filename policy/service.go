@@ -28,6 +28,9 @@ type Service struct {
 	users              UserStore // nil: no user records
 	distrustClientTier bool
 
+	keys    KeyStore // nil: no gateway keys
+	keyUses keyUses  // when this process last recorded each key's use
+
 	tiers       TierStore
 	limiter     *RateLimiter
 	chain       *Chain

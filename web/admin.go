@@ -87,6 +87,7 @@ type adminView struct {
 	Overview   *adminOverview    // overview
 	Shadow     *adminShadowView  // tier: its shadow limits, when it has some
 	Preview    *adminPreviewView // tier: the figures of a preview
+	NewKey     *adminNewKey      // key: a key just made, with its secret
 	Message    string            // error
 }
 
@@ -122,6 +123,8 @@ func (a *Admin) Register(e *echo.Echo) {
 	g.POST("/usage/clear", a.handleClearUsage, forms...)
 	g.POST("/users/save", a.handleSaveRecord, forms...)
 	g.POST("/users/delete", a.handleDeleteRecord, forms...)
+	g.POST("/keys", a.handleCreateKey, forms...)
+	g.POST("/keys/:id/revoke", a.handleRevokeKey, forms...)
 }
 
 // headers sets the security headers of every admin response. Pages carry
@@ -264,7 +267,7 @@ func (a *Admin) fail(c echo.Context, err error) error {
 		a.log.LogAttrs(c.Request().Context(), slog.LevelError, "admin page failed",
 			slog.String("id", c.Response().Header().Get(echo.HeaderXRequestID)),
 			slog.String("method", c.Request().Method),
-			slog.String("path", c.Request().URL.Path),
+			slog.String("path", policy.RedactKeySecrets(c.Request().URL.Path)),
 			slog.Any("err", err))
 	}
 	return a.renderError(c, status, http.StatusText(status), policy.ErrorMessage(err))

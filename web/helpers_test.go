@@ -54,7 +54,8 @@ func newPageEnvAt(t testing.TB, path, token string, clock *policy.TestClock) *pa
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	svc := policy.NewService(store, store, policy.WithClock(clock.Now), policy.WithStats(store, store), policy.WithUsers(store))
+	svc := policy.NewService(store, store, policy.WithClock(clock.Now), policy.WithStats(store, store), policy.WithUsers(store),
+		policy.WithKeys(store))
 	srv := newPageServer(web.Config{Service: svc, Gate: policy.NewAdminGate(token), TierJSON: pageTierJSON, Sessions: store})
 	return &pageEnv{t: t, srv: srv, svc: svc, store: store, clock: clock}
 }

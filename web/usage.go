@@ -21,6 +21,9 @@ type adminUsageView struct {
 	Record      *adminRecordForm
 	Records     []adminRecordRow
 	NextRecords string
+	// Keys is the looked-up user's gateway keys and the form that makes
+	// one; nil for a service without keys (policy.WithKeys).
+	Keys *adminKeys
 	// KeepsRecords is false for a service without user records
 	// (policy.WithUsers): the page then shows none of their sections.
 	KeepsRecords bool
@@ -49,13 +52,24 @@ var adminWindowTitles = [len(policy.Windows)]string{
 
 func (a *Admin) handleUsagePage(c echo.Context) error {
 	_, asked := c.QueryParams()["user_id"]
-	return a.renderUsage(c, c.QueryParam("user_id"), c.QueryParam("tier"), asked, nil, nil)
+	return a.renderUsage(c, c.QueryParam("user_id"), c.QueryParam("tier"), asked, usageForms{})
+}
+
+// usageForms are forms of the look-up page as the admin posted them, to
+// show again with the problems found; the zero value shows them empty or
+// as stored.
+type usageForms struct {
+	record     url.Values        // the record form; nil: as stored
+	recordErrs map[string]string // its problems, by field
+	keyNote    string            // the note of a new key
+	keyErr     string            // its problem
 }
 
 // renderUsage renders the look-up page for user (when asked) with the
-// windows under tierName, and the user's record form: as stored, or as
-// posted (recordForm) with the problems recordErrs found.
-func (a *Admin) renderUsage(c echo.Context, user, tierName string, asked bool, recordForm url.Values, recordErrs map[string]string) error {
+// windows under tierName, the user's record form and their gateway keys,
+// the forms as posted with their problems (see usageForms).
+func (a *Admin) renderUsage(c echo.Context, user, tierName string, asked bool, posted usageForms) error {
+	recordForm, recordErrs := posted.record, posted.recordErrs
 	ctx := c.Request().Context()
 	tiers, err := a.svc.Tiers(ctx)
 	if err != nil {
@@ -112,9 +126,16 @@ func (a *Admin) renderUsage(c echo.Context, user, tierName string, asked bool, r
 			return a.fail(c, err)
 		}
 	}
+	var keys *adminKeys
+	if result != nil && a.svc.KeepsKeys() {
+		if keys, err = a.keySection(ctx, user, posted.keyNote, posted.keyErr); err != nil {
+			return a.fail(c, err)
+		}
+	}
 	v := a.view(c, "Look up a user", "usage")
 	v.Usage = &adminUsageView{
 		Record:       record,
+		Keys:         keys,
 		KeepsRecords: keeps,
 		Records:      records,
 		NextRecords:  next,
@@ -127,7 +148,7 @@ func (a *Admin) renderUsage(c echo.Context, user, tierName string, asked bool, r
 		Result: result,
 	}
 	status := http.StatusOK
-	if len(errs) > 0 || len(recordErrs) > 0 {
+	if len(errs) > 0 || len(recordErrs) > 0 || posted.keyErr != "" {
 		status = http.StatusBadRequest
 	}
 	return a.render(c, status, "usage", v)

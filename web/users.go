@@ -190,7 +190,7 @@ func (a *Admin) handleSaveRecord(c echo.Context) error {
 			return a.fail(c, err)
 		}
 	}
-	return a.renderUsage(c, user, "", true, form, errs)
+	return a.renderUsage(c, user, "", true, usageForms{record: form, recordErrs: errs})
 }
 
 func (a *Admin) handleDeleteRecord(c echo.Context) error {

@@ -26,6 +26,7 @@ type env struct {
 	store *db.Store
 	clock *policy.TestClock
 	url   string
+	svc   *policy.Service // the server's, as cfg left it
 }
 
 // newEnv serves the real API on a temp-file database. cfg may change the
@@ -39,7 +40,7 @@ func newEnv(t *testing.T, cfg func(*api.Config)) *env {
 	t.Cleanup(func() { store.Close() })
 	clk := policy.NewTestClock(t0)
 	c := api.Config{
-		Service: policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithUsers(store)),
+		Service: policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithUsers(store), policy.WithKeys(store)),
 		Admin:   policy.NewAdminGate(adminToken),
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
@@ -48,7 +49,7 @@ func newEnv(t *testing.T, cfg func(*api.Config)) *env {
 	}
 	srv := httptest.NewServer(api.NewServer(c))
 	t.Cleanup(srv.Close)
-	return &env{store: store, clock: clk, url: srv.URL}
+	return &env{store: store, clock: clk, url: srv.URL, svc: c.Service}
 }
 
 func newClient(t *testing.T, url string, opts ...client.Option) *client.Client {

@@ -121,7 +121,8 @@ func New(t testing.TB, opts ...Option) *Guard {
 		t.Fatalf("guardtest: call timeout %v: must be positive", o.callTimeout)
 	}
 	svc := policy.NewService(store, store, policy.WithDefaultTier(o.defaultTier), policy.WithClock(clock.Now),
-		policy.WithCallTimeout(o.callTimeout), policy.WithUsers(store), policy.WithTrustClientTier(!o.distrustClientTier))
+		policy.WithCallTimeout(o.callTimeout), policy.WithUsers(store), policy.WithTrustClientTier(!o.distrustClientTier),
+		policy.WithKeys(store))
 	tiers, users, err := o.readTiers()
 	if err != nil {
 		t.Fatalf("guardtest: %v", err)

@@ -297,6 +297,10 @@ type exchange struct {
 	drainT   *time.Timer
 
 	outcome string // the label of policyguard_gateway_requests_total
+	// cut reports whether the upstream's answer ended early: the
+	// client's is then cut too, so that it does not take a part for the
+	// whole.
+	cut bool
 }
 
 // Causes of an upstream exchange's end, other than its own.
@@ -319,6 +323,11 @@ func (s *Server) handleGateway(c echo.Context) error {
 	x.route = findRoute(up.Protocol, req.Method, x.path)
 	x.serve()
 	s.metrics.observeGatewayRequest(up.Name, x.tier, x.outcome)
+	if x.cut && !x.gone.Load() {
+		// As httputil.ReverseProxy does: the server drops the
+		// connection instead of ending the answer.
+		panic(http.ErrAbortHandler)
+	}
 	return nil
 }
 

@@ -431,16 +431,24 @@ func (e *gwEnv) newKey(user string) string {
 // openai returns an OpenAI client of the gateway's upstream "openai" that
 // sends secret, and does not retry.
 func (e *gwEnv) openai(secret string, opts ...option.RequestOption) openai.Client {
-	return openai.NewClient(append([]option.RequestOption{
-		option.WithBaseURL(e.server.URL + "/llm/openai"), option.WithAPIKey(secret), option.WithMaxRetries(0),
-	}, opts...)...)
+	return openAIClient(e.server.URL+"/llm/openai", secret, opts...)
 }
 
 // anthropic returns an Anthropic client of the gateway's upstream
 // "claude" that sends secret, and does not retry.
 func (e *gwEnv) anthropic(secret string, opts ...anthropicoption.RequestOption) anthropic.Client {
+	return anthropicClient(e.server.URL+"/llm/claude", secret, opts...)
+}
+
+func openAIClient(base, secret string, opts ...option.RequestOption) openai.Client {
+	return openai.NewClient(append([]option.RequestOption{
+		option.WithBaseURL(base), option.WithAPIKey(secret), option.WithMaxRetries(0),
+	}, opts...)...)
+}
+
+func anthropicClient(base, secret string, opts ...anthropicoption.RequestOption) anthropic.Client {
 	return anthropic.NewClient(append([]anthropicoption.RequestOption{
-		anthropicoption.WithBaseURL(e.server.URL + "/llm/claude"), anthropicoption.WithAPIKey(secret), anthropicoption.WithMaxRetries(0),
+		anthropicoption.WithBaseURL(base), anthropicoption.WithAPIKey(secret), anthropicoption.WithMaxRetries(0),
 	}, opts...)...)
 }
 

@@ -257,13 +257,16 @@ func (x *exchange) forward(body io.Reader, length int64, mode relayMode, hideUsa
 	case mode == relayRaw:
 		x.writeHeader(res, decoded)
 		x.flush()
-		x.copyRaw(rd)
+		if err := x.copyRaw(rd); err != nil {
+			x.logCut(ctx, err)
+			x.cut = true
+		}
 		up.close()
 		// settled with its reservation, 0, by passthrough
 	case isEventStream(res.Header):
 		x.writeHeader(res, decoded)
 		x.flush() // the SDK waits for the header fields
-		x.relayStream(rd, up, hideUsage)
+		x.relayStream(ctx, rd, up, hideUsage)
 	default:
 		x.writeHeader(res, decoded)
 		tee := io.TeeReader(rd, writerFunc(x.write))
@@ -275,6 +278,7 @@ func (x *exchange) forward(body io.Reader, length int64, mode relayMode, hideUsa
 		} else {
 			if err != nil {
 				x.logCut(ctx, err)
+				x.cut = true
 			}
 			x.settle(nil)
 		}
@@ -434,7 +438,11 @@ func (x *exchange) relayError(res *http.Response, rd io.Reader, up *upstreamBody
 	x.writeHeader(res, decoded)
 	x.write(data)
 	if err == nil && len(data) == maxErrorBody {
-		x.copyRaw(rd)
+		err = x.copyRaw(rd)
+	}
+	if err != nil {
+		x.logCut(context.Background(), err)
+		x.cut = true
 	}
 	up.close()
 	x.settle(&tokens)
@@ -522,8 +530,9 @@ func (f writerFunc) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// copyRaw relays r to the client as it comes, flushing each read.
-func (x *exchange) copyRaw(r io.Reader) {
+// copyRaw relays r to the client as it comes, flushing each read, and
+// returns the error that ended r, nil at its end.
+func (x *exchange) copyRaw(r io.Reader) error {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := r.Read(buf)
@@ -531,8 +540,10 @@ func (x *exchange) copyRaw(r io.Reader) {
 			x.write(buf[:n])
 			x.flush()
 		}
-		if err != nil {
-			return
+		if err == io.EOF {
+			return nil
+		} else if err != nil {
+			return err
 		}
 	}
 }
@@ -660,7 +671,7 @@ func filterModels(data []byte, t *policy.Tier) ([]byte, error) {
 // that ends the stream (data: [DONE], message_stop, response.completed
 // or response.incomplete) is held until the exchange ended and the call
 // was settled.
-func (x *exchange) relayStream(r io.Reader, up *upstreamBody, hideUsage bool) {
+func (x *exchange) relayStream(ctx context.Context, r io.Reader, up *upstreamBody, hideUsage bool) {
 	br := bufio.NewReaderSize(r, 16<<10)
 	st := streamState{protocol: x.up.Protocol, route: x.route, hideUsage: hideUsage}
 	var ev []byte
@@ -686,7 +697,8 @@ func (x *exchange) relayStream(r io.Reader, up *upstreamBody, hideUsage bool) {
 		}
 		if err != nil {
 			if err != io.EOF {
-				x.logCut(context.Background(), err)
+				x.logCut(ctx, err)
+				x.cut = true
 			}
 			x.write(ev) // what came of an event cut short
 			x.flush()

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -242,4 +241,15 @@ func statusOf(err error) int {
 	return 0
 }
 
-var _ = http.StatusOK
+// rawError returns the error body an SDK's err read, "" for another error.
+func rawError(err error) string {
+	var oe *openai.Error
+	if errors.As(err, &oe) {
+		return oe.RawJSON()
+	}
+	var ae *anthropic.Error
+	if errors.As(err, &ae) {
+		return ae.RawJSON()
+	}
+	return ""
+}

@@ -234,14 +234,16 @@ func findRoute(protocol, method, path string) route {
 	return routeOther
 }
 
-// nearRoute reports whether path, which is no route's own, would reach a
-// metered route or the model list at an upstream that reads paths loosely:
+// nearRoute reports whether path is not, but would be at an upstream that
+// reads paths loosely, the path of a metered route or of the model list:
 // the same but for letter case or trailing slashes. Passthrough refuses
-// it, so that no variant of a metered path is forwarded unmetered.
+// it, so that no variant of a metered path is forwarded unmetered. (The
+// paths themselves pass with other methods: GET /chat/completions lists
+// stored completions.)
 func nearRoute(protocol, path string) bool {
 	p := strings.ToLower(strings.TrimRight(path, "/"))
 	_, metered := meteredPaths[protocol][p]
-	return metered || p == modelsPaths[protocol]
+	return p != path && (metered || p == modelsPaths[protocol])
 }
 
 // cleanPath reports whether path, escaped as it came, is a plain path:
@@ -448,9 +450,24 @@ func (x *exchange) userTier() (policy.Tier, error) {
 // check, from a dry run: what the user has left, with nothing consumed.
 func (x *exchange) windowHeaders() {
 	d, err := x.s.svc.Check(x.req.Context(), policy.Request{UserID: x.user}, true)
-	if err == nil {
-		setGatewayLimitHeaders(x.c.Response().Header(), x.up.Protocol, &d, x.s.svc.Now())
+	if err != nil || d.Windows == nil {
+		return
 	}
+	if d.Allowed() {
+		// A dry run admitted counts itself in each window, as the
+		// check it stands for would; this request consumed nothing.
+		ws := *d.Windows
+		for w := range ws {
+			s := &ws[w]
+			s.Count--
+			s.Remaining = max(s.Limit-s.Count, 0)
+			if s.Count == 0 {
+				s.Reset = 0 // the reset was the dry run's own
+			}
+		}
+		d.Windows = &ws
+	}
+	setGatewayLimitHeaders(x.c.Response().Header(), x.up.Protocol, &d, x.s.svc.Now())
 }
 
 // check decides the call as POST /v1/check does, reserving tokens. It

@@ -45,7 +45,7 @@ const (
 )
 
 // mediaTypes are the part types, across both protocols, whose tokens the
-// body does not hold as text.
+// body does not hold as text: {"type": "image_url", ...} and the like.
 var mediaTypes = map[string]bool{
 	"image_url": true, "input_image": true, "image": true,
 	"input_audio": true, "file": true, "input_file": true, "document": true,
@@ -141,9 +141,10 @@ func readCallBody(body []byte) (callBody, error) {
 }
 
 // countMedia reads the next value of dec and counts the media parts in
-// it: the string values (not member names) that name a media type.
+// it: the objects whose "type" names a media type.
 func (cb *callBody) countMedia(dec *jsontext.Decoder) error {
 	depth := dec.StackDepth()
+	typed := false // the token before was the name "type"
 	for {
 		tok, err := dec.ReadToken()
 		if err != nil {
@@ -151,10 +152,15 @@ func (cb *callBody) countMedia(dec *jsontext.Decoder) error {
 		}
 		if tok.Kind() == '"' {
 			kind, length := dec.StackIndex(dec.StackDepth())
-			if !(kind == '{' && length%2 == 1) && mediaTypes[tok.String()] {
+			switch s := tok.String(); {
+			case kind == '{' && length%2 == 1: // a name
+				typed = s == "type"
+				continue
+			case typed && mediaTypes[s]:
 				cb.media++
 			}
 		}
+		typed = false
 		if dec.StackDepth() == depth {
 			return nil
 		}

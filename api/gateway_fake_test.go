@@ -431,25 +431,75 @@ func (e *gwEnv) newKey(user string) string {
 // openai returns an OpenAI client of the gateway's upstream "openai" that
 // sends secret, and does not retry.
 func (e *gwEnv) openai(secret string, opts ...option.RequestOption) openai.Client {
-	return openAIClient(e.server.URL+"/llm/openai", secret, opts...)
+	return e.openAIAt(e.server.URL+"/llm/openai", secret, opts...)
 }
 
 // anthropic returns an Anthropic client of the gateway's upstream
 // "claude" that sends secret, and does not retry.
 func (e *gwEnv) anthropic(secret string, opts ...anthropicoption.RequestOption) anthropic.Client {
-	return anthropicClient(e.server.URL+"/llm/claude", secret, opts...)
+	return e.anthropicAt(e.server.URL+"/llm/claude", secret, opts...)
 }
 
-func openAIClient(base, secret string, opts ...option.RequestOption) openai.Client {
+// openAIAt is openai for the base URL base. Every answer the client gets
+// is searched for the upstreams' keys.
+func (e *gwEnv) openAIAt(base, secret string, opts ...option.RequestOption) openai.Client {
 	return openai.NewClient(append([]option.RequestOption{
 		option.WithBaseURL(base), option.WithAPIKey(secret), option.WithMaxRetries(0),
+		option.WithHTTPClient(&http.Client{Transport: keySearch{e.t, http.DefaultTransport}}),
 	}, opts...)...)
 }
 
-func anthropicClient(base, secret string, opts ...anthropicoption.RequestOption) anthropic.Client {
+// anthropicAt is anthropic for the base URL base, its answers searched
+// as openAIAt's.
+func (e *gwEnv) anthropicAt(base, secret string, opts ...anthropicoption.RequestOption) anthropic.Client {
 	return anthropic.NewClient(append([]anthropicoption.RequestOption{
 		anthropicoption.WithBaseURL(base), anthropicoption.WithAPIKey(secret), anthropicoption.WithMaxRetries(0),
+		anthropicoption.WithHTTPClient(&http.Client{Transport: keySearch{e.t, http.DefaultTransport}}),
 	}, opts...)...)
+}
+
+// keySearch fails its test when an answer's header fields or body hold
+// an upstream's key. It reads the body as the client does, chunk by
+// chunk, so streams still come event by event.
+type keySearch struct {
+	t    *testing.T
+	base http.RoundTripper
+}
+
+func (k keySearch) RoundTrip(r *http.Request) (*http.Response, error) {
+	res, err := k.base.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	for name, vs := range res.Header {
+		for _, v := range vs {
+			k.search(name + ": " + v)
+		}
+	}
+	res.Body = &keySearchBody{ReadCloser: res.Body, k: k}
+	return res, nil
+}
+
+func (k keySearch) search(s string) {
+	for _, key := range []string{openAIUpstreamKey, anthropicUpstreamKey} {
+		if strings.Contains(s, key) {
+			k.t.Errorf("an answer holds an upstream key: %q", s)
+		}
+	}
+}
+
+type keySearchBody struct {
+	io.ReadCloser
+	k    keySearch
+	tail []byte // the end of what came before, where a key may begin
+}
+
+func (b *keySearchBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	seen := append(b.tail, p[:n]...)
+	b.k.search(string(seen))
+	b.tail = append([]byte(nil), seen[max(0, len(seen)-64):]...)
+	return n, err
 }
 
 // usage returns user's tokens counted today, calls in flight and
@@ -491,6 +541,11 @@ func (e *gwEnv) raw(method, path, body string, header map[string]string) (*http.
 	}
 	defer res.Body.Close()
 	data, _ := io.ReadAll(res.Body)
+	search := keySearch{t: e.t}
+	search.search(string(data))
+	for name, vs := range res.Header {
+		search.search(name + ": " + strings.Join(vs, ", "))
+	}
 	return res, string(data)
 }
 

@@ -250,7 +250,7 @@ func TestGatewayUpstreamFaults(t *testing.T) {
 			return err
 		}, 200, func() int64 { return e.reservation(api.DefaultGatewayMaxOutput) }, ""},
 		{"unreachable", func() error {
-			down := openAIClient(e.server.URL+"/llm/down", key)
+			down := e.openAIAt(e.server.URL+"/llm/down", key)
 			_, err := down.Chat.Completions.New(ctx, chat("gpt-4o-mini"))
 			return err
 		}, 502, func() int64 { return 0 }, "upstream down could not be reached"},
@@ -287,7 +287,7 @@ func TestGatewayOutlastsTheServerTimeouts(t *testing.T) {
 	srv.Config.ReadTimeout, srv.Config.WriteTimeout = 100*time.Millisecond, 100*time.Millisecond
 	srv.Start()
 	defer srv.Close()
-	an := anthropicClient(srv.URL+"/llm/claude", key)
+	an := e.anthropicAt(srv.URL+"/llm/claude", key)
 	s := an.Messages.NewStreaming(context.Background(), claudeMessage("claude-sonnet-4-5"), anthropicoption.WithHeader("X-Fake", "slow"))
 	n := 0
 	for s.Next() {

@@ -59,9 +59,6 @@ const maxModelList = 16 << 20
 // to remove the upstream's key from it, should the upstream echo it.
 const maxErrorBody = 1 << 20
 
-// errBodyTooLarge ends a passthrough body read beyond the limit.
-var errBodyTooLarge = errors.New("request body too large")
-
 // metered handles a call on a metered route.
 func (x *exchange) metered() {
 	body, ok := x.readBody()
@@ -131,8 +128,10 @@ func (x *exchange) models() {
 // passthrough forwards a request no metered route takes, counted as a
 // request with no tokens.
 func (x *exchange) passthrough() {
-	if x.req.ContentLength > x.g.maxBody {
-		x.tooLarge()
+	// Read whole before the check, so that one over the limit is
+	// refused before anything is counted or sent.
+	body, ok := x.readBody()
+	if !ok {
 		return
 	}
 	if _, ok := x.check(0); !ok {
@@ -140,11 +139,11 @@ func (x *exchange) passthrough() {
 	}
 	defer x.settle(nil) // its reservation: 0
 	x.keepAlive()
-	var body io.Reader = http.NoBody
-	if x.req.Body != nil && x.req.Body != http.NoBody {
-		body = &maxReader{r: x.req.Body, left: x.g.maxBody}
+	var rd io.Reader = http.NoBody
+	if len(body) > 0 {
+		rd = bytes.NewReader(body)
 	}
-	x.forward(body, x.req.ContentLength, relayRaw, false, nil)
+	x.forward(rd, int64(len(body)), relayRaw, false, nil)
 }
 
 // readBody reads a metered call's body, at most MaxBody bytes; beyond
@@ -168,21 +167,6 @@ func (x *exchange) readBody() ([]byte, bool) {
 
 func (x *exchange) tooLarge() {
 	x.fail(http.StatusRequestEntityTooLarge, errTooLarge, fmt.Sprintf("request body is larger than %d bytes", x.g.maxBody))
-}
-
-// maxReader reads at most left bytes of r, then fails with
-// errBodyTooLarge.
-type maxReader struct {
-	r    io.Reader
-	left int64
-}
-
-func (m *maxReader) Read(p []byte) (int, error) {
-	n, err := m.r.Read(p)
-	if m.left -= int64(n); m.left < 0 {
-		return n, errBodyTooLarge
-	}
-	return n, err
 }
 
 // forward sends the request upstream with body and relays the answer in
@@ -452,9 +436,6 @@ func (x *exchange) relayError(res *http.Response, rd io.Reader, up *upstreamBody
 func (x *exchange) noAnswer(ctx context.Context, err error) {
 	cause := context.Cause(ctx)
 	switch {
-	case errors.Is(err, errBodyTooLarge):
-		x.settle(new(int64))
-		x.tooLarge()
 	case errors.Is(cause, errDrained):
 		// No one to answer.
 		x.settle(nil)
@@ -592,13 +573,13 @@ func (u *usageJSON) merge(o *usageJSON) {
 func (u *usageJSON) total(protocol string) (int64, bool) {
 	sum := func(fs ...*int64) (int64, bool) {
 		var n int64
-		any := false
+		found := false
 		for _, f := range fs {
 			if f != nil {
-				n, any = n+max(*f, 0), true
+				n, found = n+max(*f, 0), true
 			}
 		}
-		return min(n, policy.MaxLimit), any
+		return min(n, policy.MaxLimit), found
 	}
 	if protocol == ProtocolOpenAI {
 		if u.TotalTokens != nil {

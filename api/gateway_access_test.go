@@ -611,3 +611,44 @@ func TestGatewayReservesAnUpperBound(t *testing.T) {
 		}
 	}
 }
+
+// Gateway calls are checks: the stats count them admitted and refused,
+// and a tier's shadow limits decide them too.
+func TestGatewayCallsCountAsChecks(t *testing.T) {
+	e, key := newGatewayEnv(t, nil)
+	e.putTier("shadowed", `{"requests_per_minute":3,"requests_per_hour":1000,"requests_per_day":10000,"burst_allowance":0,`+
+		`"shadow":{"requests_per_minute":1,"requests_per_hour":1000,"requests_per_day":10000,"burst_allowance":0}}`)
+	e.assign("alice", "shadowed")
+	oa := e.openai(key)
+	for i := range 4 {
+		_, err := oa.Chat.Completions.New(context.Background(), chat("gpt-4o-mini"))
+		if want := map[bool]int{true: 429, false: 0}[i == 3]; statusOf(err) != want {
+			t.Fatalf("call %d: %v, want status %d", i+1, err, want)
+		}
+	}
+	if err := e.store.FlushCounts(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var stats statsAnswer
+	if rec := e.do(http.MethodGet, "/v1/stats?period=hour", "", true); rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &stats) != nil {
+		t.Fatalf("stats: %d %s", rec.Code, rec.Body)
+	}
+	var admitted, refused, shadow int64
+	for _, tier := range stats.Tiers {
+		if tier.Tier != "shadowed" {
+			continue
+		}
+		for _, b := range tier.Buckets {
+			admitted, refused = admitted+b.Admitted, refused+b.Refused
+			for _, n := range b.Shadow {
+				shadow += n
+			}
+		}
+	}
+	// The shadow limit of one a minute refuses every call but the first,
+	// the one the real limits refused included.
+	if admitted != 3 || refused != 1 || shadow != 3 {
+		t.Errorf("stats of tier shadowed: %d admitted, %d refused, %d shadow refusals; want 3, 1 and 3", admitted, refused, shadow)
+	}
+	e.wantMetric(`policyguard_shadow_refusals_total{tier="shadowed",window="minute"} 3`)
+}

@@ -72,7 +72,8 @@ func (e *gwEnv) wantMetric(line string) {
 	e.t.Helper()
 	rec := e.do(http.MethodGet, "/metrics", "", false)
 	if !strings.Contains(rec.Body.String(), "\n"+line+"\n") {
-		e.t.Errorf("/metrics lacks %s:\n%s", line, grepLines(rec.Body.String(), "policyguard_gateway"))
+		name, _, _ := strings.Cut(line, "{")
+		e.t.Errorf("/metrics lacks %s:\n%s", line, grepLines(rec.Body.String(), name))
 	}
 }
 

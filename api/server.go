@@ -1,8 +1,10 @@
 // Package api is the HTTP face of the guardrail service: the check endpoint
 // and the routes that finish and keep alive metered calls, the admin JSON
-// API for tiers and usage, and health; the one wire shape of a tier and of
-// a user record, which the tiers file of "policyguard tiers" shares; and
-// the Guard middleware for an Echo application of one's own.
+// API for tiers and usage, and health; the gateway, which forwards OpenAI-
+// and Anthropic-compatible model calls to upstreams, metered as checks
+// (gateway.go tells how); the one wire shape of a tier and of a user
+// record, which the tiers file of "policyguard tiers" shares; and the Guard
+// middleware for an Echo application of one's own.
 //
 // It imports policy and nothing else of this module. It does not know the
 // admin page: main mounts package web's on the same Echo instance

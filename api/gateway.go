@@ -283,6 +283,8 @@ type exchange struct {
 
 	user string
 	tier string // the tier's name once known, for metrics
+	// limitsSet reports whether the answer's rate-limit fields are set.
+	limitsSet bool
 
 	// The call the check opened, if any, and its reservation.
 	callID   string
@@ -449,6 +451,7 @@ func (x *exchange) userTier() (policy.Tier, error) {
 // windowHeaders sets the rate-limit fields of an answer decided before a
 // check, from a dry run: what the user has left, with nothing consumed.
 func (x *exchange) windowHeaders() {
+	x.limitsSet = true
 	d, err := x.s.svc.Check(x.req.Context(), policy.Request{UserID: x.user}, true)
 	if err != nil || d.Windows == nil {
 		return
@@ -480,7 +483,7 @@ func (x *exchange) check(tokens int64) (policy.Decision, bool) {
 		x.failErr(err)
 		return d, false
 	}
-	x.tier = d.Tier
+	x.tier, x.limitsSet = d.Tier, true
 	setGatewayLimitHeaders(x.c.Response().Header(), x.up.Protocol, &d, x.s.svc.Now())
 	switch d.Outcome {
 	case policy.Admitted:

@@ -490,6 +490,9 @@ func TestGatewayBodyLimit(t *testing.T) {
 			if res.StatusCode != 413 {
 				t.Fatalf("%d %s, want 413", res.StatusCode, data)
 			}
+			if res.Header.Get("X-Ratelimit-Remaining-Requests")+res.Header.Get("Anthropic-Ratelimit-Requests-Remaining") != "1000" {
+				t.Errorf("the 413 lacks the rate-limit fields, or consumed a request: %v", res.Header)
+			}
 			if strings.Contains(tc.path, "claude") {
 				wantError(t, api.ProtocolAnthropic, string(data), "request_too_large", "", "request body is larger than 1024 bytes")
 			} else {

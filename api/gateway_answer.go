@@ -112,9 +112,13 @@ func outcomeOf(kind errKind) string {
 	return outcomeBadRequest
 }
 
-// fail answers the exchange's request with an error of its own.
+// fail answers the exchange's request with an error of its own: with
+// the rate-limit fields, as every answer to a known user.
 func (x *exchange) fail(status int, kind errKind, msg string) {
 	x.outcome = outcomeOf(kind)
+	if x.user != "" && !x.limitsSet && kind != errUnavailable && kind != errInternal {
+		x.windowHeaders()
+	}
 	if err := writeGatewayError(x.c, x.up.Protocol, status, kind, msg); err != nil {
 		x.s.logRequest(x.c, slog.LevelWarn, "write gateway answer", slog.Any("err", err))
 	}

@@ -426,24 +426,14 @@ func (x *exchange) userOf(key policy.Key) (string, bool) {
 }
 
 // userTier returns the tier the user's checks are decided under: their
-// record's, else the default tier. It records nothing.
+// record's, else the default tier, never one the client names. It records
+// nothing; the check that follows confirms it (see metered).
 func (x *exchange) userTier() (policy.Tier, error) {
-	svc, ctx := x.s.svc, x.req.Context()
-	name := svc.DefaultTier()
-	if svc.KeepsUserRecords() {
-		rec, err := svc.User(ctx, x.user)
-		switch {
-		case err == nil && rec.Tier != "":
-			name = rec.Tier
-		case err != nil && policy.ErrorCode(err) != policy.ENOTFOUND:
-			return policy.Tier{}, err
-		}
-	}
-	t, err := svc.Tier(ctx, name)
-	if policy.ErrorCode(err) == policy.ENOTFOUND {
+	t, err := x.s.svc.TierOf(x.req.Context(), x.user)
+	if policy.ErrorCode(err) == policy.EINVALID {
 		// The default tier went missing, or the record's tier was
 		// deleted a moment ago: not the client's doing.
-		return policy.Tier{}, policy.Errorf(policy.EUNAVAILABLE, "tier %s of user %s is not found; try again", policy.Quote(name), policy.Quote(x.user))
+		return policy.Tier{}, policy.Errorf(policy.EUNAVAILABLE, "the tier of user %s is not found; try again", policy.Quote(x.user))
 	}
 	return t, err
 }

@@ -61,6 +61,8 @@ const (
 //	hold         sends a stream's first event, then waits for release
 //	slow         waits 150 ms before each event
 //	no-usage     answers 200 with a body that reports no usage
+//	usage-is-reservation  answers an Anthropic message whose usage is the
+//	             gateway's reservation for it: its body's bytes and max_tokens
 type fakeUpstream struct {
 	srv     *httptest.Server
 	closing chan struct{}
@@ -139,6 +141,14 @@ func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		h.Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusInternalServerError)
 		io.WriteString(w, `{"error":{"message":"the upstream broke","type":"server_error"}}`)
+		return
+	case flags["usage-is-reservation"]:
+		var m struct {
+			MaxTokens int `json:"max_tokens"`
+		}
+		json.Unmarshal(body, &m)
+		h.Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"msg_1","type":"message","role":"assistant","content":[],"usage":{"input_tokens":%d,"output_tokens":0}}`, len(body)+m.MaxTokens)
 		return
 	case flags["no-usage"]:
 		h.Set("Content-Type", "application/json")

@@ -70,6 +70,7 @@ type fakeUpstream struct {
 	mu      sync.Mutex
 	reqs    []fakeRequest
 	release chan struct{} // closed by the test: "hold" streams go on
+	arrived chan struct{} // a value for each request, when there is room
 }
 
 // fakeRequest is a request as the fake upstream received it.
@@ -80,7 +81,7 @@ type fakeRequest struct {
 }
 
 func newFakeUpstream(t *testing.T) *fakeUpstream {
-	f := &fakeUpstream{closing: make(chan struct{}), release: make(chan struct{})}
+	f := &fakeUpstream{closing: make(chan struct{}), release: make(chan struct{}), arrived: make(chan struct{}, 100)}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)
 	return f
@@ -101,6 +102,10 @@ func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.reqs = append(f.reqs, fakeRequest{r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Clone(), body})
 	f.mu.Unlock()
+	select {
+	case f.arrived <- struct{}{}:
+	default:
+	}
 	flags := map[string]bool{}
 	for _, fl := range strings.Split(r.Header.Get("X-Fake"), ",") {
 		flags[strings.TrimSpace(fl)] = true

@@ -56,6 +56,27 @@ func TestGatewayDrainsAfterTheClientLeaves(t *testing.T) {
 		}
 		e.wantMetric(`policyguard_gateway_drained_total{settled="reservation",upstream="claude"} 1`)
 	})
+	t.Run("before the answer", func(t *testing.T) {
+		e, key := newGatewayEnv(t, func(c *api.GatewayConfig) { c.Drain = 200 * time.Millisecond })
+		ctx, cancel := context.WithCancel(context.Background())
+		oa := e.openai(key)
+		failed := make(chan error, 1)
+		go func() {
+			_, err := oa.Chat.Completions.New(ctx, chat("gpt-4o-mini"), option.WithHeader("X-Fake", "hang"))
+			failed <- err
+		}()
+		await(t, e.fake.arrived, "the request upstream")
+		cancel()
+		if err := <-failed; err == nil {
+			t.Fatal("a call whose client left succeeded")
+		}
+		await(t, e.settled, "settle after the drain time")
+		want := e.reservation(api.DefaultGatewayMaxOutput)
+		if tokens, inFlight, _ := e.usage("alice"); tokens != want || inFlight != 0 {
+			t.Errorf("tokens %d, in flight %d; want the reservation %d and none", tokens, inFlight, want)
+		}
+		e.wantMetric(`policyguard_gateway_drained_total{settled="reservation",upstream="openai"} 1`)
+	})
 }
 
 // reservation returns what the gateway reserved for the last request the

@@ -209,8 +209,13 @@ func TestGatewayKeepsLongCallsAlive(t *testing.T) {
 		t.Fatalf("first event: %v", long.Err())
 	}
 	e.clock.Advance(8 * time.Minute)
-	ticks <- e.clock.Now()
-	ticks <- e.clock.Now() // taken once the first keepalive is done
+	for range 2 { // the second is taken once the first keepalive is done
+		select {
+		case ticks <- e.clock.Now():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the call has no keepalive loop")
+		}
+	}
 	e.clock.Advance(8 * time.Minute)
 	if _, err := an.Messages.New(ctx, claudeMessage("claude-sonnet-4-5")); statusOf(err) != http.StatusTooManyRequests {
 		t.Fatalf("a second call 16 minutes into the first: %v, want 429: the first kept its slot", err)

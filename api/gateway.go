@@ -28,6 +28,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -279,7 +280,6 @@ type exchange struct {
 	req   *http.Request
 	route route
 	path  string // after /llm/{name}, escaped
-	start time.Time
 
 	user string
 	tier string // the tier's name once known, for metrics
@@ -309,8 +309,8 @@ type exchange struct {
 
 // Causes of an upstream exchange's end, other than its own.
 var (
-	errDrained         = fmt.Errorf("the client went away and the upstream did not end within the drain time")
-	errUpstreamTimeout = fmt.Errorf("the upstream did not end within the upstream timeout")
+	errDrained         = errors.New("the client went away and the upstream did not end within the drain time")
+	errUpstreamTimeout = errors.New("the upstream did not end within the upstream timeout")
 )
 
 func (s *Server) handleGateway(c echo.Context) error {
@@ -322,7 +322,7 @@ func (s *Server) handleGateway(c echo.Context) error {
 			fmt.Sprintf("no upstream named %s", policy.Quote(c.Param("name"))))
 	}
 	req := c.Request()
-	x := &exchange{s: s, g: s.gateway, up: up, c: c, req: req, start: time.Now(), outcome: outcomeForwarded}
+	x := &exchange{s: s, g: s.gateway, up: up, c: c, req: req, outcome: outcomeForwarded}
 	x.path = strings.TrimPrefix(req.URL.EscapedPath(), "/llm/"+up.Name)
 	x.route = findRoute(up.Protocol, req.Method, x.path)
 	x.serve()

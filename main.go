@@ -152,6 +152,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		TrustedProxies: cfg.TrustedProxies,
 		TestClock:      testClock,
 		Pages:          admin.Register, // the admin page, behind the API's middleware
+		Gateway:        cfg.Gateway,
 	}), tlsCfg, handler)
 	if cfg.MetricsAddr != "" {
 		// Metrics on their own address can stay inside the network while
@@ -190,6 +191,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log.Info("serving", "addr", ln.Addr().String(), "db", db.Redact(cfg.DBPath), "store", store.Kind(), "default_tier", cfg.DefaultTier, "sync", syncMode,
 		"tls", tlsCfg != nil, "api_token", cfg.APIToken != "", "fail_open", cfg.FailOpen, "trust_client_tier", cfg.TrustClientTier)
+	if cfg.Gateway != nil {
+		names := make([]string, len(cfg.Gateway.Upstreams))
+		for i, up := range cfg.Gateway.Upstreams {
+			names[i] = up.Name
+			fmt.Fprintf(stdout, "gateway: %s/llm/%s forwards to %s (%s)\n", url, up.Name, up.BaseURL.Redacted(), up.Protocol)
+		}
+		log.Info("gateway", "upstreams", strings.Join(names, ","), "passthrough", cfg.Gateway.Passthrough,
+			"max_output", cfg.Gateway.MaxOutput, "drain", cfg.Gateway.Drain, "upstream_timeout", cfg.Gateway.UpstreamTimeout, "max_body", cfg.Gateway.MaxBody)
+	}
 	if cfg.APIToken == "" && !loopback(ln.Addr()) {
 		log.Warn("checks need no API token on an address beyond loopback: anyone who reaches it can spend any user's quota; set -api-token")
 	}
@@ -273,6 +283,9 @@ type config struct {
 	PGPoolSize         int
 	PGStatementTimeout time.Duration
 	PGLockTimeout      time.Duration
+	// Gateway configures /llm/{upstream}/...: nil when no upstream is
+	// named.
+	Gateway *api.GatewayConfig
 }
 
 // storeOptions returns the options of db.Open for the configured database.
@@ -374,6 +387,33 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		lockTimeout = s
 		return nil
 	})
+	var upstreams []string
+	fs.Func("upstream", "a model API the gateway forwards to, NAME=PROTOCOL:URL with PROTOCOL openai or anthropic, served at /llm/NAME; repeatable; its key is read from GUARDRAIL_UPSTREAM_KEY_<NAME> (GUARDRAIL_UPSTREAMS, comma-separated)", func(s string) error {
+		upstreams = append(upstreams, s)
+		return nil
+	})
+	var passthrough bool
+	fs.BoolVar(&passthrough, "gateway-passthrough", false, "forward the gateway paths no metered route takes, each counted as a request with no tokens; without it they are a 404 (GUARDRAIL_GATEWAY_PASSTHROUGH)")
+	maxOutput := env("GUARDRAIL_GATEWAY_MAX_OUTPUT", strconv.Itoa(api.DefaultGatewayMaxOutput))
+	fs.Func("gateway-max-output", fmt.Sprintf("output tokens the gateway reserves for a call that sets no output cap (GUARDRAIL_GATEWAY_MAX_OUTPUT, default %d)", api.DefaultGatewayMaxOutput), func(s string) error {
+		maxOutput = s
+		return nil
+	})
+	drain := env("GUARDRAIL_GATEWAY_DRAIN", api.DefaultGatewayDrain.String())
+	fs.Func("gateway-drain", fmt.Sprintf("how long the gateway reads on from an upstream after its client went away, to learn the tokens used; a call whose usage does not come is charged its reservation (GUARDRAIL_GATEWAY_DRAIN, default %v)", api.DefaultGatewayDrain), func(s string) error {
+		drain = s
+		return nil
+	})
+	upstreamTimeout := env("GUARDRAIL_UPSTREAM_TIMEOUT", api.DefaultUpstreamTimeout.String())
+	fs.Func("upstream-timeout", fmt.Sprintf("how long an exchange with an upstream may last, a streamed answer included (GUARDRAIL_UPSTREAM_TIMEOUT, default %v)", api.DefaultUpstreamTimeout), func(s string) error {
+		upstreamTimeout = s
+		return nil
+	})
+	maxBody := env("GUARDRAIL_GATEWAY_MAX_BODY", strconv.Itoa(api.DefaultGatewayMaxBody))
+	fs.Func("gateway-max-body", fmt.Sprintf("the largest request body the gateway accepts, in bytes; larger is a 413 (GUARDRAIL_GATEWAY_MAX_BODY, default %d, 32 MiB)", api.DefaultGatewayMaxBody), func(s string) error {
+		maxBody = s
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -463,7 +503,70 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
 		return cfg, errors.New("TLS needs both -tls-cert and -tls-key (GUARDRAIL_TLS_CERT, GUARDRAIL_TLS_KEY)")
 	}
+	if !set["upstream"] {
+		upstreams = strings.Split(getenv("GUARDRAIL_UPSTREAMS"), ",")
+	}
+	if v := getenv("GUARDRAIL_GATEWAY_PASSTHROUGH"); v != "" && !set["gateway-passthrough"] {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return cfg, fmt.Errorf("GUARDRAIL_GATEWAY_PASSTHROUGH %q: must be true or false", v)
+		}
+		passthrough = b
+	}
+	gw := &api.GatewayConfig{Passthrough: passthrough}
+	if gw.MaxOutput, err = strconv.ParseInt(maxOutput, 10, 64); err != nil || gw.MaxOutput < 1 || gw.MaxOutput > policy.MaxLimit {
+		return cfg, fmt.Errorf("gateway max output %q: must be a whole number of tokens from 1 to %d (-gateway-max-output, GUARDRAIL_GATEWAY_MAX_OUTPUT)", maxOutput, policy.MaxLimit)
+	}
+	if gw.MaxBody, err = strconv.ParseInt(maxBody, 10, 64); err != nil || gw.MaxBody < 1 {
+		return cfg, fmt.Errorf("gateway max body %q: must be a whole number of bytes of at least 1 (-gateway-max-body, GUARDRAIL_GATEWAY_MAX_BODY)", maxBody)
+	}
+	for _, d := range []struct {
+		name, flag, value string
+		to                *time.Duration
+	}{
+		{"gateway drain", "-gateway-drain, GUARDRAIL_GATEWAY_DRAIN", drain, &gw.Drain},
+		{"upstream timeout", "-upstream-timeout, GUARDRAIL_UPSTREAM_TIMEOUT", upstreamTimeout, &gw.UpstreamTimeout},
+	} {
+		v, err := time.ParseDuration(d.value)
+		if err != nil || v < time.Millisecond {
+			return cfg, fmt.Errorf("%s %q: must be a duration of at least 1ms such as 60s or 10m (%s)", d.name, d.value, d.flag)
+		}
+		*d.to = v
+	}
+	for _, spec := range upstreams {
+		if spec = strings.TrimSpace(spec); spec == "" {
+			continue
+		}
+		up, err := api.ParseUpstream(spec)
+		if err != nil {
+			return cfg, err
+		}
+		for _, other := range gw.Upstreams {
+			if other.Name == up.Name {
+				return cfg, fmt.Errorf("upstream %s is named twice", up.Name)
+			}
+		}
+		variable := upstreamKeyVariable(up.Name)
+		if up.Key = getenv(variable); up.Key == "" {
+			return cfg, fmt.Errorf("upstream %s has no key: set %s", up.Name, variable)
+		}
+		if err := checkToken(up.Key); err != nil {
+			return cfg, fmt.Errorf("the key in %s %w", variable, err)
+		}
+		gw.Upstreams = append(gw.Upstreams, up)
+	}
+	if len(gw.Upstreams) > 0 {
+		cfg.Gateway = gw
+	}
 	return cfg, nil
+}
+
+// upstreamKeyVariable returns the environment variable that holds the key
+// of the upstream named name: GUARDRAIL_UPSTREAM_KEY_ and the name in
+// upper case, with "-" as "_". A key is read from the environment only,
+// never from a flag, which a process listing and a usage message show.
+func upstreamKeyVariable(name string) string {
+	return "GUARDRAIL_UPSTREAM_KEY_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
 // parseProxies reads a comma-separated list of addresses and CIDR ranges.

@@ -51,6 +51,11 @@ type Metrics struct {
 	inFlight      atomic.Pointer[func(context.Context) (int64, error)]
 	shadow        *prometheus.CounterVec
 	shadowCounts  sync.Map // shadowKey -> prometheus.Counter
+
+	gatewayRequests *prometheus.CounterVec
+	gatewayTokens   *prometheus.CounterVec
+	upstreamLatency *prometheus.HistogramVec
+	gatewayDrained  *prometheus.CounterVec
 }
 
 // shadowKey is one label set of policyguard_shadow_refusals_total.
@@ -143,9 +148,56 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 	for _, op := range storageOperations {
 		m.storageErrors[op] = storageErrors.WithLabelValues(op)
 	}
+	m.gatewayRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "policyguard_gateway_requests_total",
+		Help: "Requests to the gateway (/llm/...), by upstream, tier (empty before the user is known) and outcome: forwarded (the upstream answered, whatever its status), upstream_failed (it did not), rate_limited, denied, model_denied (the tier does not include the model), unauthorized, bad_request (400, 404 or 413) or error.",
+	}, []string{"upstream", "tier", "outcome"})
+	m.gatewayTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "policyguard_gateway_tokens_total",
+		Help: "Tokens the gateway charged calls, by upstream and tier: what the upstream reported, or the reservation when it reported nothing before the exchange ended.",
+	}, []string{"upstream", "tier"})
+	m.upstreamLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "policyguard_gateway_upstream_latency_seconds",
+		Help:    "Time from sending a request upstream to the upstream's status and header fields, by upstream.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
+	}, []string{"upstream"})
+	m.gatewayDrained = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "policyguard_gateway_drained_total",
+		Help: "Upstream exchanges (streams, mostly) whose client went away before the end, which the gateway read on for at most -gateway-drain to learn the usage, by upstream and what settled them: usage (the upstream's count) or reservation (none came in time).",
+	}, []string{"upstream", "settled"})
 	reg.MustRegister(m.checks, duration, m.rowsStored, m.rowsDeleted, storageErrors, m.failOpen,
-		m.callsOpened, m.callsFinished, m.callsExpired, m.tokensSettled, inFlight, m.shadow)
+		m.callsOpened, m.callsFinished, m.callsExpired, m.tokensSettled, inFlight, m.shadow,
+		m.gatewayRequests, m.gatewayTokens, m.upstreamLatency, m.gatewayDrained)
 	return m
+}
+
+// observeGatewayRequest counts one request to the gateway. Its labels
+// name no user and no key: upstreams and tiers are the operator's, and
+// few.
+func (m *Metrics) observeGatewayRequest(upstream, tier, outcome string) {
+	m.gatewayRequests.WithLabelValues(upstream, tier, outcome).Inc()
+}
+
+// observeGatewayTokens counts the tokens a gateway call was charged.
+func (m *Metrics) observeGatewayTokens(upstream, tier string, tokens int64) {
+	if tokens > 0 {
+		m.gatewayTokens.WithLabelValues(upstream, tier).Add(float64(tokens))
+	}
+}
+
+// observeUpstreamLatency records the time an upstream took to answer.
+func (m *Metrics) observeUpstreamLatency(upstream string, took time.Duration) {
+	m.upstreamLatency.WithLabelValues(upstream).Observe(took.Seconds())
+}
+
+// observeGatewayDrain counts an exchange drained after its client went
+// away, settled with the upstream's usage or not.
+func (m *Metrics) observeGatewayDrain(upstream string, usage bool) {
+	settled := "reservation"
+	if usage {
+		settled = "usage"
+	}
+	m.gatewayDrained.WithLabelValues(upstream, settled).Inc()
 }
 
 // SetCallsInFlight gives policyguard_calls_in_flight its source: a function,

@@ -32,6 +32,7 @@ import (
 // have a route.
 var undocumented = map[string]string{
 	"/admin": "the admin page: HTML forms for browsers, not an API",
+	"/llm":   "the gateway: the OpenAI and Anthropic APIs, forwarded to an upstream, which their providers describe",
 }
 
 var httpMethods = []string{"get", "put", "post", "delete", "patch", "head", "options", "trace"}
@@ -172,7 +173,11 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 	e := newEnv(t)
 	s := loadSpec(t, e.srv)
 	var routes []string
-	for _, r := range testClockServer(e).Routes() { // every route, those of -test-clock too
+	// Every route: those of -test-clock and of the gateway too.
+	upstream, _ := api.ParseUpstream("openai=openai:https://api.openai.invalid/v1")
+	gateway := api.NewServer(api.Config{Service: policy.NewService(e.store, e.store), Logger: slog.New(slog.DiscardHandler),
+		Gateway: &api.GatewayConfig{Upstreams: []api.Upstream{upstream}}})
+	for _, r := range append(testClockServer(e).Routes(), gateway.Routes()...) {
 		if !slices.Contains(httpMethods, strings.ToLower(r.Method)) {
 			continue // Echo's own entries, such as its not-found handlers
 		}

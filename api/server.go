@@ -1,8 +1,10 @@
 // Package api is the HTTP face of the guardrail service: the check endpoint
 // and the routes that finish and keep alive metered calls, the admin JSON
-// API for tiers and usage, and health; the one wire shape of a tier and of
-// a user record, which the tiers file of "policyguard tiers" shares; and
-// the Guard middleware for an Echo application of one's own.
+// API for tiers and usage, and health; the gateway, which forwards OpenAI-
+// and Anthropic-compatible model calls to upstreams, metered as checks
+// (gateway.go tells how); the one wire shape of a tier and of a user
+// record, which the tiers file of "policyguard tiers" shares; and the Guard
+// middleware for an Echo application of one's own.
 //
 // It imports policy and nothing else of this module. It does not know the
 // admin page: main mounts package web's on the same Echo instance
@@ -70,6 +72,10 @@ type Config struct {
 	// the error handler. main mounts the admin page of package web with it
 	// (web.Admin.Register). Nil adds none.
 	Pages func(*echo.Echo)
+	// Gateway, when set, adds the gateway: /llm/{upstream}/... forwards
+	// OpenAI- and Anthropic-compatible model calls to its upstreams,
+	// metered as checks (see gateway.go). Nil, there are no /llm routes.
+	Gateway *GatewayConfig
 }
 
 // Server is the HTTP API. It is an http.Handler and safe for concurrent use.
@@ -86,6 +92,8 @@ type Server struct {
 	failOpen failOpen
 	// testClock is nil when the service runs on a real clock.
 	testClock *policy.TestClock
+	// gateway is nil when the server has no /llm routes.
+	gateway *gateway
 }
 
 // NewServer returns a Server for cfg with every route registered.
@@ -116,6 +124,9 @@ func NewServer(cfg Config) *Server {
 		s.apiToken = &t
 	}
 	s.failOpen.enabled = cfg.FailOpen
+	if cfg.Gateway != nil {
+		s.gateway = newGateway(cfg.Gateway)
+	}
 	s.echo.HideBanner, s.echo.HidePort = true, true
 	// Client addresses (sign-in throttle, access log) come from the
 	// connection, X-Forwarded-For being whatever a client wants it to be,
@@ -173,6 +184,11 @@ func (s *Server) routes() {
 	e.DELETE("/v1/usage/:user_id", s.handleDeleteUsage, admin)
 	e.GET("/v1/stats", s.handleStats, admin)
 	s.testClockRoutes()
+	if s.gateway != nil {
+		// Every method: what is not metered is a 404 or, with
+		// passthrough, forwarded (gateway.go).
+		e.Any("/llm/:name/*", s.handleGateway)
+	}
 }
 
 // Route is one method and path the server answers. Path parameters are

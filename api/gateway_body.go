@@ -1,0 +1,268 @@
+package api
+
+import (
+	"bytes"
+	"strconv"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/policyguard/policyguard/policy"
+)
+
+// callBody is what the gateway reads of a metered call's body.
+type callBody struct {
+	model  string
+	stream bool
+	// outputCap is the largest output cap the body sets
+	// (max_completion_tokens, max_tokens, max_output_tokens); -1 when it
+	// sets none.
+	outputCap int64
+	// choices is how many completions are made at once (n, best_of),
+	// each with its own output: at least 1.
+	choices int64
+	// media counts the parts that bring content the body only refers to
+	// or encodes (images, audio, files, documents); tools counts the
+	// tools given.
+	media, tools int64
+	// includeUsage reports whether the client asked for usage in a
+	// stream (stream_options.include_usage).
+	includeUsage bool
+}
+
+// Allowances of the prompt bound for what costs tokens beyond its bytes.
+const (
+	// mediaTokens is reserved for each image, audio clip, file or
+	// document part: a high-detail image is at most about 1,600 tokens
+	// on the APIs of both protocols.
+	mediaTokens = 2048
+	// toolTokens is reserved for each tool: a provider wraps tools in
+	// a system prompt of its own (Anthropic's tool use adds about 350
+	// tokens, its computer-use tool about 700, to a short definition).
+	toolTokens = 1024
+	// maxChoices bounds n and best_of, as the upstreams do.
+	maxChoices = 128
+)
+
+// mediaTypes are the part types, across both protocols, whose tokens the
+// body does not hold as text: {"type": "image_url", ...} and the like.
+var mediaTypes = map[string]bool{
+	"image_url": true, "input_image": true, "image": true,
+	"input_audio": true, "file": true, "input_file": true, "document": true,
+}
+
+// readCallBody reads the members of a metered call's body that the
+// gateway needs, and counts the parts that cost more than their bytes. A
+// body that is not one JSON object, or names a member twice (which an
+// upstream might read otherwise than the gateway), is EINVALID.
+func readCallBody(body []byte) (callBody, error) {
+	cb := callBody{outputCap: -1, choices: 1}
+	dec := jsontext.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return cb, policy.Errorf(policy.EINVALID, "request body must be a JSON object")
+	}
+	for dec.PeekKind() == '"' {
+		name, err := dec.ReadToken()
+		if err != nil {
+			break
+		}
+		switch n := name.String(); n {
+		case "model":
+			v, err := dec.ReadValue()
+			if err != nil {
+				return cb, bodyError(body, err)
+			}
+			if v.Kind() != '"' {
+				return cb, policy.Errorf(policy.EINVALID, "model must be a string")
+			}
+			_ = json.Unmarshal(v, &cb.model)
+		case "stream":
+			v, err := dec.ReadValue()
+			if err != nil {
+				return cb, bodyError(body, err)
+			}
+			cb.stream = v.Kind() == 't'
+		case "max_completion_tokens", "max_tokens", "max_output_tokens", "n", "best_of":
+			v, err := dec.ReadValue()
+			if err != nil {
+				return cb, bodyError(body, err)
+			}
+			k, err := strconv.ParseInt(string(v), 10, 64)
+			if err != nil || k < 0 {
+				continue // the upstream refuses it; nothing to reserve
+			}
+			if n == "n" || n == "best_of" {
+				cb.choices = max(cb.choices, min(k, maxChoices))
+			} else {
+				cb.outputCap = max(cb.outputCap, min(k, policy.MaxLimit))
+			}
+		case "stream_options":
+			v, err := dec.ReadValue()
+			if err != nil {
+				return cb, bodyError(body, err)
+			}
+			var opts struct {
+				IncludeUsage bool `json:"include_usage"`
+			}
+			if json.Unmarshal(v, &opts) == nil {
+				cb.includeUsage = opts.IncludeUsage
+			}
+		case "tools":
+			if dec.PeekKind() == '[' {
+				depth := dec.StackDepth()
+				if _, err := dec.ReadToken(); err != nil {
+					return cb, bodyError(body, err)
+				}
+				for dec.PeekKind() != ']' && dec.PeekKind() != 0 {
+					cb.tools++
+					if err := cb.countMedia(dec); err != nil {
+						return cb, bodyError(body, err)
+					}
+				}
+				if _, err := dec.ReadToken(); err != nil || dec.StackDepth() != depth {
+					return cb, bodyError(body, err)
+				}
+				continue
+			}
+			fallthrough
+		default:
+			if err := cb.countMedia(dec); err != nil {
+				return cb, bodyError(body, err)
+			}
+		}
+	}
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '}' {
+		return cb, bodyError(body, err)
+	}
+	if _, err := dec.ReadToken(); err == nil {
+		return cb, policy.Errorf(policy.EINVALID, "request body must hold a single JSON object")
+	}
+	return cb, nil
+}
+
+// countMedia reads the next value of dec and counts the media parts in
+// it: the objects whose "type" names a media type.
+func (cb *callBody) countMedia(dec *jsontext.Decoder) error {
+	depth := dec.StackDepth()
+	typed := false // the token before was the name "type"
+	for {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return err
+		}
+		if tok.Kind() == '"' {
+			kind, length := dec.StackIndex(dec.StackDepth())
+			switch s := tok.String(); {
+			case kind == '{' && length%2 == 1: // a name
+				typed = s == "type"
+				continue
+			case typed && mediaTypes[s]:
+				cb.media++
+			}
+		}
+		typed = false
+		if dec.StackDepth() == depth {
+			return nil
+		}
+	}
+}
+
+// bodyError words a failure to read a call's body.
+func bodyError(body []byte, err error) error {
+	if err == nil {
+		return policy.Errorf(policy.EINVALID, "request body must be a JSON object")
+	}
+	return jsonError(body, err)
+}
+
+// reservation returns the tokens a call of route r with this body and
+// size may use: an upper bound of its prompt's tokens plus its output.
+//
+// The prompt's bound is the body's length in bytes. Every token of
+// text the models read is at least one byte of UTF-8 (the tokenizers of
+// both protocols work on bytes), the JSON around the text (quotes, names,
+// escapes) only adds bytes, and so do numbers: an array of token ids
+// spends at least two bytes on each. To it are added allowances for what
+// costs tokens beyond its bytes: mediaTokens for each image, audio, file
+// or document part (a high-detail image costs at most about 1,600
+// tokens, however few bytes its URL or its encoding takes) and toolTokens
+// for each tool. What a body only refers to and the provider reads
+// itself (previous_response_id, a stored prompt, a file's pages, a
+// search's results) is bounded by nothing in the body: for those calls
+// the reservation is an estimate, and the settle, which counts what the
+// upstream reports, is exact.
+//
+// The output is the largest output cap the body sets, or maxOutput when
+// it sets none, for each of n (or best_of) choices; embeddings have none.
+// The sum is at most policy.MaxLimit.
+func (cb *callBody) reservation(r route, size int, maxOutput int64) int64 {
+	tokens := int64(size) + cb.media*mediaTokens + cb.tools*toolTokens
+	if r != routeEmbeddings {
+		out := cb.outputCap
+		if out < 0 {
+			out = maxOutput
+		}
+		tokens += out * cb.choices
+	}
+	return min(tokens, policy.MaxLimit)
+}
+
+// hidesUsage reports whether the gateway asks the upstream for usage in
+// a stream on the client's behalf: an OpenAI chat or text completion
+// streamed without stream_options.include_usage. The chunk that carries
+// only the usage is then kept from the client.
+func (cb *callBody) hidesUsage(r route) bool {
+	return cb.stream && !cb.includeUsage && (r == routeChat || r == routeCompletions)
+}
+
+// withIncludeUsage returns body with stream_options.include_usage set to
+// true, the other members and stream options kept.
+func withIncludeUsage(body []byte) ([]byte, error) {
+	dec := jsontext.NewDecoder(bytes.NewReader(body))
+	var out bytes.Buffer
+	out.Grow(len(body) + 40)
+	enc := jsontext.NewEncoder(&out)
+	if _, err := dec.ReadToken(); err != nil {
+		return nil, err
+	}
+	if err := enc.WriteToken(jsontext.BeginObject); err != nil {
+		return nil, err
+	}
+	opts := map[string]jsontext.Value{}
+	for dec.PeekKind() == '"' {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return nil, err
+		}
+		name := tok.String() // the token is valid only until the next read
+		v, err := dec.ReadValue()
+		if err != nil {
+			return nil, err
+		}
+		if name == "stream_options" {
+			if v.Kind() == '{' {
+				if err := json.Unmarshal(v, &opts); err != nil {
+					return nil, err
+				}
+			}
+			continue
+		}
+		if err := enc.WriteToken(jsontext.String(name)); err != nil {
+			return nil, err
+		}
+		if err := enc.WriteValue(v); err != nil {
+			return nil, err
+		}
+	}
+	opts["include_usage"] = jsontext.Value("true")
+	if err := enc.WriteToken(jsontext.String("stream_options")); err != nil {
+		return nil, err
+	}
+	if err := json.MarshalEncode(enc, opts, json.Deterministic(true)); err != nil {
+		return nil, err
+	}
+	if err := enc.WriteToken(jsontext.EndObject); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(out.Bytes(), "\n"), nil
+}

@@ -1,0 +1,843 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/labstack/echo/v4"
+
+	"github.com/policyguard/policyguard/policy"
+)
+
+// How the gateway settles an exchange with the upstream:
+//
+//   - An answer of status 2xx settles with the tokens it reports: for
+//     openai routes usage.total_tokens (of the body, or in a stream of the
+//     chunk that carries only the usage, or of response.completed or
+//     response.incomplete), for anthropic routes input_tokens +
+//     output_tokens + cache_creation_input_tokens + cache_read_input_tokens
+//     (of the body, or in a stream of message_start and the last
+//     message_delta). One that reports none (it was cut, it timed out, its
+//     client left and it did not end within the drain time) is charged its
+//     reservation: the upstream may have spent it all.
+//   - Any other answer (an error, a redirect) settles with the usage it
+//     reports, else 0 tokens; the request still counts as admitted.
+//   - No answer: 0 tokens when the upstream could not be reached, the
+//     reservation when the gateway gave up waiting (the upstream timeout,
+//     or the drain time after its client left).
+//
+// The call is settled after the upstream exchange ended, and before the
+// client sees the end of its answer (the last event of a stream is held
+// until then): its slot is free, and its tokens counted, by the time the
+// client can make another call.
+
+// relayMode is how an upstream's answer is relayed.
+type relayMode int
+
+const (
+	relayMetered relayMode = iota // a metered call: its usage settles it
+	relayModels                   // the model list, filtered by the tier
+	relayRaw                      // passthrough: as it comes
+)
+
+// maxModelList is the largest model list the gateway reads to filter.
+const maxModelList = 16 << 20
+
+// maxErrorBody is how much of an answer other than 2xx the gateway reads
+// to remove the upstream's key from it, should the upstream echo it.
+const maxErrorBody = 1 << 20
+
+// metered handles a call on a metered route.
+func (x *exchange) metered() {
+	body, ok := x.readBody()
+	if !ok {
+		return
+	}
+	cb, err := readCallBody(body)
+	if err != nil {
+		x.failErr(err)
+		return
+	}
+	tier, err := x.userTier()
+	if err != nil {
+		x.failErr(err)
+		return
+	}
+	x.tier = tier.Name
+	if !tier.AllowsModel(cb.model) {
+		x.modelRefused(cb.model, tier.Name)
+		return
+	}
+	d, ok := x.check(cb.reservation(x.route, len(body), x.g.maxOutput))
+	if !ok {
+		return
+	}
+	defer x.settle(nil) // on every way out, the slot is freed
+	zero := int64(0)
+	if d.Tier != tier.Name {
+		// The user's record changed in between: the tier the call was
+		// decided under must include the model as well.
+		t, err := x.s.svc.Tier(x.req.Context(), d.Tier)
+		if err != nil || !t.AllowsModel(cb.model) {
+			x.settle(&zero)
+			if err != nil {
+				x.failErr(err)
+			} else {
+				x.modelRefused(cb.model, d.Tier)
+			}
+			return
+		}
+	}
+	hide := cb.hidesUsage(x.route)
+	if hide {
+		if body, err = withIncludeUsage(body); err != nil {
+			x.settle(&zero)
+			x.failErr(err)
+			return
+		}
+	}
+	x.keepAlive()
+	x.forward(bytes.NewReader(body), int64(len(body)), relayMetered, hide, nil)
+}
+
+// models relays the upstream's model list, filtered to the models the
+// user's tier includes. It is not a call: it is checked for nothing.
+func (x *exchange) models() {
+	tier, err := x.userTier()
+	if err != nil {
+		x.failErr(err)
+		return
+	}
+	x.tier = tier.Name
+	x.windowHeaders()
+	x.forward(http.NoBody, 0, relayModels, false, &tier)
+}
+
+// passthrough forwards a request no metered route takes, counted as a
+// request with no tokens.
+func (x *exchange) passthrough() {
+	// Read whole before the check, so that one over the limit is
+	// refused before anything is counted or sent.
+	body, ok := x.readBody()
+	if !ok {
+		return
+	}
+	if _, ok := x.check(0); !ok {
+		return
+	}
+	defer x.settle(nil) // its reservation: 0
+	x.keepAlive()
+	var rd io.Reader = http.NoBody
+	if len(body) > 0 {
+		rd = bytes.NewReader(body)
+	}
+	x.forward(rd, int64(len(body)), relayRaw, false, nil)
+}
+
+// readBody reads a metered call's body, at most MaxBody bytes; beyond
+// that it answers 413 and returns false.
+func (x *exchange) readBody() ([]byte, bool) {
+	if x.req.ContentLength > x.g.maxBody {
+		x.tooLarge()
+		return nil, false
+	}
+	body, err := io.ReadAll(io.LimitReader(x.req.Body, x.g.maxBody+1))
+	switch {
+	case err != nil:
+		x.fail(http.StatusBadRequest, errInvalid, "the request body could not be read")
+		return nil, false
+	case int64(len(body)) > x.g.maxBody:
+		x.tooLarge()
+		return nil, false
+	}
+	return body, true
+}
+
+func (x *exchange) tooLarge() {
+	x.fail(http.StatusRequestEntityTooLarge, errTooLarge, fmt.Sprintf("request body is larger than %d bytes", x.g.maxBody))
+}
+
+// forward sends the request upstream with body and relays the answer in
+// mode, settling the call as the comment at the top of this file says.
+// tier filters the model list.
+func (x *exchange) forward(body io.Reader, length int64, mode relayMode, hideUsage bool, tier *policy.Tier) {
+	// The upstream exchange outlives the client's request by the drain
+	// time at most: its context is not the request's.
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(x.req.Context()))
+	defer cancel(nil)
+	ctx, cancelTimeout := context.WithTimeoutCause(ctx, x.g.timeout, errUpstreamTimeout)
+	defer cancelTimeout()
+	x.mu.Lock()
+	x.cancelUp = cancel
+	x.mu.Unlock()
+	defer func() {
+		x.mu.Lock()
+		if x.drainT != nil {
+			x.drainT.Stop()
+		}
+		x.cancelUp = nil
+		x.mu.Unlock()
+	}()
+	stopWatch := context.AfterFunc(x.req.Context(), x.clientGone)
+	defer stopWatch()
+
+	req, err := x.upstreamRequest(ctx, body, length)
+	if err != nil {
+		x.settle(new(int64))
+		x.failErr(err)
+		return
+	}
+	start := time.Now()
+	res, err := x.g.transport.RoundTrip(req)
+	if err != nil {
+		x.noAnswer(ctx, err)
+		return
+	}
+	x.s.metrics.observeUpstreamLatency(x.up.Name, time.Since(start))
+	up := &upstreamBody{body: res.Body}
+	defer up.close()
+
+	var rd io.Reader = res.Body
+	decoded := false
+	if strings.EqualFold(res.Header.Get("Content-Encoding"), "gzip") {
+		zr, err := gzip.NewReader(res.Body)
+		if err != nil {
+			up.close()
+			x.badAnswer(res, "its gzip body could not be read")
+			return
+		}
+		rd, decoded = zr, true
+	}
+	if res.StatusCode < 200 || res.StatusCode > 299 {
+		x.relayError(res, rd, up, decoded)
+		return
+	}
+	switch {
+	case mode == relayModels:
+		data, err := io.ReadAll(io.LimitReader(rd, maxModelList+1))
+		up.close()
+		var out []byte
+		if err == nil && len(data) <= maxModelList {
+			out, err = filterModels(data, tier)
+		}
+		if err != nil || len(data) > maxModelList {
+			x.badAnswer(res, "its model list could not be read")
+			return
+		}
+		x.writeHeader(res, decoded)
+		x.write(out)
+	case mode == relayRaw:
+		x.writeHeader(res, decoded)
+		x.flush()
+		if err := x.copyRaw(rd); err != nil {
+			x.logCut(ctx, err)
+			x.cut = true
+		}
+		up.close()
+		// settled with its reservation, 0, by passthrough
+	case isEventStream(res.Header):
+		x.writeHeader(res, decoded)
+		x.flush() // the SDK waits for the header fields
+		x.relayStream(ctx, rd, up, hideUsage)
+	default:
+		x.writeHeader(res, decoded)
+		tee := io.TeeReader(rd, writerFunc(x.write))
+		u, found := readUsage(tee)
+		_, err := io.Copy(io.Discard, tee)
+		up.close()
+		if n, ok := u.total(x.up.Protocol); found && ok {
+			x.settle(&n)
+		} else {
+			if err != nil {
+				x.logCut(ctx, err)
+				x.cut = true
+			}
+			x.settle(nil)
+		}
+	}
+}
+
+// upstreamRequest returns the request to send upstream: the path after
+// /llm/{name} appended to the upstream's base URL, the query kept, the
+// header fields of the client but hop-by-hop ones, its credentials and
+// the gateway's own, and the upstream's key as its protocol expects.
+func (x *exchange) upstreamRequest(ctx context.Context, body io.Reader, length int64) (*http.Request, error) {
+	path, err := url.PathUnescape(x.path)
+	if err != nil {
+		return nil, policy.Errorf(policy.EINVALID, "the path is not a valid escaped path")
+	}
+	u := *x.up.BaseURL
+	u.Path = x.up.BaseURL.Path + path
+	u.RawPath = x.up.BaseURL.EscapedPath() + x.path
+	u.RawQuery = x.req.URL.RawQuery
+	req, err := http.NewRequestWithContext(ctx, x.req.Method, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header = upstreamHeader(x.req.Header, x.up)
+	if body != http.NoBody {
+		req.Body, req.ContentLength = io.NopCloser(body), length
+		if b, ok := body.(*bytes.Reader); ok {
+			snapshot := *b
+			req.GetBody = func() (io.ReadCloser, error) {
+				r := snapshot
+				return io.NopCloser(&r), nil
+			}
+		}
+	} else {
+		req.Body = http.NoBody
+	}
+	return req, nil
+}
+
+// hopHeaders are the hop-by-hop header fields (RFC 9110, 7.6.1, and the
+// older ones proxies still see): they are the connection's, not the
+// message's, and never forwarded either way.
+var hopHeaders = map[string]bool{
+	"Connection": true, "Proxy-Connection": true, "Keep-Alive": true,
+	"Proxy-Authenticate": true, "Proxy-Authorization": true, "Te": true,
+	"Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+}
+
+// connectionTokens returns the header fields h's Connection field names,
+// which are hop-by-hop too.
+func connectionTokens(h http.Header) map[string]bool {
+	var names map[string]bool
+	for _, v := range h["Connection"] {
+		for _, name := range strings.Split(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				if names == nil {
+					names = map[string]bool{}
+				}
+				names[http.CanonicalHeaderKey(name)] = true
+			}
+		}
+	}
+	return names
+}
+
+// droppedRequestHeaders are the client's header fields never sent
+// upstream, besides the hop-by-hop ones and X-Guard-*: its credentials
+// (the gateway key, a cookie of the admin page), what the transport sets
+// itself, and what would tell the upstream about the client's network.
+var droppedRequestHeaders = map[string]bool{
+	"Authorization": true, "X-Api-Key": true, "Cookie": true, "Host": true,
+	"Content-Length": true, "Accept-Encoding": true, "Expect": true,
+	"Forwarded": true, "X-Forwarded-For": true, "X-Forwarded-Host": true,
+	"X-Forwarded-Proto": true, "X-Real-Ip": true,
+}
+
+// defaultAnthropicVersion is sent to an anthropic upstream when the
+// client names no version.
+const defaultAnthropicVersion = "2023-06-01"
+
+// upstreamHeader returns the header fields to send up for the client's in.
+func upstreamHeader(in http.Header, up *Upstream) http.Header {
+	conn := connectionTokens(in)
+	out := make(http.Header, len(in)+2)
+	for k, vs := range in {
+		if hopHeaders[k] || conn[k] || droppedRequestHeaders[k] || strings.HasPrefix(k, "X-Guard-") {
+			continue
+		}
+		out[k] = vs
+	}
+	// Asked for, and read, by the gateway: a compressed answer is
+	// decompressed here, so its usage can be read and its events relayed.
+	out["Accept-Encoding"] = []string{"gzip"}
+	if up.Protocol == ProtocolOpenAI {
+		out["Authorization"] = []string{"Bearer " + up.Key}
+	} else {
+		out["X-Api-Key"] = []string{up.Key}
+		if out.Get("Anthropic-Version") == "" {
+			out["Anthropic-Version"] = []string{defaultAnthropicVersion}
+		}
+	}
+	return out
+}
+
+// writeHeader writes the upstream's status and header fields, but the
+// hop-by-hop ones, its cookies, its rate-limit fields (the gateway's own
+// replace them) and Content-Length (the body may change). Its request id
+// is answered as X-Upstream-Request-Id beside the gateway's X-Request-Id.
+func (x *exchange) writeHeader(res *http.Response, decoded bool) {
+	h := x.c.Response().Header()
+	conn := connectionTokens(res.Header)
+	for k, vs := range res.Header {
+		lk := strings.ToLower(k)
+		switch {
+		case hopHeaders[k] || conn[k] || k == "Set-Cookie" || k == "Content-Length":
+		case decoded && k == "Content-Encoding":
+		case strings.HasPrefix(lk, "x-ratelimit-") || strings.HasPrefix(lk, "anthropic-ratelimit-") || lk == "ratelimit" || lk == "ratelimit-policy":
+		case k == echo.HeaderXRequestID:
+			h["X-Upstream-Request-Id"] = x.redact(vs)
+		default:
+			h[k] = x.redact(vs)
+		}
+	}
+	x.c.Response().WriteHeader(res.StatusCode)
+}
+
+// redact returns vs with the upstream's key replaced, should the upstream
+// have echoed it.
+func (x *exchange) redact(vs []string) []string {
+	for i, v := range vs {
+		if strings.Contains(v, x.up.Key) {
+			out := append([]string(nil), vs...)
+			out[i] = strings.ReplaceAll(v, x.up.Key, "[redacted]")
+			return x.redact(out)
+		}
+	}
+	return vs
+}
+
+// relayError relays an answer other than 2xx (the body, up to
+// maxErrorBody, with the upstream's key removed) and settles the call
+// with the usage it reports, else 0.
+func (x *exchange) relayError(res *http.Response, rd io.Reader, up *upstreamBody, decoded bool) {
+	data, err := io.ReadAll(io.LimitReader(rd, maxErrorBody))
+	data = bytes.ReplaceAll(data, []byte(x.up.Key), []byte("[redacted]"))
+	var u usageJSON
+	var probe struct {
+		Usage *usageJSON `json:"usage"`
+	}
+	tokens := int64(0)
+	if json.Unmarshal(data, &probe, lenientJSON) == nil && probe.Usage != nil {
+		u = *probe.Usage
+		if n, ok := u.total(x.up.Protocol); ok {
+			tokens = n
+		}
+	}
+	x.writeHeader(res, decoded)
+	x.write(data)
+	if err == nil && len(data) == maxErrorBody {
+		err = x.copyRaw(rd)
+	}
+	if err != nil {
+		x.logCut(context.Background(), err)
+		x.cut = true
+	}
+	up.close()
+	x.settle(&tokens)
+}
+
+// noAnswer handles an upstream that did not answer.
+func (x *exchange) noAnswer(ctx context.Context, err error) {
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(cause, errDrained):
+		// No one to answer.
+		x.settle(nil)
+		x.outcome = outcomeUpstreamFailed
+	case errors.Is(cause, errUpstreamTimeout):
+		x.settle(nil)
+		x.s.logRequest(x.c, slog.LevelWarn, "upstream timed out", slog.String("upstream", x.up.Name), slog.Duration("timeout", x.g.timeout))
+		x.fail(http.StatusGatewayTimeout, errTimeout, fmt.Sprintf("upstream %s did not answer within %v", x.up.Name, x.g.timeout))
+	default:
+		x.settle(new(int64))
+		x.s.logRequest(x.c, slog.LevelWarn, "upstream failed", slog.String("upstream", x.up.Name), slog.String("err", strings.ReplaceAll(err.Error(), x.up.Key, "[redacted]")))
+		x.fail(http.StatusBadGateway, errUpstream, fmt.Sprintf("upstream %s could not be reached", x.up.Name))
+	}
+}
+
+// badAnswer answers 502 for a 2xx answer the gateway could not read,
+// charging the call its reservation.
+func (x *exchange) badAnswer(res *http.Response, why string) {
+	x.settle(nil)
+	x.s.logRequest(x.c, slog.LevelWarn, "upstream answer unreadable", slog.String("upstream", x.up.Name), slog.Int("status", res.StatusCode), slog.String("why", why))
+	x.fail(http.StatusBadGateway, errUpstream, fmt.Sprintf("upstream %s answered %d, but %s", x.up.Name, res.StatusCode, why))
+}
+
+// logCut logs an answer that ended early.
+func (x *exchange) logCut(ctx context.Context, err error) {
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		err = cause
+	}
+	x.s.logRequest(x.c, slog.LevelWarn, "upstream answer cut", slog.String("upstream", x.up.Name), slog.String("err", strings.ReplaceAll(err.Error(), x.up.Key, "[redacted]")))
+}
+
+// upstreamBody closes an upstream's body once: closing it ends the
+// exchange, which must come before the settle.
+type upstreamBody struct {
+	body   io.Closer
+	closed bool
+}
+
+func (u *upstreamBody) close() {
+	if !u.closed {
+		u.closed = true
+		u.body.Close()
+	}
+}
+
+// write writes p to the client, unless it went away; a failed write means
+// it did.
+func (x *exchange) write(p []byte) {
+	if x.gone.Load() || len(p) == 0 {
+		return
+	}
+	if _, err := x.c.Response().Write(p); err != nil {
+		x.clientGone()
+	}
+}
+
+// flush sends what was written to the client at once.
+func (x *exchange) flush() {
+	if x.gone.Load() {
+		return
+	}
+	if err := http.NewResponseController(x.c.Response().Writer).Flush(); err != nil {
+		x.clientGone()
+	}
+}
+
+// writerFunc is an io.Writer that never fails: a client that went away
+// must not stop the upstream's answer from being read.
+type writerFunc func([]byte)
+
+func (f writerFunc) Write(p []byte) (int, error) {
+	f(p)
+	return len(p), nil
+}
+
+// copyRaw relays r to the client as it comes, flushing each read, and
+// returns the error that ended r, nil at its end.
+func (x *exchange) copyRaw(r io.Reader) error {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			x.write(buf[:n])
+			x.flush()
+		}
+		if err == io.EOF {
+			return nil
+		} else if err != nil {
+			return err
+		}
+	}
+}
+
+// isEventStream reports whether h declares a stream of server-sent events.
+func isEventStream(h http.Header) bool {
+	ct := h.Get("Content-Type")
+	return strings.HasPrefix(strings.ToLower(strings.TrimSpace(ct)), "text/event-stream")
+}
+
+// lenientJSON reads what an upstream sends: its usage must be read even
+// from a body the gateway would not accept from a client.
+var lenientJSON = json.JoinOptions(jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+
+// usageJSON is a usage object of either protocol; a field is nil when
+// absent.
+type usageJSON struct {
+	TotalTokens         *int64 `json:"total_tokens"`
+	PromptTokens        *int64 `json:"prompt_tokens"`
+	CompletionTokens    *int64 `json:"completion_tokens"`
+	InputTokens         *int64 `json:"input_tokens"`
+	OutputTokens        *int64 `json:"output_tokens"`
+	CacheCreationTokens *int64 `json:"cache_creation_input_tokens"`
+	CacheReadTokens     *int64 `json:"cache_read_input_tokens"`
+}
+
+// merge sets the fields o has: a later event's count replaces an
+// earlier one's.
+func (u *usageJSON) merge(o *usageJSON) {
+	for _, f := range [...]struct{ dst, src **int64 }{
+		{&u.TotalTokens, &o.TotalTokens}, {&u.PromptTokens, &o.PromptTokens},
+		{&u.CompletionTokens, &o.CompletionTokens}, {&u.InputTokens, &o.InputTokens},
+		{&u.OutputTokens, &o.OutputTokens}, {&u.CacheCreationTokens, &o.CacheCreationTokens},
+		{&u.CacheReadTokens, &o.CacheReadTokens},
+	} {
+		if *f.src != nil {
+			*f.dst = *f.src
+		}
+	}
+}
+
+// total returns the tokens u counts under protocol, and whether it counts
+// any: openai's total_tokens (or, from a server that gives no total, its
+// parts), anthropic's input, output, cache creation and cache read tokens.
+// It is between 0 and policy.MaxLimit.
+func (u *usageJSON) total(protocol string) (int64, bool) {
+	sum := func(fs ...*int64) (int64, bool) {
+		var n int64
+		found := false
+		for _, f := range fs {
+			if f != nil {
+				n, found = n+max(*f, 0), true
+			}
+		}
+		return min(n, policy.MaxLimit), found
+	}
+	if protocol == ProtocolOpenAI {
+		if u.TotalTokens != nil {
+			return sum(u.TotalTokens)
+		}
+		if n, ok := sum(u.PromptTokens, u.CompletionTokens); ok {
+			return n, true
+		}
+		return sum(u.InputTokens, u.OutputTokens)
+	}
+	return sum(u.InputTokens, u.OutputTokens, u.CacheCreationTokens, u.CacheReadTokens)
+}
+
+// readUsage reads the top-level usage of the JSON object r holds,
+// skipping the rest without keeping it, and reports whether it found one.
+func readUsage(r io.Reader) (usageJSON, bool) {
+	var u usageJSON
+	dec := jsontext.NewDecoder(r, lenientJSON)
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return u, false
+	}
+	found := false
+	for dec.PeekKind() == '"' {
+		name, err := dec.ReadToken()
+		if err != nil {
+			break
+		}
+		if name.String() == "usage" && dec.PeekKind() == '{' {
+			v, err := dec.ReadValue()
+			if err != nil {
+				break
+			}
+			found = json.Unmarshal(v, &u, lenientJSON) == nil
+			continue
+		}
+		if dec.SkipValue() != nil {
+			break
+		}
+	}
+	return u, found
+}
+
+// filterModels returns the model list data with only the models t
+// includes.
+func filterModels(data []byte, t *policy.Tier) ([]byte, error) {
+	var list struct {
+		Data []jsontext.Value `json:"data"`
+		Rest jsontext.Value   `json:",unknown"`
+	}
+	if err := json.Unmarshal(data, &list, lenientJSON); err != nil {
+		return nil, err
+	}
+	kept := list.Data[:0]
+	for _, m := range list.Data {
+		var model struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(m, &model, lenientJSON) == nil && t.AllowsModel(model.ID) {
+			kept = append(kept, m)
+		}
+	}
+	list.Data = kept
+	return json.Marshal(list)
+}
+
+// relayStream relays a stream of server-sent events as they come, each
+// flushed at once, and settles the call from the usage they carry. The
+// events of a chat or text completion stream that carry only the usage
+// the gateway asked for are kept from the client (hideUsage). The event
+// that ends the stream (data: [DONE], message_stop, response.completed
+// or response.incomplete) is held until the exchange ended and the call
+// was settled.
+func (x *exchange) relayStream(ctx context.Context, r io.Reader, up *upstreamBody, hideUsage bool) {
+	br := bufio.NewReaderSize(r, 16<<10)
+	st := streamState{protocol: x.up.Protocol, route: x.route, hideUsage: hideUsage}
+	var ev []byte
+	for {
+		line, err := br.ReadSlice('\n')
+		ev = append(ev, line...)
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		if err == nil && (len(line) == 1 || len(line) == 2 && line[0] == '\r') {
+			switch st.event(ev) {
+			case eventForward:
+				x.write(ev)
+				x.flush()
+			case eventEnd:
+				up.close()
+				x.settleStream(&st)
+				x.write(ev)
+				x.flush()
+				return
+			}
+			ev = ev[:0]
+		}
+		if err != nil {
+			if err != io.EOF {
+				x.logCut(ctx, err)
+				x.cut = true
+			}
+			x.write(ev) // what came of an event cut short
+			x.flush()
+			break
+		}
+	}
+	up.close()
+	x.settleStream(&st)
+}
+
+// settleStream settles the call with the usage the stream reported, or
+// its reservation.
+func (x *exchange) settleStream(st *streamState) {
+	if n, ok := st.usage.total(x.up.Protocol); ok && st.final {
+		x.settle(&n)
+		return
+	}
+	x.settle(nil)
+}
+
+// What relayStream does with an event.
+const (
+	eventForward = iota
+	eventDrop    // the usage the gateway asked for and the client did not
+	eventEnd     // the stream's last event
+)
+
+// streamState is what a stream told of its usage so far.
+type streamState struct {
+	protocol  string
+	route     route
+	hideUsage bool
+	usage     usageJSON
+	// final reports whether the usage is the whole call's: OpenAI's
+	// usage chunk or final response, or an Anthropic message_delta.
+	final bool
+}
+
+// event reads one event, its lines as they came, and says what to do
+// with it.
+func (st *streamState) event(ev []byte) int {
+	name, data := parseEvent(ev)
+	if data == nil {
+		return eventForward
+	}
+	switch {
+	case st.protocol == ProtocolAnthropic:
+		if name == "" {
+			name = eventType(data)
+		}
+		switch name {
+		case "message_start":
+			var e struct {
+				Message struct {
+					Usage *usageJSON `json:"usage"`
+				} `json:"message"`
+			}
+			if json.Unmarshal(data, &e, lenientJSON) == nil && e.Message.Usage != nil {
+				st.usage.merge(e.Message.Usage)
+			}
+		case "message_delta":
+			var e struct {
+				Usage *usageJSON `json:"usage"`
+			}
+			if json.Unmarshal(data, &e, lenientJSON) == nil && e.Usage != nil {
+				st.usage.merge(e.Usage)
+				st.final = true
+			}
+		case "message_stop":
+			return eventEnd
+		}
+	case st.route == routeResponses:
+		if name == "" && bytes.Contains(data, []byte(`"response.`)) {
+			name = eventType(data)
+		}
+		switch name {
+		case "response.completed", "response.incomplete", "response.failed":
+			var e struct {
+				Response struct {
+					Usage *usageJSON `json:"usage"`
+				} `json:"response"`
+			}
+			if json.Unmarshal(data, &e, lenientJSON) == nil && e.Response.Usage != nil {
+				st.usage, st.final = *e.Response.Usage, true
+			}
+			return eventEnd
+		}
+	default:
+		if bytes.Equal(bytes.TrimSpace(data), []byte("[DONE]")) {
+			return eventEnd
+		}
+		if !hasUsageObject(data) {
+			return eventForward
+		}
+		var chunk struct {
+			Choices []jsontext.Value `json:"choices"`
+			Usage   *usageJSON       `json:"usage"`
+		}
+		if json.Unmarshal(data, &chunk, lenientJSON) == nil && chunk.Usage != nil {
+			st.usage, st.final = *chunk.Usage, true
+			if st.hideUsage && len(chunk.Choices) == 0 {
+				return eventDrop
+			}
+		}
+	}
+	return eventForward
+}
+
+// parseEvent returns the event name and the data of an event, its data
+// lines joined by newlines; data is nil when it has none.
+func parseEvent(ev []byte) (name string, data []byte) {
+	lines := 0
+	for len(ev) > 0 {
+		line := ev
+		if i := bytes.IndexByte(ev, '\n'); i >= 0 {
+			line, ev = ev[:i], ev[i+1:]
+		} else {
+			ev = nil
+		}
+		line = bytes.TrimSuffix(line, []byte{'\r'})
+		field, value, _ := bytes.Cut(line, []byte{':'})
+		value = bytes.TrimPrefix(value, []byte{' '})
+		switch string(field) {
+		case "event":
+			name = string(value)
+		case "data":
+			if lines++; lines == 1 {
+				data = value
+			} else {
+				data = append(append(append([]byte(nil), data...), '\n'), value...)
+			}
+		}
+	}
+	return name, data
+}
+
+// eventType returns the "type" member of an event's data.
+func eventType(data []byte) string {
+	var e struct {
+		Type string `json:"type"`
+	}
+	_ = json.Unmarshal(data, &e, lenientJSON)
+	return e.Type
+}
+
+// hasUsageObject reports whether data has a member "usage" whose value is
+// an object: OpenAI chunks carry "usage": null but for the usage's own.
+func hasUsageObject(data []byte) bool {
+	for {
+		i := bytes.Index(data, []byte(`"usage"`))
+		if i < 0 {
+			return false
+		}
+		data = bytes.TrimLeft(data[i+len(`"usage"`):], " \t\r\n")
+		if len(data) > 0 && data[0] == ':' {
+			if rest := bytes.TrimLeft(data[1:], " \t\r\n"); len(rest) > 0 && rest[0] == '{' {
+				return true
+			}
+		}
+	}
+}

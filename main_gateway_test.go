@@ -107,7 +107,15 @@ func TestGatewaySettings(t *testing.T) {
 func TestRunServesTheGateway(t *testing.T) {
 	const upstreamKey = "sk-main-upstream-3f9a1c"
 	var reached atomic.Int64
-	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached.Add(1) }))
+	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+		if r.Header.Get("Authorization") != "Bearer "+upstreamKey {
+			http.Error(w, `{"error":{"message":"bad upstream key"}}`, http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"c1","object":"chat.completion","model":"gpt-4o-mini","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":5,"total_tokens":12}}`)
+	}))
 	defer fake.Close()
 	env := map[string]string{"GUARDRAIL_UPSTREAM_KEY_OPENAI": upstreamKey}
 	getenv := func(k string) string { return env[k] }
@@ -164,11 +172,24 @@ func TestRunServesTheGateway(t *testing.T) {
 			t.Errorf("a call with %q for a key: %d %+v, want 401 invalid_api_key", auth, res.StatusCode, body)
 		}
 	}
-	get("GET", "/metrics", "")
-	get("GET", "/healthz", "")
 	if n := reached.Load(); n != 0 {
 		t.Errorf("the upstream was reached %d times without a gateway key", n)
 	}
+	// A key made through the admin API opens the way, with the upstream's
+	// own key sent upstream; the call counts for its user.
+	status, made := call(t, "POST", u+"/v1/keys", `{"user_id":"alice","note":"end to end"}`, true)
+	var key struct{ Key string }
+	if err := json.Unmarshal([]byte(made), &key); status != http.StatusCreated || err != nil || !strings.HasPrefix(key.Key, "pgk_") {
+		t.Fatalf("POST /v1/keys: %d %s %v", status, made, err)
+	}
+	if res := get("POST", "/llm/openai/chat/completions", key.Key); res.StatusCode != http.StatusOK || reached.Load() != 1 {
+		t.Fatalf("a call with a key: %d, upstream reached %d times", res.StatusCode, reached.Load())
+	}
+	if n := dayCount(t, u, "alice"); n != 1 {
+		t.Errorf("alice's day: %d requests, want 1", n)
+	}
+	get("GET", "/metrics", "")
+	get("GET", "/healthz", "")
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -51,7 +51,7 @@ func BenchmarkGatewayChat(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { store.Close() })
-			svc := policy.NewService(store, store, append([]policy.Option{policy.WithStats(store, store), policy.WithUsers(store)}, keyOptions(store)...)...)
+			svc := policy.NewService(store, store, []policy.Option{policy.WithStats(store, store), policy.WithUsers(store), policy.WithKeys(store)}...)
 			tokens := int64(policy.MaxLimit)
 			if _, _, err := svc.PutTier(context.Background(), policy.Tier{Name: "bench", RequestsPerMinute: 100000, RequestsPerHour: 1000000,
 				RequestsPerDay: 10000000, TokensPerDay: &tokens}); err != nil {

@@ -374,7 +374,7 @@ func newGatewayEnv(t *testing.T, configure func(*api.GatewayConfig)) (*gwEnv, st
 	}
 	t.Cleanup(func() { store.Close() })
 	clk := policy.NewTestClock(t0)
-	opts := append([]policy.Option{policy.WithClock(clk.Now), policy.WithStats(store, store), policy.WithUsers(store)}, keyOptions(store)...)
+	opts := []policy.Option{policy.WithClock(clk.Now), policy.WithStats(store, store), policy.WithUsers(store), policy.WithKeys(store)}
 	svc := policy.NewService(store, store, opts...)
 	fake := newFakeUpstream(t)
 	base, _ := url.Parse(fake.srv.URL)
@@ -593,4 +593,29 @@ func chat(model string) openai.ChatCompletionNewParams {
 func claudeMessage(model string) anthropic.MessageNewParams {
 	return anthropic.MessageNewParams{Model: anthropic.Model(model), MaxTokens: 100,
 		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Say hello"))}}
+}
+
+// setTierModels sets the models of the named tier (nil: any) through
+// GET and PUT /v1/tiers/{name}, as an admin would.
+func setTierModels(t *testing.T, e *env, tier string, models []string) {
+	t.Helper()
+	rec := e.do(http.MethodGet, "/v1/tiers/"+tier, "", true)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET tier %s: %d %s", tier, rec.Code, rec.Body)
+	}
+	var body map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+		t.Fatal(err)
+	}
+	delete(body, "updated_at")
+	if models == nil {
+		body["models"] = nil
+	} else {
+		body["models"] = models
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.putTier(tier, string(b))
 }

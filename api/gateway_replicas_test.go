@@ -48,7 +48,7 @@ func newReplicas(t *testing.T, tier string) (*replicas, string) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { store.Close() })
-		opts := append([]policy.Option{policy.WithClock(clk.Now), policy.WithUsers(store)}, keyOptions(store)...)
+		opts := []policy.Option{policy.WithClock(clk.Now), policy.WithUsers(store), policy.WithKeys(store)}
 		svc := policy.NewService(store, store, opts...)
 		if i == 0 {
 			r.svc = svc

@@ -36,7 +36,7 @@ import (
 // batches to SQLite with synchronous=FULL and answers after COMMIT, the
 // ceiling of this design. It is opt-in:
 //
-//	POLICYGUARD_LOAD=1 go test -run '^TestLoad$' -v -timeout 900s .
+//	POLICYGUARD_LOAD=1 go test -count=1 -run '^TestLoad$' -v -timeout 1200s .
 //
 // The throughput and single-client rounds are driven by wrk (wrk -t1, a Lua
 // script rotating the user id in the body), as peers measure a service,
@@ -51,20 +51,29 @@ import (
 // PostgreSQL as 1, 2 and 3 replicas, and the flatness test runs on the
 // 1-replica set too (load_pg_test.go); without one, that part is left out.
 //
+// Last, the gateway phase (load_gateway_test.go) measures the service as
+// a gateway on SQLite FULL beside httputil.ReverseProxy, both forwarding
+// chat completions to a fast fake upstream (api/testdata/fakeupstream,
+// which with -proxy is the plain proxy too): throughput at the same
+// connections, the p50 it adds at one connection, and when a stream's
+// first event reaches the client.
+//
 // POLICYGUARD_LOAD=short runs every phase briefly with smaller data, for CI.
 // Targets are printed beside the figures; only failures (errors, wrong
 // answers, a cleanup that never finishes) fail the test.
 
 // loadConfig sizes one run.
 type loadConfig struct {
-	round      time.Duration // length of a timed round
-	rounds     int           // rounds per target, alternated
-	conns      int           // connections of the throughput rounds
-	users      int           // rotating users
-	heavy      int           // day-window size of the flatness test's heavy user
-	flatChecks int           // checks per flatness round
-	bigUsers   int           // users of the cleanup and memory phase
-	bigPerUser int           // expired rows per big user
+	round       time.Duration // length of a timed round
+	rounds      int           // rounds per target, alternated
+	conns       int           // connections of the throughput rounds
+	users       int           // rotating users
+	heavy       int           // day-window size of the flatness test's heavy user
+	flatChecks  int           // checks per flatness round
+	bigUsers    int           // users of the cleanup and memory phase
+	bigPerUser  int           // expired rows per big user
+	gatewayKeys int           // rotating gateway keys, one per user, of the gateway phase
+	streams     int           // streamed requests per target of the gateway phase
 }
 
 func loadConfigFromEnv() (loadConfig, bool) {
@@ -73,12 +82,12 @@ func loadConfigFromEnv() (loadConfig, bool) {
 		return loadConfig{}, false
 	case "short":
 		return loadConfig{round: time.Second, rounds: 1, conns: 64, users: 10_000, heavy: 10_000,
-			flatChecks: 500, bigUsers: 1_000, bigPerUser: 100}, true
+			flatChecks: 500, bigUsers: 1_000, bigPerUser: 100, gatewayKeys: 200, streams: 50}, true
 	default:
 		// Rounds of wrk's -d5s: other work on the machine comes and goes,
 		// and the median of neighbouring rounds sees through it best.
 		return loadConfig{round: 5 * time.Second, rounds: 5, conns: 64, users: 10_000, heavy: 100_000,
-			flatChecks: 3_000, bigUsers: 10_000, bigPerUser: 100}, true
+			flatChecks: 3_000, bigUsers: 10_000, bigPerUser: 100, gatewayKeys: 1_000, streams: 200}, true
 	}
 }
 
@@ -90,7 +99,7 @@ func TestLoad(t *testing.T) {
 		t.Skip("set POLICYGUARD_LOAD=1 (or short) to run the load benchmark")
 	}
 	dir := t.TempDir()
-	bin, baseline := goBuild(t, "."), goBuild(t, "./api/testdata/baseline")
+	bin, baseline, fake := goBuild(t, "."), goBuild(t, "./api/testdata/baseline"), goBuild(t, "./api/testdata/fakeupstream")
 	out := os.Stdout
 	fmt.Fprintf(out, "\nload benchmark: %s, %d CPUs (%s), GOMAXPROCS %d, %s\n",
 		cpuModel(), runtime.NumCPU(), runtime.GOARCH, runtime.GOMAXPROCS(0), runtime.Version())
@@ -202,6 +211,7 @@ func TestLoad(t *testing.T) {
 	bare.stop(t)
 
 	cleanupAndMemory(t, out, cfg, bin, dir, bodies)
+	gatewayLoad(t, out, cfg, bin, fake, dir, gen.wrk)
 }
 
 // flatness compares checks of a user with cfg.heavy requests in the day
@@ -435,13 +445,7 @@ function request()
 	return requests[n]
 end
 
-function done(summary, latency, requests)
-	local e = summary.errors
-	io.write(string.format("policyguard-wrk requests=%%d duration_us=%%d p50_us=%%d p90_us=%%d p99_us=%%d p999_us=%%d max_us=%%d status_errors=%%d socket_errors=%%d\n",
-		summary.requests, summary.duration, latency:percentile(50), latency:percentile(90), latency:percentile(99),
-		latency:percentile(99.9), latency.max, e.status, e.connect + e.read + e.write + e.timeout))
-end
-`, users, users-1, prefix, suffix)
+%s`, users, users-1, prefix, suffix, wrkDone)
 	g.wrk, g.script = path, filepath.Join(dir, "check.lua")
 	if err := os.WriteFile(g.script, []byte(script), 0o644); err != nil {
 		t.Fatal(err)
@@ -489,6 +493,16 @@ func (g *generator) wrkCommand(tg *target, conns int, d time.Duration, first int
 	cmd.Stdout, cmd.Stderr = &out, &out
 	return cmd, &out
 }
+
+// wrkDone is the done function of every wrk script: it prints the line
+// of figures wrkResult reads.
+const wrkDone = `function done(summary, latency, requests)
+	local e = summary.errors
+	io.write(string.format("policyguard-wrk requests=%d duration_us=%d p50_us=%d p90_us=%d p99_us=%d p999_us=%d max_us=%d status_errors=%d socket_errors=%d\n",
+		summary.requests, summary.duration, latency:percentile(50), latency:percentile(90), latency:percentile(99),
+		latency:percentile(99.9), latency.max, e.status, e.connect + e.read + e.write + e.timeout))
+end
+`
 
 var wrkLine = regexp.MustCompile(`policyguard-wrk requests=(\d+) duration_us=(\d+) p50_us=(\d+) p90_us=(\d+) p99_us=(\d+) p999_us=(\d+) max_us=(\d+) status_errors=(\d+) socket_errors=(\d+)`)
 
@@ -556,13 +570,20 @@ func startService(t *testing.T, bin, dir, dbPath, sync string, cleanup time.Dura
 // name, with its log in logPath and args after the address and token.
 func startServiceArgs(t *testing.T, bin, name, logPath string, args ...string) *target {
 	t.Helper()
+	return startServiceEnv(t, bin, name, logPath, nil, args...)
+}
+
+// startServiceEnv is startServiceArgs with env (KEY=value) as the
+// service's whole environment.
+func startServiceEnv(t *testing.T, bin, name, logPath string, env []string, args ...string) *target {
+	t.Helper()
 	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logf.Close()
 	cmd := exec.Command(bin, append([]string{"-addr", "127.0.0.1:0", "-admin-token", token}, args...)...)
-	cmd.Env = []string{} // flags only, whatever the caller's environment holds
+	cmd.Env = append([]string{}, env...) // flags and env only, whatever the caller's environment holds
 	cmd.Stderr = logf
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
@@ -583,15 +604,24 @@ func startServiceArgs(t *testing.T, bin, name, logPath string, args ...string) *
 // and no call is finished, so each stays open until it expires.
 func (tg *target) meter(t *testing.T) {
 	tg.name += ", metered"
-	tg.putTier(t, fmt.Sprintf(`{"requests_per_minute":%d,"requests_per_hour":%d,"requests_per_day":%d,"burst_allowance":0,"features":["*"],`+
-		`"tokens_per_minute":%[1]d,"tokens_per_hour":%[1]d,"tokens_per_day":%[1]d,"max_concurrent":%[1]d}`,
-		policy.MaxLimit, policy.MaxLimit, policy.MaxLimit))
+	tg.putTier(t, meteredTier)
 }
+
+// meteredTier is a tier that meters calls, with limits no check reaches.
+var meteredTier = fmt.Sprintf(`{"requests_per_minute":%d,"requests_per_hour":%d,"requests_per_day":%d,"burst_allowance":0,"features":["*"],`+
+	`"tokens_per_minute":%[1]d,"tokens_per_hour":%[1]d,"tokens_per_day":%[1]d,"max_concurrent":%[1]d}`,
+	policy.MaxLimit, policy.MaxLimit, policy.MaxLimit)
 
 // putTier creates or replaces the benchmark tier of tg with body.
 func (tg *target) putTier(t *testing.T, body string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPut, "http://"+tg.addr+"/v1/tiers/"+loadTier, strings.NewReader(body))
+	tg.putTierNamed(t, loadTier, body)
+}
+
+// putTierNamed creates or replaces tg's tier name with body.
+func (tg *target) putTierNamed(t *testing.T, name, body string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPut, "http://"+tg.addr+"/v1/tiers/"+name, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+token)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {

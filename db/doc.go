@@ -46,6 +46,15 @@
 // lone write never waits. Reads (usage, dry runs, the admin page) use a
 // pool of read connections in WAL mode and never wait for the writer.
 //
+// A commit that fails is answered as a failure to every job of its batch,
+// and recorded nowhere. When it failed on an I/O error (a write or an
+// fsync, SQLITE_IOERR_*), the writer does not trust its connection again:
+// it closes it and opens a new one before its next transaction, forgets
+// what it remembers of users and tiers, and logs that it does so. Until a
+// commit succeeds, Ping also writes (a page that nothing reads) and reports
+// whether that commits, so that a health check says the disk fails and
+// says when it works again even if nothing else writes.
+//
 // The writer remembers, for each user, the newest row and, per window, a
 // cursor on the oldest rows after the window's cutoff (up to eight).
 // Cutoffs move forward with the clock, so the next admission usually finds

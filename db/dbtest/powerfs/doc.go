@@ -32,6 +32,22 @@
 // writeback is not imitated.
 //
 // After a cut every operation fails with EIO until Unmount; mount the
-// backing folder again (Mount, or ForTest) to go on. The package works on
-// Linux only; ForTest skips a test where FUSE cannot be mounted.
+// backing folder again (Mount, or ForTest) to go on. CutAfterWrites arms a
+// cut at the n-th write instead, so that it comes in the middle of what the
+// program under test does (a commit, a checkpoint) rather than between.
+//
+// # The server process
+//
+// The filesystem is served by a process of its own, the test binary run
+// again with the mount named in its environment (the package's init
+// function serves it then), and FS speaks to it over a pipe. A process that
+// serves a FUSE mount must not map files of that mount into memory, as
+// SQLite does its WAL index (the -shm file): a page fault on the mapping
+// waits for the server, while the Go runtime, to collect garbage, waits for
+// the faulting thread, and the server stops with it. Served apart, the
+// test's own process may open SQLite on the mount.
+//
+// The package works on Linux only, as root (mount(2)) or with fusermount;
+// ForTest skips a test where no FUSE filesystem can be mounted, and fails
+// it under CI=true.
 package powerfs

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -16,7 +17,7 @@ import (
 // it makes logged first.
 type node struct {
 	*fs.LoopbackNode
-	fs *FS
+	fs *server
 }
 
 var (
@@ -54,7 +55,7 @@ func (n *node) rel() string { return n.Path(n.Root()) }
 func (n *node) child(name string) string { return filepath.Join(n.rel(), name) }
 
 // begin locks p for a change; after a cut it fails with EIO instead.
-func (p *FS) begin() syscall.Errno {
+func (p *server) begin() syscall.Errno {
 	p.mu.Lock()
 	if p.dead.Load() {
 		p.mu.Unlock()
@@ -65,7 +66,7 @@ func (p *FS) begin() syscall.Errno {
 
 // logPath returns the log of the file at rel, relative to the root. The
 // caller holds mu.
-func (p *FS) logPath(rel string) (*fileLog, error) {
+func (p *server) logPath(rel string) (*fileLog, error) {
 	f, err := os.Open(filepath.Join(p.backing, rel))
 	if err != nil {
 		return nil, err
@@ -79,7 +80,7 @@ func (p *FS) logPath(rel string) (*fileLog, error) {
 }
 
 // wrap returns the handle through which the file at rel is written.
-func (p *FS) wrap(fh fs.FileHandle, rel string) (*handle, syscall.Errno) {
+func (p *server) wrap(fh fs.FileHandle, rel string) (*handle, syscall.Errno) {
 	h := &handle{LoopbackFile: fh.(*fs.LoopbackFile), fs: p, name: rel}
 	var st syscall.Stat_t
 	if err := syscall.Fstat(h.fd(), &st); err != nil {
@@ -124,7 +125,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 
 // logTruncate logs the truncation of the file at rel to nothing. The
 // caller holds mu.
-func (p *FS) logTruncate(rel string) syscall.Errno {
+func (p *server) logTruncate(rel string) syscall.Errno {
 	if p.failWrites.Load() {
 		p.stats.FailedWrites++
 		return syscall.EIO
@@ -210,14 +211,16 @@ func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall
 	}
 	p.stats.Syncs++
 	if h, ok := f.(*handle); ok {
-		p.synced(h.ino)
+		p.synced[h.name] = time.Now()
+		p.syncedFile(h.ino)
 		return 0
 	}
 	var st syscall.Stat_t
 	if err := syscall.Lstat(filepath.Join(p.backing, n.rel()), &st); err != nil {
 		return fs.ToErrno(err)
 	}
-	p.synced(st.Ino)
+	p.synced[n.rel()] = time.Now()
+	p.syncedFile(st.Ino)
 	return 0
 }
 
@@ -329,7 +332,7 @@ func (n *node) create(name string, mk func() (*fs.Inode, syscall.Errno)) (*fs.In
 // first.
 type handle struct {
 	*fs.LoopbackFile
-	fs   *FS
+	fs   *server
 	ino  uint64 // the backing file's inode number
 	name string // its path relative to the root, when opened
 }
@@ -350,6 +353,13 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		return 0, errno
 	}
 	defer p.mu.Unlock()
+	if a := p.armed; a != nil {
+		if a.writes--; a.writes == 0 {
+			p.armed = nil
+			a.report <- p.cut(a.tear)
+			return 0, syscall.EIO
+		}
+	}
 	p.stats.Writes++
 	if p.failWrites.Load() {
 		p.stats.FailedWrites++

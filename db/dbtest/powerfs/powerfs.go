@@ -14,27 +14,37 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
-// FS is a mounted power-fail filesystem. Its methods are safe for
-// concurrent use, with each other and with the programs using the mount.
-type FS struct {
-	backing, dir string
-	server       *fuse.Server
+// server is a mounted power-fail filesystem, served in the process that
+// mounted it (see serve). It is safe for concurrent use.
+type server struct {
+	backing string
+	fuse    *fuse.Server
 
 	failWrites, failSyncs atomic.Bool
 	dead                  atomic.Bool // after Cut: every operation fails with EIO
 
 	// mu orders every change to the backing folder with Cut: an operation
 	// holds it from its check of dead until its undo record is written.
-	mu    sync.Mutex
-	seq   uint64              // numbers undo records, across files
-	files map[uint64]*fileLog // unsynced content, by backing inode number
-	ns    []*nsOp             // changes of entries not yet durable, oldest first
-	stats Stats
+	mu     sync.Mutex
+	seq    uint64              // numbers undo records, across files
+	files  map[uint64]*fileLog // unsynced content, by backing inode number
+	ns     []*nsOp             // changes of entries not yet durable, oldest first
+	stats  Stats
+	synced map[string]time.Time // when each file was last synced, by its path when opened
+	armed  *trigger
+}
+
+// trigger is a cut armed by arm.
+type trigger struct {
+	writes int // left before the cut
+	tear   bool
+	report chan CutReport
 }
 
 // Stats counts what a filesystem was asked to do.
@@ -83,19 +93,19 @@ type nsOp struct {
 	replaced *nsOp // renamed: what the rename removed at path, if anything
 }
 
-// Mount mounts at mountpoint a filesystem whose files are those of the
-// folder backing. It calls mount(2) itself when it may (as root) and
-// fusermount otherwise.
-func Mount(mountpoint, backing string) (*FS, error) {
+// mount mounts at mountpoint a filesystem whose files are those of the
+// folder backing, served by this process. It calls mount(2) itself when it
+// may (as root) and fusermount otherwise.
+func mount(mountpoint, backing string) (*server, error) {
 	var st syscall.Stat_t
 	if err := syscall.Stat(backing, &st); err != nil {
 		return nil, &os.PathError{Op: "stat", Path: backing, Err: err}
 	}
-	p := &FS{backing: backing, dir: mountpoint, files: make(map[uint64]*fileLog)}
+	p := &server{backing: backing, files: make(map[uint64]*fileLog), synced: make(map[string]time.Time)}
 	data := &fs.LoopbackRoot{Path: backing, Dev: uint64(st.Dev)}
 	root := &node{LoopbackNode: &fs.LoopbackNode{RootData: data}, fs: p}
 	data.RootNode = root
-	server, err := fs.Mount(mountpoint, root, &fs.Options{MountOptions: fuse.MountOptions{
+	fsrv, err := fs.Mount(mountpoint, root, &fs.Options{MountOptions: fuse.MountOptions{
 		DirectMount: true,
 		FsName:      backing,
 		Name:        "powerfs",
@@ -107,20 +117,14 @@ func Mount(mountpoint, backing string) (*FS, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.server = server
+	p.fuse = fsrv
 	return p, nil
 }
 
-// Dir returns the mountpoint.
-func (p *FS) Dir() string { return p.dir }
-
-// Backing returns the folder whose files the filesystem shows.
-func (p *FS) Backing() string { return p.backing }
-
-// Unmount unmounts the filesystem. The programs that used it must have
+// unmount unmounts the filesystem. The programs that used it must have
 // closed their files, or exited.
-func (p *FS) Unmount() error {
-	if err := p.server.Unmount(); err != nil {
+func (p *server) unmount() error {
+	if err := p.fuse.Unmount(); err != nil {
 		return err
 	}
 	p.mu.Lock()
@@ -129,16 +133,15 @@ func (p *FS) Unmount() error {
 	return nil
 }
 
-// FailWrites makes every write and truncation fail with EIO while on is
-// set, without changing the file.
-func (p *FS) FailWrites(on bool) { p.failWrites.Store(on) }
+// lastSync returns when the file at rel was last synced (see FS.LastSync).
+func (p *server) lastSync(rel string) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.synced[filepath.Clean(rel)]
+}
 
-// FailSyncs makes every fsync, fdatasync and directory sync fail with EIO
-// while on is set; what they would have made durable stays unsynced.
-func (p *FS) FailSyncs(on bool) { p.failSyncs.Store(on) }
-
-// Stats returns what the filesystem has been asked to do so far.
-func (p *FS) Stats() Stats {
+// getStats returns what the filesystem has been asked to do so far.
+func (p *server) getStats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.stats
@@ -150,7 +153,7 @@ type CutReport struct {
 	Bytes   int64    // bytes those writes had written
 	Entries int      // changes of directory entries undone
 	Torn    []string // the writes torn in half, one line each
-	Errors  []error  // undo steps that failed: the backing folder may be wrong
+	Errors  []string // undo steps that failed: the backing folder may be wrong
 }
 
 func (r CutReport) String() string {
@@ -159,20 +162,32 @@ func (r CutReport) String() string {
 		s += "; torn: " + strings.Join(r.Torn, ", ")
 	}
 	if len(r.Errors) > 0 {
-		s += fmt.Sprintf("; %d errors: %v", len(r.Errors), errors.Join(r.Errors...))
+		s += fmt.Sprintf("; %d errors: %s", len(r.Errors), strings.Join(r.Errors, "; "))
 	}
 	return s
 }
 
-// Cut loses power: from now on every operation fails with EIO, and the
-// backing folder goes back to what was durable (see the package comment).
-// With tear, the newest unsynced write of each file keeps its first half.
-// Kill the programs using the mount, then Unmount it.
-func (p *FS) Cut(tear bool) CutReport {
+// cutNow is FS.Cut.
+func (p *server) cutNow(tear bool) CutReport {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.dead.Store(true)
+	return p.cut(tear)
+}
+
+// arm is FS.CutAfterWrites.
+func (p *server) arm(n int, tear bool) <-chan CutReport {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.armed = &trigger{writes: max(n, 1), tear: tear, report: make(chan CutReport, 1)}
+	return p.armed.report
+}
+
+// cut is FS.Cut; the caller holds mu.
+func (p *server) cut(tear bool) CutReport {
 	var r CutReport
+	if p.dead.Swap(true) {
+		return r
+	}
 
 	// Content first, newest change first across files: a file whose
 	// unlink is undone below is copied back from its restored content.
@@ -191,7 +206,7 @@ func (p *FS) Cut(tear bool) CutReport {
 			// offset now: read the half that stays before undoing.
 			tw := tornWrite{l: l, off: newest.off, n: newest.n, kept: make([]byte, tearAt(newest.n))}
 			if _, err := l.f.ReadAt(tw.kept, tw.off); err != nil {
-				r.Errors = append(r.Errors, fmt.Errorf("%s: %w", l.name, err))
+				r.Errors = append(r.Errors, fmt.Sprintf("%s: %v", l.name, err))
 				continue
 			}
 			torn = append(torn, tw)
@@ -202,19 +217,19 @@ func (p *FS) Cut(tear bool) CutReport {
 		r.Writes++
 		r.Bytes += int64(s.u.n)
 		if err := s.u.revert(s.l.f); err != nil {
-			r.Errors = append(r.Errors, fmt.Errorf("%s: %w", s.l.name, err))
+			r.Errors = append(r.Errors, fmt.Sprintf("%s: %v", s.l.name, err))
 		}
 	}
 	for _, tw := range torn {
 		r.Torn = append(r.Torn, fmt.Sprintf("%s: kept %d of %d bytes at %d", tw.l.name, len(tw.kept), tw.n, tw.off))
 		if _, err := tw.l.f.WriteAt(tw.kept, tw.off); err != nil {
-			r.Errors = append(r.Errors, fmt.Errorf("%s: %w", tw.l.name, err))
+			r.Errors = append(r.Errors, fmt.Sprintf("%s: %v", tw.l.name, err))
 		}
 	}
 	for i := len(p.ns) - 1; i >= 0; i-- {
 		r.Entries++
 		if err := p.ns[i].revert(p.backing); err != nil {
-			r.Errors = append(r.Errors, err)
+			r.Errors = append(r.Errors, err.Error())
 		}
 	}
 	p.release()
@@ -277,7 +292,7 @@ func (op *nsOp) revert(root string) error {
 
 // release closes what the logs hold open and forgets them. The caller
 // holds mu.
-func (p *FS) release() {
+func (p *server) release() {
 	for _, l := range p.files {
 		l.f.Close()
 	}
@@ -300,7 +315,7 @@ func (op *nsOp) close() {
 // logFor returns the log of the file with inode ino, open through fd (a
 // descriptor of the backing file, of any access mode), starting one if
 // there is none. The caller holds mu.
-func (p *FS) logFor(ino uint64, fd int, name string) (*fileLog, error) {
+func (p *server) logFor(ino uint64, fd int, name string) (*fileLog, error) {
 	if l := p.files[ino]; l != nil {
 		return l, nil
 	}
@@ -317,7 +332,7 @@ func (p *FS) logFor(ino uint64, fd int, name string) (*fileLog, error) {
 
 // logWrite records that len(data) bytes are about to be written at off.
 // The caller holds mu.
-func (l *fileLog) logWrite(p *FS, off int64, n int) error {
+func (l *fileLog) logWrite(p *server, off int64, n int) error {
 	st, err := l.f.Stat()
 	if err != nil {
 		return err
@@ -334,7 +349,7 @@ func (l *fileLog) logWrite(p *FS, off int64, n int) error {
 
 // logSize records that the file's size is about to become size. The
 // caller holds mu.
-func (l *fileLog) logSize(p *FS, size int64) error {
+func (l *fileLog) logSize(p *server, size int64) error {
 	st, err := l.f.Stat()
 	if err != nil {
 		return err
@@ -348,9 +363,9 @@ func (l *fileLog) logSize(p *FS, size int64) error {
 	return nil
 }
 
-// synced drops the log of the file with inode ino: its content is
+// syncedFile drops the log of the file with inode ino: its content is
 // durable. The caller holds mu.
-func (p *FS) synced(ino uint64) {
+func (p *server) syncedFile(ino uint64) {
 	if l := p.files[ino]; l != nil {
 		l.f.Close()
 		delete(p.files, ino)
@@ -359,7 +374,7 @@ func (p *FS) synced(ino uint64) {
 
 // dirSynced makes durable the changes of entries in dir that wait for
 // nothing else. The caller holds mu.
-func (p *FS) dirSynced(dir string) {
+func (p *server) dirSynced(dir string) {
 	kept := p.ns[:0]
 	for _, op := range p.ns {
 		op.dirs = slices.DeleteFunc(op.dirs, func(d string) bool { return d == dir })
@@ -376,7 +391,7 @@ func (p *FS) dirSynced(dir string) {
 // removal returns the change that removing the entry at rel (relative to
 // the root) makes, holding what it needs to bring the entry back. The
 // caller holds mu.
-func (p *FS) removal(rel string, dirs ...string) (*nsOp, error) {
+func (p *server) removal(rel string, dirs ...string) (*nsOp, error) {
 	path := filepath.Join(p.backing, rel)
 	st, err := os.Lstat(path)
 	if err != nil {

@@ -271,3 +271,40 @@ func TestSQLiteSynchronous(t *testing.T) {
 		})
 	}
 }
+
+// TestCutAfterWrites: an armed cut happens at the n-th write, which fails;
+// LastSync says when a file was last synced.
+func TestCutAfterWrites(t *testing.T) {
+	p, mnt, backing := mount(t)
+	f, err := os.Create(filepath.Join(mnt, "f"))
+	must(t, err)
+	defer f.Close()
+	syncDir(t, mnt)
+	if !p.LastSync("f").IsZero() {
+		t.Fatal("LastSync of a file never synced is not zero")
+	}
+	writeAt(t, f, "synced", 0)
+	must(t, f.Sync())
+	if p.LastSync("f").IsZero() {
+		t.Fatal("LastSync after a sync is zero")
+	}
+	cuts := p.CutAfterWrites(3, false)
+	writeAt(t, f, "1", 6)
+	writeAt(t, f, "2", 7)
+	select {
+	case r := <-cuts:
+		t.Fatalf("cut before the third write: %v", r)
+	default:
+	}
+	if _, err := f.WriteAt([]byte("3"), 8); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("the write that cuts: %v, want EIO", err)
+	}
+	if r := <-cuts; r.Writes != 2 {
+		t.Fatalf("the cut undid %v, want the two writes before it", r)
+	}
+	f.Close()
+	must(t, p.Unmount())
+	if got, want := content(t, filepath.Join(backing, "f")), "synced"; got != want {
+		t.Fatalf("after the cut: %q, want %q", got, want)
+	}
+}

@@ -63,6 +63,11 @@ func TestIOErrorReopens(t *testing.T) {
 		if err := admit(t0.Add(time.Duration(15+10*i) * time.Second)); err != nil {
 			t.Fatalf("case %d: admission once the disk works: %v", i, err)
 		}
+		// The failed commit's pages are in the file: a reopen that rebuilt
+		// the WAL index from the WAL would find it committed.
+		if got := count(t, s, "u", t0.Add(-time.Hour)); got != int64(admitted) {
+			t.Fatalf("case %d: %d admissions stored, %d answered without error", i, got, admitted)
+		}
 	}
 	for _, want := range []string{
 		`msg="storage: a commit failed on an I/O error; reopening the database before the next write" err="disk I/O error \(778\)"`,

@@ -223,36 +223,37 @@ func (w *writer) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var stmts [numQueries]*sql.Stmt
 	for q, text := range sqliteDialect.queries {
-		if w.stmts[q], err = conn.PrepareContext(ctx, text); err != nil {
-			w.closeStmts()
+		if stmts[q], err = conn.PrepareContext(ctx, text); err != nil {
+			closeStmts(stmts[:])
 			conn.Close()
 			return fmt.Errorf("prepare %q: %w", text, err)
 		}
 	}
-	w.conn = conn
+	w.conn, w.stmts = conn, stmts
 	return nil
 }
 
 // reopen replaces the connection after a commit failed on an I/O error.
-// Once a write or an fsync has failed, neither the connection's pages nor
-// what the kernel says of the file can be trusted to be what is on disk
-// (the kernel may report the pages it failed to write as clean), so the
-// connection is closed, never given back to the pool, and everything the
-// writer remembers of the rows and tiers is forgotten. Readers need no
-// such care: the failed commit never became visible to them.
+// Once a write or an fsync has failed, what the connection holds cannot be
+// trusted to be what is on disk, so it is closed, never given back to the
+// pool, and everything the writer remembers of rows and tiers is
+// forgotten. The new connection is opened before the old one is closed:
+// were the old the last connection to the file, the new one would rebuild
+// the WAL index from the WAL itself, and so find committed the very
+// transaction whose fsync failed, whose pages are in the file. Readers need
+// no reopening: the failed commit never became visible to them.
 func (w *writer) reopen(ctx context.Context) error {
-	w.closeStmts()
-	if w.conn != nil {
-		_ = w.conn.Raw(func(any) error { return driver.ErrBadConn }) // closes it
-		_ = w.conn.Close()
-		w.conn = nil
-	}
-	clear(w.users)
-	w.tiersStale = true
+	old, oldStmts := w.conn, w.stmts
 	if err := w.connect(ctx); err != nil {
 		return err
 	}
+	closeStmts(oldStmts[:])
+	_ = old.Raw(func(any) error { return driver.ErrBadConn }) // closes it
+	_ = old.Close()
+	clear(w.users)
+	w.tiersStale = true
 	w.ioErr = nil
 	w.reopened++
 	return nil
@@ -489,19 +490,14 @@ func (w *writer) close() error {
 	close(w.jobs)
 	w.mu.Unlock()
 	<-w.done
-	err := w.closeStmts()
-	if w.conn != nil { // nil when the last reopen failed
-		err = errors.Join(err, w.conn.Close())
-	}
-	return err
+	return errors.Join(closeStmts(w.stmts[:]), w.conn.Close())
 }
 
-func (w *writer) closeStmts() error {
+func closeStmts(stmts []*sql.Stmt) error {
 	var errs []error
-	for i, st := range w.stmts {
+	for _, st := range stmts {
 		if st != nil {
 			errs = append(errs, st.Close())
-			w.stmts[i] = nil
 		}
 	}
 	return errors.Join(errs...)

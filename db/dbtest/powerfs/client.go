@@ -36,7 +36,7 @@ type FS struct {
 
 // request is what FS asks of the server process, a JSON line each.
 type request struct {
-	Op   string `json:"op"` // cut, arm, fail-writes, fail-syncs, stats, last-sync, unmount
+	Op   string `json:"op"` // cut, arm, fail-writes, fail-syncs, stats, last-sync, last-write-at-zero, unmount
 	On   bool   `json:"on,omitzero"`
 	Tear bool   `json:"tear,omitzero"`
 	N    int    `json:"n,omitzero"`
@@ -192,6 +192,15 @@ func (p *FS) Stats() Stats { return *p.must(request{Op: "stats"}).Stats }
 // that named it when it was opened, was last synced: the zero time if
 // never. Whatever was written to it before that time survives a cut.
 func (p *FS) LastSync(rel string) time.Time { return p.must(request{Op: "last-sync", Path: rel}).Time }
+
+// LastWriteAtZero returns when the file at rel, a path relative to the
+// mountpoint that named it when it was opened, was last written at offset
+// 0: the zero time if never. SQLite writes its WAL's header there when it
+// starts the WAL over, once a checkpoint has copied all of it into the
+// database.
+func (p *FS) LastWriteAtZero(rel string) time.Time {
+	return p.must(request{Op: "last-write-at-zero", Path: rel}).Time
+}
 
 // Cut loses power: from now on every operation fails with EIO, and the
 // backing folder goes back to what was durable (see the package comment).

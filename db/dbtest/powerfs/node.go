@@ -372,6 +372,9 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if err != nil {
 		return 0, fs.ToErrno(err)
 	}
+	if off == 0 {
+		p.zeroed[h.name] = time.Now()
+	}
 	return h.LoopbackFile.Write(ctx, data, off)
 }
 

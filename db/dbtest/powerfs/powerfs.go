@@ -37,6 +37,7 @@ type server struct {
 	ns     []*nsOp             // changes of entries not yet durable, oldest first
 	stats  Stats
 	synced map[string]time.Time // when each file was last synced, by its path when opened
+	zeroed map[string]time.Time // when each was last written at offset 0
 	armed  *trigger
 }
 
@@ -101,7 +102,7 @@ func mount(mountpoint, backing string) (*server, error) {
 	if err := syscall.Stat(backing, &st); err != nil {
 		return nil, &os.PathError{Op: "stat", Path: backing, Err: err}
 	}
-	p := &server{backing: backing, files: make(map[uint64]*fileLog), synced: make(map[string]time.Time)}
+	p := &server{backing: backing, files: make(map[uint64]*fileLog), synced: make(map[string]time.Time), zeroed: make(map[string]time.Time)}
 	data := &fs.LoopbackRoot{Path: backing, Dev: uint64(st.Dev)}
 	root := &node{LoopbackNode: &fs.LoopbackNode{RootData: data}, fs: p}
 	data.RootNode = root
@@ -138,6 +139,14 @@ func (p *server) lastSync(rel string) time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.synced[filepath.Clean(rel)]
+}
+
+// lastWriteAtZero returns when the file at rel was last written at offset
+// 0 (see FS.LastWriteAtZero).
+func (p *server) lastWriteAtZero(rel string) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.zeroed[filepath.Clean(rel)]
 }
 
 // getStats returns what the filesystem has been asked to do so far.

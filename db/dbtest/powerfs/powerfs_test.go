@@ -273,7 +273,8 @@ func TestSQLiteSynchronous(t *testing.T) {
 }
 
 // TestCutAfterWrites: an armed cut happens at the n-th write, which fails;
-// LastSync says when a file was last synced.
+// LastSync says when a file was last synced, LastWriteAtZero when it was
+// last written at its start.
 func TestCutAfterWrites(t *testing.T) {
 	p, mnt, backing := mount(t)
 	f, err := os.Create(filepath.Join(mnt, "f"))
@@ -287,6 +288,9 @@ func TestCutAfterWrites(t *testing.T) {
 	must(t, f.Sync())
 	if p.LastSync("f").IsZero() {
 		t.Fatal("LastSync after a sync is zero")
+	}
+	if at := p.LastWriteAtZero("f"); at.IsZero() || at.After(p.LastSync("f")) {
+		t.Fatalf("LastWriteAtZero %v, want the write before the sync at %v", at, p.LastSync("f"))
 	}
 	cuts := p.CutAfterWrites(3, false)
 	writeAt(t, f, "1", 6)

@@ -76,6 +76,8 @@ func serve(mountpoint, backing string) int {
 			r.Stats = &st
 		case "last-sync":
 			r.Time = p.lastSync(req.Path)
+		case "last-write-at-zero":
+			r.Time = p.lastWriteAtZero(req.Path)
 		case "unmount":
 			if err := p.unmount(); err != nil {
 				r.Err = err.Error()

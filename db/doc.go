@@ -49,8 +49,10 @@
 // A commit that fails is answered as a failure to every job of its batch,
 // and recorded nowhere. When it failed on an I/O error (a write or an
 // fsync, SQLITE_IOERR_*), the writer does not trust its connection again:
-// it closes it and opens a new one before its next transaction, forgets
-// what it remembers of users and tiers, and logs that it does so. Until a
+// before its next transaction it opens a new one and then closes the old
+// (in that order, so that the WAL index is kept and the failed commit,
+// whose pages are in the WAL, stays invisible), forgets what it remembers
+// of users and tiers, and logs that it does so. Until a
 // commit succeeds, Ping also writes (a page that nothing reads) and reports
 // whether that commits, so that a health check says the disk fails and
 // says when it works again even if nothing else writes.

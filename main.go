@@ -101,7 +101,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		testClock = policy.NewTestClock(time.Now())
 		now = testClock.Now
 	}
-	store, err := db.Open(ctx, cfg.DBPath, cfg.storeOptions()...)
+	store, err := db.Open(ctx, cfg.DBPath, append(cfg.storeOptions(), db.WithLogger(log))...)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -79,6 +80,8 @@ type options struct {
 
 	poolSize         int
 	statementTimeout time.Duration
+
+	log *slog.Logger
 }
 
 // Option configures Open.
@@ -105,6 +108,11 @@ const DefaultCommitDelay = 200 * time.Microsecond
 // does not fsync at commit.
 func WithCommitDelay(d time.Duration) Option { return func(o *options) { o.commitDelay = d } }
 
+// WithLogger sets where the store logs what it does on its own, such as
+// reopening a SQLite database after a commit failed on an I/O error. The
+// default is slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
 // WithMaxBatch sets how many writes the writer commits in one transaction at
 // most (default 256).
 func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
@@ -115,9 +123,12 @@ func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
 // SQLite file, created (mode 0600) if it does not exist. Close releases it.
 func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	o := options{synchronous: SyncFull, readConns: 4, maxBatch: 256, busyTimeout: 5 * time.Second, commitDelay: -1,
-		poolSize: DefaultPoolSize, statementTimeout: DefaultStatementTimeout}
+		poolSize: DefaultPoolSize, statementTimeout: DefaultStatementTimeout, log: slog.Default()}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.log == nil {
+		o.log = slog.Default()
 	}
 	if IsPostgres(dsn) {
 		return openPostgres(ctx, dsn, &o)
@@ -160,7 +171,7 @@ func openSQLite(ctx context.Context, path string, o *options) (*Store, error) {
 			o.commitDelay = DefaultCommitDelay
 		}
 	}
-	w, err := newWriter(ctx, sdb.DB, o.maxBatch, o.commitDelay)
+	w, err := newWriter(ctx, sdb.DB, o.maxBatch, o.commitDelay, o.log)
 	if err != nil {
 		sdb.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -229,8 +240,16 @@ func (s *Store) migrate(ctx context.Context) error {
 	return nil
 }
 
-// Ping reports whether the database answers a query.
+// Ping reports whether the database answers a query. On SQLite, after a
+// commit failed, it also writes (see writer.probe) and reports whether
+// that commits, so that a service whose disk failed says so, and says when
+// it works again even if nothing else writes.
 func (s *Store) Ping(ctx context.Context) error {
+	if w, ok := s.writer.(*writer); ok && w.failed.Load() != nil {
+		if err := w.probe(ctx); err != nil {
+			return err
+		}
+	}
 	var n int
 	if err := s.db.GetContext(ctx, &n, "SELECT count(*) FROM tiers"); err != nil {
 		return unavailable(err)

@@ -46,6 +46,17 @@
 // lone write never waits. Reads (usage, dry runs, the admin page) use a
 // pool of read connections in WAL mode and never wait for the writer.
 //
+// A commit that fails is answered as a failure to every job of its batch,
+// and recorded nowhere. When it failed on an I/O error (a write or an
+// fsync, SQLITE_IOERR_*), the writer does not trust its connection again:
+// before its next transaction it opens a new one and then closes the old
+// (in that order, so that the WAL index is kept and the failed commit,
+// whose pages are in the WAL, stays invisible), forgets what it remembers
+// of users and tiers, and logs that it does so. Until a
+// commit succeeds, Ping also writes (a page that nothing reads) and reports
+// whether that commits, so that a health check says the disk fails and
+// says when it works again even if nothing else writes.
+//
 // The writer remembers, for each user, the newest row and, per window, a
 // cursor on the oldest rows after the window's cutoff (up to eight).
 // Cutoffs move forward with the clock, so the next admission usually finds
@@ -62,7 +73,11 @@
 // checkpoints): every answered admission survives a crash of the process,
 // but the last commits before a power loss may be lost, and with them the
 // requests they recorded, so a window may under-count after such a loss.
-// SQLite keeps the file consistent either way.
+// SQLite keeps the file consistent either way. What NORMAL loses is the
+// newest commits, those since the WAL's last sync (at a checkpoint, about
+// every 1,000 pages written), never an older one alone. The module's
+// TestPowerCut shows both on a filesystem that forgets what was not synced
+// (package dbtest/powerfs), cutting the power under load.
 //
 // # Tiers and user records
 //

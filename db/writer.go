@@ -3,11 +3,17 @@ package db
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/policyguard/policyguard/policy"
 )
@@ -30,6 +36,7 @@ const maxCachedUsers = 1 << 16
 // writes ever wait on SQLite's lock for each other. A job's caller hears back
 // only after COMMIT, so an answered admission is always on disk.
 type writer struct {
+	db       *sql.DB // where conn comes from, and a new one after an I/O error
 	conn     *sql.Conn
 	stmts    [numQueries]*sql.Stmt
 	maxBatch int
@@ -60,6 +67,19 @@ type writer struct {
 	// counts, when set, are the counts of checks each commit also stores
 	// (see checkCounts).
 	counts *checkCounts
+
+	// ioErr is the I/O error of the last commit, after which the writer
+	// opens a new connection before it writes again (see reopen); reopened
+	// counts the connections opened so, and ioLogged says the failure was
+	// logged, since the last commit that succeeded. Only the writer
+	// goroutine touches them.
+	ioErr    error
+	reopened int
+	ioLogged bool
+	// failed is the error of the last commit, nil once one succeeds: while
+	// it is set, Ping tries a write (see probe) and reports its failure.
+	failed atomic.Pointer[policy.Error]
+	log    *slog.Logger
 
 	mu     sync.RWMutex // guards closed against sends on a closed channel
 	closed bool
@@ -173,15 +193,12 @@ func (tx *writeTx) forgetUser(user string) {
 	}
 }
 
-func newWriter(ctx context.Context, db *sql.DB, maxBatch int, commitDelay time.Duration) (*writer, error) {
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return nil, err
-	}
+func newWriter(ctx context.Context, db *sql.DB, maxBatch int, commitDelay time.Duration, log *slog.Logger) (*writer, error) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	w := &writer{
-		conn:        conn,
+		db:          db,
+		log:         log,
 		maxBatch:    max(maxBatch, 1),
 		commitDelay: commitDelay,
 		linger: func(d time.Duration) (<-chan time.Time, func()) {
@@ -192,15 +209,96 @@ func newWriter(ctx context.Context, db *sql.DB, maxBatch int, commitDelay time.D
 		jobs:  make(chan *job, 1024),
 		done:  make(chan struct{}),
 	}
-	for q, text := range sqliteDialect.queries {
-		if w.stmts[q], err = conn.PrepareContext(ctx, text); err != nil {
-			w.closeStmts()
-			conn.Close()
-			return nil, fmt.Errorf("prepare %q: %w", text, err)
-		}
+	if err := w.connect(ctx); err != nil {
+		return nil, err
 	}
 	go w.loop()
 	return w, nil
+}
+
+// connect takes a connection of the writer's own from the pool and
+// prepares its statements on it.
+func (w *writer) connect(ctx context.Context) error {
+	conn, err := w.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	var stmts [numQueries]*sql.Stmt
+	for q, text := range sqliteDialect.queries {
+		if stmts[q], err = conn.PrepareContext(ctx, text); err != nil {
+			closeStmts(stmts[:])
+			conn.Close()
+			return fmt.Errorf("prepare %q: %w", text, err)
+		}
+	}
+	w.conn, w.stmts = conn, stmts
+	return nil
+}
+
+// reopen replaces the connection after a commit failed on an I/O error.
+// Once a write or an fsync has failed, what the connection holds cannot be
+// trusted to be what is on disk, so it is closed, never given back to the
+// pool, and everything the writer remembers of rows and tiers is
+// forgotten. The new connection is opened before the old one is closed:
+// were the old the last connection to the file, the new one would rebuild
+// the WAL index from the WAL itself, and so find committed the very
+// transaction whose fsync failed, whose pages are in the file. Readers need
+// no reopening: the failed commit never became visible to them.
+func (w *writer) reopen(ctx context.Context) error {
+	old, oldStmts := w.conn, w.stmts
+	if err := w.connect(ctx); err != nil {
+		return err
+	}
+	closeStmts(oldStmts[:])
+	_ = old.Raw(func(any) error { return driver.ErrBadConn }) // closes it
+	_ = old.Close()
+	clear(w.users)
+	w.tiersStale = true
+	w.ioErr = nil
+	w.reopened++
+	return nil
+}
+
+// commitFailed records that a commit failed with err. An I/O error makes
+// the writer reopen its connection before the next transaction; the first
+// failure after a success is logged.
+func (w *writer) commitFailed(err error) {
+	first := w.failed.Swap(&policy.Error{Code: policy.EUNAVAILABLE, Message: "storage failed: " + err.Error()}) == nil
+	var se *sqlite.Error
+	switch {
+	case errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_IOERR:
+		w.ioErr = err
+		if !w.ioLogged {
+			w.ioLogged = true
+			w.log.Error("storage: a commit failed on an I/O error; reopening the database before the next write", "err", err)
+		}
+	case first:
+		w.log.Error("storage: a commit failed", "err", err)
+	}
+}
+
+// commitSucceeded ends a run of failed commits, if there was one.
+func (w *writer) commitSucceeded() {
+	if w.failed.Load() == nil {
+		return
+	}
+	w.failed.Store(nil)
+	w.log.Info("storage: commits succeed again", "reopened", w.reopened)
+	w.reopened, w.ioLogged = 0, false
+}
+
+// probe commits a transaction that writes a page, to learn whether writes
+// succeed again after a failed commit: it sets user_version, which nothing
+// reads, to the value it has.
+func (w *writer) probe(ctx context.Context) error {
+	return w.do(ctx, func(tx *writeTx) error {
+		var v int64
+		if err := tx.conn.QueryRowContext(tx.ctx, `PRAGMA user_version`).Scan(&v); err != nil {
+			return unavailable(err)
+		}
+		_, err := tx.conn.ExecContext(tx.ctx, `PRAGMA user_version = `+strconv.FormatInt(v, 10))
+		return unavailable(err)
+	})
 }
 
 // do runs fn in the writer's next transaction and returns once that
@@ -316,6 +414,13 @@ func (w *writer) commit(tx *writeTx, batch []*job) {
 func (w *writer) try(tx *writeTx, batch []*job) (int, error) {
 	ctx := context.Background() // a caller going away must not abort others' commit
 	tx.ctx, tx.touched = ctx, tx.touched[:0]
+	if w.ioErr != nil {
+		if err := w.reopen(ctx); err != nil {
+			w.log.Error("storage: reopening the database failed", "err", err)
+			return -1, unavailable(err)
+		}
+		tx.conn = w.conn
+	}
 	if _, err := w.stmts[qBegin].ExecContext(ctx); err != nil {
 		return -1, unavailable(err)
 	}
@@ -354,9 +459,11 @@ func (w *writer) try(tx *writeTx, batch []*job) (int, error) {
 	if _, err := w.stmts[qCommit].ExecContext(ctx); err != nil {
 		w.counts.settle(taken, false)
 		w.rollback(tx)
+		w.commitFailed(err)
 		return -1, unavailable(err)
 	}
 	w.counts.settle(taken, true)
+	w.commitSucceeded()
 	return -1, nil
 }
 
@@ -383,12 +490,12 @@ func (w *writer) close() error {
 	close(w.jobs)
 	w.mu.Unlock()
 	<-w.done
-	return errors.Join(w.closeStmts(), w.conn.Close())
+	return errors.Join(closeStmts(w.stmts[:]), w.conn.Close())
 }
 
-func (w *writer) closeStmts() error {
+func closeStmts(stmts []*sql.Stmt) error {
 	var errs []error
-	for _, st := range w.stmts {
+	for _, st := range stmts {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}

@@ -106,7 +106,8 @@ const DefaultCommitDelay = 200 * time.Microsecond
 func WithCommitDelay(d time.Duration) Option { return func(o *options) { o.commitDelay = d } }
 
 // WithMaxBatch sets how many writes the writer commits in one transaction at
-// most (default 256).
+// most (default 256); on PostgreSQL, how many admissions one batch decides
+// and commits at most.
 func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
 
 // Open opens the database that dsn names and applies every pending

@@ -93,11 +93,11 @@
 //
 // A check's admission is planned (see policy.Plan): its instant, limits,
 // record and call are known before its rules run. The admissions waiting
-// at one moment form a batch, up to WithMaxBatch of them, and a replica
-// runs one batch at a time per two cores (at most four, at most half the
-// pool), each on a connection of the pool, so that under load batches
-// grow rather than multiply. A batch is two round trips. The first begins
-// the transaction and calls admit_batch (migration 12) with the batch in
+// at one moment form a batch, up to WithMaxBatch of them, run by one of
+// the replica's batch loops (one per two cores, at most four, at most
+// half the pool), each holding a connection while it has work, so that
+// under load batches grow rather than multiply. A batch begins a
+// transaction and calls admit_batch (migration 12) with the batch in
 // arrays: it takes the users' locks in ascending order of their keys (so
 // batches on any number of replicas never wait for each other in a
 // cycle), reads the tiers' version, and decides each admission in order,
@@ -108,19 +108,24 @@
 // limit holds. It returns what it read. The rules of package policy then
 // run on that, each decide answered from memory (anything else it asks,
 // such as the k-th request of retry_after after a lowered limit, is read
-// in the same transaction), and the second round trip commits, once for
-// the batch (group commit), only if every decide agrees with what the
-// function recorded. On any difference the batch rolls back and runs again
-// without that admission, which is decided alone; so the Go rules stay the
-// rule, and the function only saves round trips. An admission whose tier
-// or record changed since the check read it (through another replica, a
-// tiers import or psql) is decided alone too, as is any admission of a
-// batch that failed (a lock held past lock_timeout): alone, an admission
-// is five round trips in a transaction of its own (BEGIN with the lock;
-// the tiers' version, the record and newest request; the windows' oldest
+// in the same transaction), and the batch commits, once for all (group
+// commit), only if every decide agrees with what the function recorded.
+// On any difference the batch rolls back and runs again without that
+// admission, which is decided alone; so the Go rules stay the rule, and
+// the function only saves round trips. The COMMIT travels with the next
+// batch's BEGIN and call, in one round trip, and the server answers it
+// before running them: under load a batch is one round trip, and a lone
+// admission two (the call, then COMMIT), against five before.
+//
+// An admission whose tier or record changed since the check read it
+// (through another replica, a tiers import or psql) is decided alone, as
+// is every admission of a batch that failed (a lock held elsewhere past
+// lock_timeout), so that it fails alone if it must. Alone, an admission is
+// five round trips in a transaction of its own (BEGIN with the lock; the
+// tiers' version, the record and newest request; the windows' oldest
 // requests; the insert; COMMIT), its rules run between them. Finishes,
-// keepalives, Forget and a dry run's reads are as they were: a
-// transaction each.
+// keepalives and Forget are a transaction each, as before, and a dry
+// run's reads too.
 //
 // A replica's memory of tiers and records is a hint each recording check
 // confirms in its own transaction, after the lock, so a change made

@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"runtime"
@@ -10,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -56,7 +58,8 @@ var pgJobPool = sync.Pool{New: func() any { return &pgJob{errc: make(chan error,
 // commits only if each decide agrees with what the statement recorded.
 // Otherwise the batch is rolled back and run again without the admission,
 // which is decided alone, as are those the statement could not confirm
-// (a tier or record changed since the check read it).
+// (a tier or record changed since the check read it) and those of a batch
+// that failed.
 func (w *pgWriter) admitPlanned(ctx context.Context, user string, p *policy.Plan, decide func(policy.History) (policy.Admission, error)) error {
 	if !plannable(p) {
 		return w.admit(ctx, user, decide)
@@ -100,43 +103,79 @@ func plannable(p *policy.Plan) bool {
 		(p.Call == nil || policy.ValidCallID(p.Call.ID))
 }
 
-// batchLoop takes the admissions waiting, up to maxBatch, and runs them
-// as one batch, until the queue is closed. Several run at once (see
-// pgBatches), each on a connection of its own: while one commits, the
-// next batch fills.
+// batchLoop runs the admissions waiting in batches of up to maxBatch, on
+// a connection it keeps while there is work, until the queue is closed.
+// Each round trip commits the batch before (its decides agreed, see run)
+// and runs the next; so under load a batch costs one round trip, and a
+// lone admission two (the statement, then COMMIT). Several loops run at
+// once (see pgBatches).
 func (w *pgWriter) batchLoop() {
 	defer w.batchers.Done()
 	b := &pgBatch{w: w}
-	jobs := make([]*pgJob, 0, w.maxBatch)
-	for j := range w.jobs {
-		jobs = append(jobs[:0], j)
-	fill:
-		for len(jobs) < w.maxBatch {
-			select {
-			case j, ok := <-w.jobs:
-				if !ok {
-					break fill
-				}
-				jobs = append(jobs, j)
-			default:
-				break fill
-			}
-		}
+	defer b.release()
+	open := true
+	for open || b.inTx {
+		// With a batch to commit, take only what is waiting: the commit
+		// goes now, with whatever is there.
+		var jobs []*pgJob
+		jobs, open = b.take(open, !b.inTx)
 		b.run(jobs)
-		clear(jobs) // answered jobs belong to their callers again
+		clear(jobs) // answered or pending
+		if !b.inTx {
+			b.release() // idle: the connection goes back to the pool
+		}
 	}
 }
 
-// pgBatch runs batches of admissions; its buffers are reused from one to
-// the next.
+// pgBatch is one batch loop's state: the connection it holds, the batch
+// whose decides agreed and that awaits its COMMIT, and buffers reused
+// from one batch to the next.
 type pgBatch struct {
-	w    *pgWriter
-	args batchArgs
-	dest []any
+	w        *pgWriter
+	conn     *sql.Conn // nil between spells of work
+	inTx     bool      // a transaction is open on conn
+	pending  []*pgJob  // in that transaction, to commit
+	skipped  []*pgJob  // not confirmed by admit_batch, to decide alone
+	jobs     []*pgJob
+	args     batchArgs
+	params   [][]byte
+	paramBuf []byte
 }
 
-// run answers every job of jobs: recorded, refused, failed, or left to
-// decide alone (errRedo).
+// take returns the admissions waiting, up to maxBatch, after waiting for
+// the first when block is set; open is false once the queue is closed.
+func (b *pgBatch) take(open, block bool) (jobs []*pgJob, stillOpen bool) {
+	w := b.w
+	jobs = b.jobs[:0]
+	if open && block {
+		j, ok := <-w.jobs
+		if !ok {
+			return jobs, false
+		}
+		jobs = append(jobs, j)
+	}
+	for open && len(jobs) < w.maxBatch {
+		select {
+		case j, ok := <-w.jobs:
+			if !ok {
+				return jobs, false
+			}
+			jobs = append(jobs, j)
+		default:
+			b.jobs = jobs
+			return jobs, true
+		}
+	}
+	b.jobs = jobs
+	return jobs, open
+}
+
+// run commits the pending batch, if any, and runs jobs in a new
+// transaction, which stays open with jobs pending when every decide
+// agrees with admit_batch; every other job is answered: failed, or left
+// to decide alone (errRedo). When a decide disagrees (or fails), the
+// transaction rolls back and the others run again without its job, which
+// is decided alone.
 func (b *pgBatch) run(jobs []*pgJob) {
 	// A caller that gave up before its admission started gets nothing
 	// recorded.
@@ -149,8 +188,26 @@ func (b *pgBatch) run(jobs []*pgJob) {
 		live = append(live, j)
 	}
 	jobs = live
-	for len(jobs) > 0 {
-		redo := b.try(jobs)
+	for {
+		if !b.inTx && len(jobs) == 0 {
+			return
+		}
+		redo, stale := b.try(jobs)
+		if stale {
+			// The tiers changed since the store read them: until it reads
+			// them again, every admission would be left to decide alone.
+			// Commit first, not to hold locks meanwhile. (A failure
+			// leaves the tiers as they were, for the next check to read.)
+			b.try(nil)
+			ctx, cancel := context.WithTimeout(context.Background(), b.w.batchTimeout)
+			_, _ = b.w.freshTiers(ctx)
+			cancel()
+		}
+		// The admissions admit_batch could not confirm, decided alone
+		// on the tiers as they are now.
+		answer(b.skipped, errRedo)
+		clear(b.skipped)
+		b.skipped = b.skipped[:0]
 		if redo < 0 {
 			return
 		}
@@ -159,34 +216,49 @@ func (b *pgBatch) run(jobs []*pgJob) {
 	}
 }
 
-// try runs jobs in one transaction. It returns -1 once every job is
-// answered, or, after rolling back, the index of the first job whose
-// decide disagreed with the statement (or failed), to be decided alone
-// while the others run again without it.
-func (b *pgBatch) try(jobs []*pgJob) int {
+// try commits the pending batch and runs jobs, in one round trip. It
+// returns -1, or, after rolling jobs back, the index of the first job
+// whose decide disagreed with admit_batch (or failed), to be decided
+// alone. stale reports that admit_batch found the tiers changed since
+// the store read them.
+func (b *pgBatch) try(jobs []*pgJob) (redo int, stale bool) {
 	w := b.w
 	ctx, cancel := context.WithTimeout(context.Background(), w.batchTimeout)
 	defer cancel()
 	tiers := w.tiers.Load()
-	b.args.fill(jobs, tiers)
-	conn, err := w.db.Conn(ctx)
-	if err != nil {
-		answer(jobs, unavailable(err))
-		return -1
+	if len(jobs) > 0 {
+		b.args.fill(jobs, tiers)
 	}
-	defer conn.Close()
-	err = conn.Raw(func(dc any) error { return b.send(ctx, dc.(*stdlib.Conn).Conn(), jobs) })
-	if err != nil {
-		// Nothing is recorded. The batch may have failed for one of its
-		// users (a lock another transaction held too long): each
-		// admission is decided alone, and fails alone if it must.
-		if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
-			discard(conn)
+	if b.conn == nil {
+		conn, err := w.db.Conn(ctx)
+		if err != nil {
+			answer(jobs, unavailable(err)) // nothing pending without a connection
+			return -1, false
 		}
-		answer(jobs, errRedo)
-		return -1
+		b.conn = conn
 	}
-	tx := &writeTx{ctx: ctx, conn: conn, d: postgresDialect, tiers: w.tiers}
+	err := b.conn.Raw(func(dc any) error { return b.exchange(ctx, dc.(*stdlib.Conn).Conn(), jobs) })
+	if b.inTx {
+		// The exchange failed before it sent the COMMIT: nothing of
+		// the pending batch is recorded, and each is decided alone.
+		b.committed(errRedo)
+	}
+	if len(jobs) > 0 && err == nil {
+		b.inTx = true
+	}
+	if err != nil {
+		// Nothing of jobs is recorded: no COMMIT was sent for them. The
+		// batch may have failed for one of its users (a lock another
+		// transaction held too long): each admission is decided alone,
+		// and fails alone if it must.
+		b.discard()
+		answer(jobs, errRedo)
+		return -1, false
+	}
+	if len(jobs) == 0 {
+		return -1, false
+	}
+	tx := &writeTx{ctx: ctx, conn: b.conn, d: postgresDialect, tiers: w.tiers}
 	h := &tx.hist
 	for i, j := range jobs {
 		if j.f.status != 0 {
@@ -201,35 +273,38 @@ func (b *pgBatch) try(jobs []*pgJob) int {
 		if err == nil {
 			w.disagreements.Add(1)
 		}
-		if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
-			discard(conn)
-		}
-		return i
-	}
-	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
-		discard(conn)
-		answer(jobs, unavailable(err))
-		return -1
-	}
-	for _, j := range jobs {
-		if j.f.status != 0 && j.f.version != tiers.version {
-			// The tiers changed since the store read them: until it reads
-			// them again, every admission would be left to decide alone.
-			// (A failure leaves them as they were, for the next check to
-			// read.)
-			_, _ = w.freshTiers(ctx)
-			break
-		}
+		b.rollback(ctx)
+		return i, false
 	}
 	for _, j := range jobs {
 		if j.f.status == 0 {
-			w.batched.Add(1)
-			j.errc <- nil
-		} else {
-			j.errc <- errRedo
+			b.pending = append(b.pending, j)
+			continue
 		}
+		stale = stale || j.f.version != tiers.version
+		b.skipped = append(b.skipped, j)
 	}
-	return -1
+	if len(b.pending) == 0 {
+		// Nothing to keep: every admission was left to decide alone,
+		// and those need the locks this transaction holds.
+		b.rollback(ctx)
+	}
+	return -1, stale
+}
+
+// committed answers the pending batch once its COMMIT's outcome is
+// known: nil, an error (unknown when the connection broke before the
+// answer came), or errRedo when no COMMIT was sent.
+func (b *pgBatch) committed(err error) {
+	if err == nil {
+		b.w.batched.Add(int64(len(b.pending)))
+	} else if err != errRedo {
+		err = unavailable(err)
+	}
+	b.inTx = false
+	answer(b.pending, err)
+	clear(b.pending)
+	b.pending = b.pending[:0]
 }
 
 // answer answers every job with err.
@@ -239,51 +314,169 @@ func answer(jobs []*pgJob, err error) {
 	}
 }
 
+// rollback ends the open transaction, discarding the connection when it
+// cannot.
+func (b *pgBatch) rollback(ctx context.Context) {
+	b.inTx = false
+	if _, err := b.conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
+		b.discard()
+	}
+}
+
+// discard closes the connection without returning it to the pool: its
+// session may be in a transaction or an unknown state.
+func (b *pgBatch) discard() {
+	b.inTx = false
+	if b.conn != nil {
+		discard(b.conn)
+		b.conn.Close()
+		b.conn = nil
+	}
+}
+
+// release returns the connection to the pool, with no transaction open.
+func (b *pgBatch) release() {
+	if b.conn != nil {
+		b.conn.Close()
+		b.conn = nil
+	}
+}
+
+// admitBatchStmt names admit_batch's statement, prepared on each
+// connection a batch loop holds.
+const admitBatchStmt = "policyguard_admit_batch"
+
 // admitBatch calls admit_batch (migration 12) with the batch's arrays.
 const admitBatch = `SELECT * FROM admit_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`
 
-// send begins the transaction and runs admit_batch in one round trip,
-// reading what it returns into the jobs. The transaction stays open.
-func (b *pgBatch) send(ctx context.Context, conn *pgx.Conn, jobs []*pgJob) error {
-	a := &b.args
-	batch := &pgx.Batch{}
-	batch.Queue("BEGIN")
-	batch.Queue(admitBatch, a.keys, a.version, a.users, a.now, a.ceil, a.tierID, a.tierSame,
-		a.userMode, a.userTier, a.userLim, a.userOver, a.callID, a.callTier, a.tokens, a.tokLim, a.maxConc, a.expires)
-	br := conn.SendBatch(ctx, batch)
-	if _, err := br.Exec(); err != nil {
-		br.Close()
-		return err
-	}
-	rows, err := br.Query()
-	if err != nil {
-		br.Close()
-		return err
-	}
-	n := 0
-	for rows.Next() {
-		if n == len(jobs) {
-			n++
-			break
-		}
-		b.dest = jobs[n].f.scanArgs(b.dest[:0])
-		if err := rows.Scan(b.dest...); err != nil {
-			rows.Close()
-			br.Close()
+// admitBatchOIDs are the types of admitBatch's parameters.
+var admitBatchOIDs = []uint32{pgtype.Int4ArrayOID, pgtype.Int8OID, pgtype.TextArrayOID, pgtype.Int8ArrayOID, pgtype.Int8ArrayOID,
+	pgtype.Int8ArrayOID, pgtype.BoolArrayOID, pgtype.Int2ArrayOID, pgtype.TextArrayOID, pgtype.Int8ArrayOID, pgtype.Int8ArrayOID,
+	pgtype.TextArrayOID, pgtype.TextArrayOID, pgtype.Int8ArrayOID, pgtype.Int8ArrayOID, pgtype.Int8ArrayOID, pgtype.Int8ArrayOID}
+
+// binaryFormat asks for every parameter and column in binary.
+var binaryFormat = []int16{pgtype.BinaryFormatCode}
+
+// exchange sends, in one round trip, the pending batch's COMMIT (and a
+// request to answer it at once, to answer its callers while the rest
+// runs), then BEGIN and admit_batch with jobs, reading what it returns
+// into them; the new transaction stays open.
+func (b *pgBatch) exchange(ctx context.Context, c *pgx.Conn, jobs []*pgJob) error {
+	pc := c.PgConn()
+	if len(jobs) > 0 {
+		// Prepared once per connection: pgx remembers it.
+		if _, err := c.Prepare(ctx, admitBatchStmt, admitBatch); err != nil {
 			return err
 		}
-		n++
+		if err := b.encode(c.TypeMap()); err != nil {
+			return err
+		}
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		br.Close()
+	p := pc.StartPipeline(ctx)
+	commit := b.inTx
+	if commit {
+		p.SendQueryParams("COMMIT", nil, nil, nil, nil)
+		p.SendFlushRequest()
+	}
+	if len(jobs) > 0 {
+		p.SendQueryParams("BEGIN", nil, nil, nil, nil)
+		p.SendQueryPrepared(admitBatchStmt, b.params, binaryFormat, binaryFormat)
+	}
+	p.SendPipelineSync()
+	if err := p.Flush(); err != nil {
+		if commit {
+			b.committed(err) // sent or not: unknown
+		}
+		p.Close()
 		return err
 	}
-	if err := br.Close(); err != nil {
+	if commit {
+		err := pipelineExec(p)
+		b.committed(err)
+		if err != nil {
+			p.Close()
+			return err
+		}
+	}
+	if len(jobs) > 0 {
+		if err := pipelineExec(p); err != nil {
+			p.Close()
+			return err
+		}
+		res, err := p.GetResults()
+		if err != nil {
+			p.Close()
+			return err
+		}
+		rr, ok := res.(*pgconn.ResultReader)
+		if !ok {
+			p.Close()
+			return fmt.Errorf("admit_batch: unexpected %T", res)
+		}
+		n := 0
+		for rr.NextRow() {
+			if n < len(jobs) {
+				if err := jobs[n].f.decode(rr.Values()); err != nil {
+					rr.Close()
+					p.Close()
+					return err
+				}
+			}
+			n++
+		}
+		if _, err := rr.Close(); err != nil {
+			p.Close()
+			return err
+		}
+		if n != len(jobs) {
+			p.Close()
+			return fmt.Errorf("admit_batch answered %d admissions of %d", n, len(jobs))
+		}
+	}
+	if res, err := p.GetResults(); err != nil {
+		p.Close()
+		return err
+	} else if _, ok := res.(*pgconn.PipelineSync); !ok {
+		p.Close()
+		return fmt.Errorf("pipeline: unexpected %T", res)
+	}
+	return p.Close()
+}
+
+// pipelineExec reads the outcome of a statement of p that returns no rows.
+func pipelineExec(p *pgconn.Pipeline) error {
+	res, err := p.GetResults()
+	if err != nil {
 		return err
 	}
-	if n != len(jobs) {
-		return fmt.Errorf("admit_batch answered %d admissions of %d", n, len(jobs))
+	rr, ok := res.(*pgconn.ResultReader)
+	if !ok {
+		return fmt.Errorf("pipeline: unexpected %T", res)
+	}
+	_, err = rr.Close()
+	return err
+}
+
+// encode sets params to admit_batch's arguments, in binary.
+func (b *pgBatch) encode(m *pgtype.Map) error {
+	a := &b.args
+	values := [...]any{a.keys, a.version, a.users, a.now, a.ceil, a.tierID, a.tierSame,
+		a.userMode, a.userTier, a.userLim, a.userOver, a.callID, a.callTier, a.tokens, a.tokLim, a.maxConc, a.expires}
+	var ends [len(values)]int
+	buf := b.paramBuf[:0]
+	for i, v := range values {
+		var err error
+		if buf, err = m.Encode(admitBatchOIDs[i], pgtype.BinaryFormatCode, v, buf); err != nil {
+			return fmt.Errorf("admit_batch argument %d: %w", i+1, err)
+		}
+		ends[i] = len(buf)
+	}
+	b.paramBuf = buf
+	b.params = b.params[:0]
+	start := 0
+	for _, end := range ends {
+		b.params = append(b.params, buf[start:end:end])
+		start = end
 	}
 	return nil
 }
@@ -404,22 +597,72 @@ type admitFacts struct {
 	tokFirst        [len(policy.Windows)]struct{ ts, before pgtype.Int8 }
 }
 
-// scanArgs appends the destinations of admit_batch's columns to dest.
-func (f *admitFacts) scanArgs(dest []any) []any {
-	dest = append(dest, &f.status, &f.version, &f.lastTS, &f.lastSeq)
+// decode reads admit_batch's row of one admission, its columns in binary.
+func (f *admitFacts) decode(v [][]byte) error {
+	const columns = 35
+	if len(v) != columns {
+		return fmt.Errorf("admit_batch: %d columns, want %d", len(v), columns)
+	}
+	if len(v[0]) != 2 || len(v[1]) != 8 {
+		return fmt.Errorf("admit_batch: status or version of %d and %d bytes", len(v[0]), len(v[1]))
+	}
+	f.status, f.version = int16(binary.BigEndian.Uint16(v[0])), int64(binary.BigEndian.Uint64(v[1]))
+	ints := []*pgtype.Int8{&f.lastTS, &f.lastSeq}
 	for i := range f.first {
-		dest = append(dest, &f.first[i].ts, &f.first[i].seq)
+		ints = append(ints, &f.first[i].ts, &f.first[i].seq)
 	}
-	dest = append(dest, &f.userFound, &f.userTier)
+	n := 2
+	for _, p := range ints {
+		if err := decodeInt8(p, v[n]); err != nil {
+			return err
+		}
+		n++
+	}
+	f.userFound = pgtype.Bool{Bool: len(v[n]) == 1 && v[n][0] != 0, Valid: v[n] != nil}
+	f.userTier = pgtype.Text{String: string(v[n+1]), Valid: v[n+1] != nil}
+	n += 2
+	ints = ints[:0]
 	for i := range f.userLim {
-		dest = append(dest, &f.userLim[i])
+		ints = append(ints, &f.userLim[i])
 	}
-	dest = append(dest, &f.userOver, &f.userNote, &f.userUpdated, &f.recorded, &f.recTS,
-		&f.open, &f.reserved, &f.tokTS, &f.tokTotal)
+	ints = append(ints, &f.userOver)
+	for _, p := range ints {
+		if err := decodeInt8(p, v[n]); err != nil {
+			return err
+		}
+		n++
+	}
+	f.userNote = pgtype.Text{String: string(v[n]), Valid: v[n] != nil}
+	n++
+	if err := decodeInt8(&f.userUpdated, v[n]); err != nil {
+		return err
+	}
+	f.recorded = len(v[n+1]) == 1 && v[n+1][0] != 0
+	n += 2
+	ints = append(ints[:0], &f.recTS, &f.open, &f.reserved, &f.tokTS, &f.tokTotal)
 	for i := range f.tokFirst {
-		dest = append(dest, &f.tokFirst[i].ts, &f.tokFirst[i].before)
+		ints = append(ints, &f.tokFirst[i].ts, &f.tokFirst[i].before)
 	}
-	return dest
+	for _, p := range ints {
+		if err := decodeInt8(p, v[n]); err != nil {
+			return err
+		}
+		n++
+	}
+	return nil
+}
+
+// decodeInt8 reads a BIGINT in binary, NULL when b is nil.
+func decodeInt8(p *pgtype.Int8, b []byte) error {
+	switch {
+	case b == nil:
+		*p = pgtype.Int8{}
+	case len(b) == 8:
+		*p = pgtype.Int8{Int64: int64(binary.BigEndian.Uint64(b)), Valid: true}
+	default:
+		return fmt.Errorf("admit_batch: a BIGINT of %d bytes", len(b))
+	}
+	return nil
 }
 
 // planned sets h, freshly reset for j's user on the batch's transaction,
@@ -492,12 +735,12 @@ func (f *admitFacts) agrees(a *policy.Admission, p *policy.Plan) bool {
 	return true
 }
 
-// pgBatches is how many batches of admissions a store runs at once on
-// PostgreSQL, each holding a connection of the pool while it runs: one per
-// two cores of this machine, at least one, at most four and at most half
-// the pool. One batch fills while another runs, so under load batches
-// grow rather than multiply; more at once would make each smaller, and a
-// small batch costs more per admission than a large one.
+// pgBatches is how many batch loops a store runs on PostgreSQL, each
+// holding a connection of the pool while it has work: one per two cores
+// of this machine, at least one, at most four and at most half the pool.
+// One loop's next batch fills while its batch runs, so under load batches
+// grow rather than multiply; more loops would make each batch smaller,
+// and a small batch costs more per admission than a large one.
 func pgBatches(poolSize int) int {
 	return max(min(runtime.GOMAXPROCS(0)/2, poolSize/2, 4), 1)
 }

@@ -58,7 +58,10 @@ func runQueued(t *testing.T, w *pgWriter, n int) {
 			t.Fatalf("%d admissions queued, want %d", i, n)
 		}
 	}
-	(&pgBatch{w: w}).run(jobs)
+	b := &pgBatch{w: w}
+	b.run(jobs)
+	b.run(nil) // the commit
+	b.release()
 }
 
 // rowsOf returns user's requests as (ts, seq) pairs in order.
@@ -345,12 +348,61 @@ func TestBatchDropsAbandonedAdmissions(t *testing.T) {
 		t.Fatal("the admission was never queued")
 	}
 	cancel()
-	(&pgBatch{w: w}).run([]*pgJob{j})
+	b := &pgBatch{w: w}
+	b.run([]*pgJob{j})
+	b.release()
 	if err := <-errc; err != context.Canceled {
 		t.Fatalf("abandoned admission: %v, want context.Canceled", err)
 	}
 	var n int
 	if err := s.db.QueryRow(`SELECT count(*) FROM requests`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("rows after an abandoned admission: %d, %v", n, err)
+	}
+}
+
+// A batch that fails for one of its users (a lock held elsewhere past
+// lock_timeout) fails nobody else: each admission is decided alone, and
+// only the held user's fails.
+func TestBatchFailureFailsOnlyItsCause(t *testing.T) {
+	dsn := dbtest.Postgres(t)
+	ctx := context.Background()
+	s, err := Open(ctx, dsn, WithBusyTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	held, err := s.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if _, err := held.ExecContext(ctx, `SELECT pg_advisory_lock($1, $2)`, lockUser, userLockKey("held")); err != nil {
+		t.Fatal(err)
+	}
+	w := stopBatches(t, s)
+	base, _ := s.CachedTier("pro")
+	errs := map[string]chan error{"held": make(chan error, 1), "free": make(chan error, 1)}
+	for user, errc := range errs {
+		go func() {
+			errc <- s.AdmitPlanned(ctx, user, &policy.Plan{Now: batchT0, Tier: &base, Base: &base}, func(h policy.History) (policy.Admission, error) {
+				return policy.Admission{At: batchT0, Record: true, TierID: base.ID}, nil
+			})
+		}()
+	}
+	runQueued(t, w, 2)
+	if err := <-errs["free"]; err != nil {
+		t.Errorf("free user: %v", err)
+	}
+	if err := <-errs["held"]; policy.ErrorCode(err) != policy.EUNAVAILABLE {
+		t.Errorf("held user: %v, want EUNAVAILABLE", err)
+	}
+	if got := len(rowsOf(t, s, "free")); got != 1 {
+		t.Errorf("free user's rows: %d, want 1", got)
+	}
+	if got := len(rowsOf(t, s, "held")); got != 0 {
+		t.Errorf("held user's rows: %d, want 0", got)
+	}
+	if alone := w.alone.Load(); alone != 2 {
+		t.Errorf("%d admissions decided alone, want 2", alone)
 	}
 }

@@ -29,9 +29,10 @@ const (
 )
 
 // WithPoolSize sets how many connections to PostgreSQL the store opens at
-// most (default DefaultPoolSize). A batch of admissions holds one while it
-// runs (at most half of them run at once, see pgBatches), and so does each
-// other write, an admission decided alone, and a read. SQLite ignores it.
+// most (default DefaultPoolSize). Each batch loop of admissions holds one
+// while it has work (at most half the pool, see pgBatches), and each other
+// write, admission decided alone and read holds one while it runs. SQLite
+// ignores it.
 func WithPoolSize(n int) Option { return func(o *options) { o.poolSize = n } }
 
 // WithStatementTimeout sets PostgreSQL's statement_timeout: how long one

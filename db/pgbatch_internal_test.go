@@ -406,3 +406,58 @@ func TestBatchFailureFailsOnlyItsCause(t *testing.T) {
 		t.Errorf("%d admissions decided alone, want 2", alone)
 	}
 }
+
+// A store with a pool of one connection opens (migrating takes two), and
+// under load on it a check decided alone (its record changed through
+// another replica) gets the connection too: the batch loop lets it go
+// whenever it is idle.
+func TestPoolOfOne(t *testing.T) {
+	dsn := dbtest.Postgres(t)
+	ctx := context.Background()
+	octx, ocancel := context.WithTimeout(ctx, 10*time.Second)
+	defer ocancel()
+	s, err := Open(octx, dsn, WithPoolSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	other := openPG(t, dsn)
+	for _, u := range []struct {
+		s     *Store
+		limit int64
+	}{{s, 100}, {other, 50}} {
+		rec := policy.UserRecord{UserID: "changed", Limits: policy.Limits{RequestsPerMinute: new(u.limit)}}
+		if _, err := u.s.UpdateUsers(ctx, policy.UserUpdate{Put: []policy.UserRecord{rec}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	svc := policy.NewService(s, s, policy.WithClock(func() time.Time { return batchT0 }), policy.WithUsers(s))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := svc.Check(ctx, policy.Request{UserID: fmt.Sprintf("busy-%d-%d", g, i%10)}, false); err != nil {
+					t.Errorf("check: %v", err)
+					return
+				}
+			}
+		})
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	d, err := svc.Check(cctx, policy.Request{UserID: "changed"}, false)
+	close(stop)
+	wg.Wait()
+	if err != nil || !d.Allowed() || d.Windows[policy.Minute].Limit != 50+5 {
+		t.Fatalf("check of a user whose record changed elsewhere, under load on one connection: %+v, %v; want admitted under the limit of 50 and the burst of 5", d, err)
+	}
+	if alone := s.writer.(*pgWriter).alone.Load(); alone == 0 {
+		t.Fatal("no admission was decided alone")
+	}
+}

@@ -82,10 +82,14 @@ func openPostgres(ctx context.Context, dsn string, o *options) (*Store, error) {
 	sdb.SetMaxOpenConns(o.poolSize)
 	sdb.SetMaxIdleConns(o.poolSize)
 	s := &Store{db: sqlx.NewDb(sdb, "pgx"), d: postgresDialect, counts: newCheckCounts()}
+	// Migrating holds a connection for its lock and goose takes another:
+	// one more than a pool of one.
+	sdb.SetMaxOpenConns(max(o.poolSize, 2))
 	if err := s.migrateLocked(ctx); err != nil {
 		sdb.Close()
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
+	sdb.SetMaxOpenConns(o.poolSize)
 	w := &pgWriter{db: sdb, tiers: &s.tiers, jobs: make(chan *pgJob, 1024), maxBatch: max(o.maxBatch, 1),
 		batchTimeout: 2 * o.statementTimeout, freshTiers: s.freshTiers}
 	n := pgBatches(o.poolSize)

@@ -115,7 +115,7 @@
 // the function only saves round trips. The COMMIT travels with the next
 // batch's BEGIN and call, in one round trip, and the server answers it
 // before running them: under load a batch is one round trip, and a lone
-// admission two (the call, then COMMIT), against five before.
+// admission two (the call, then COMMIT).
 //
 // An admission whose tier or record changed since the check read it
 // (through another replica, a tiers import or psql) is decided alone, as
@@ -124,8 +124,8 @@
 // five round trips in a transaction of its own (BEGIN with the lock; the
 // tiers' version, the record and newest request; the windows' oldest
 // requests; the insert; COMMIT), its rules run between them. Finishes,
-// keepalives and Forget are a transaction each, as before, and a dry
-// run's reads too.
+// keepalives, Forget and the cleanup are a transaction each (a step of
+// the cleanup, one), and a dry run's reads a read-only one.
 //
 // A replica's memory of tiers and records is a hint each recording check
 // confirms in its own transaction, after the lock, so a change made

@@ -373,7 +373,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		return nil
 	})
 	poolSize := env("GUARDRAIL_PG_POOL_SIZE", strconv.Itoa(db.DefaultPoolSize))
-	fs.Func("pg-pool-size", fmt.Sprintf("PostgreSQL only: connections the service opens at most; each check holds one while it records (GUARDRAIL_PG_POOL_SIZE, default %d)", db.DefaultPoolSize), func(s string) error {
+	fs.Func("pg-pool-size", fmt.Sprintf("PostgreSQL only: connections the service opens at most; a batch of checks holds one while it records (GUARDRAIL_PG_POOL_SIZE, default %d)", db.DefaultPoolSize), func(s string) error {
 		poolSize = s
 		return nil
 	})

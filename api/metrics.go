@@ -429,6 +429,20 @@ func (s meteredRequests) Admit(ctx context.Context, userID string, decide func(p
 	return err
 }
 
+// AdmitPlanned implements policy.Planner: a store that plans its
+// admissions keeps doing so behind the wrapper, and one that does not
+// admits as Admit does.
+func (s meteredRequests) AdmitPlanned(ctx context.Context, userID string, p *policy.Plan, decide func(policy.History) (policy.Admission, error)) error {
+	var err error
+	if pl, ok := s.RequestStore.(policy.Planner); ok {
+		err = pl.AdmitPlanned(ctx, userID, p, decide)
+	} else {
+		err = s.RequestStore.Admit(ctx, userID, decide)
+	}
+	s.m.storageError("admit", err)
+	return err
+}
+
 func (s meteredRequests) View(ctx context.Context, userID string, fn func(policy.History) error) error {
 	err := s.RequestStore.View(ctx, userID, fn)
 	s.m.storageError("view", err)

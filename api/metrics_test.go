@@ -285,3 +285,49 @@ func TestMetricsObserveCleanup(t *testing.T) {
 		t.Errorf("cleanup storage errors = %v, want 1", v)
 	}
 }
+
+// planningStore is a request store that plans its admissions (see
+// policy.Planner), counting them, and fails them with err when set.
+type planningStore struct {
+	policy.RequestStore
+	planned int
+	err     error
+}
+
+func (s *planningStore) AdmitPlanned(ctx context.Context, userID string, p *policy.Plan, decide func(policy.History) (policy.Admission, error)) error {
+	s.planned++
+	if s.err != nil {
+		return s.err
+	}
+	return s.RequestStore.Admit(ctx, userID, decide)
+}
+
+// The metered wrapper keeps a store's plans: a check through it is
+// admitted by AdmitPlanned, and a failure there counts as admit's.
+func TestMeterStorageKeepsPlans(t *testing.T) {
+	store, err := db.Open(context.Background(), dbtest.DSN(t, "test.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	inner := &planningStore{RequestStore: store}
+	m := api.NewMetrics(nil)
+	tiers, requests := m.MeterStorage(store, inner)
+	if _, ok := requests.(policy.Planner); !ok {
+		t.Fatal("the metered request store is not a policy.Planner")
+	}
+	svc := policy.NewService(tiers, requests, policy.WithClock(func() time.Time { return t0 }))
+	ctx := context.Background()
+	if d, err := svc.Check(ctx, policy.Request{UserID: "u"}, false); err != nil || !d.Allowed() || inner.planned != 1 {
+		t.Fatalf("check: %+v, %v; planned %d, want 1", d, err, inner.planned)
+	}
+	inner.err = &policy.Error{Code: policy.EUNAVAILABLE, Message: "storage failed: down"}
+	if _, err := svc.Check(ctx, policy.Request{UserID: "u"}, false); policy.ErrorCode(err) != policy.EUNAVAILABLE {
+		t.Fatalf("check on a failing store: %v", err)
+	}
+	srv := api.NewServer(api.Config{Service: svc, Health: store.Ping, Admin: policy.NewAdminGate(adminToken),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: m})
+	if v, _ := scrape(t, srv).value("policyguard_storage_errors_total", map[string]string{"operation": "admit"}); v != 1 {
+		t.Fatalf("storage errors of admit = %v, want 1", v)
+	}
+}

@@ -230,6 +230,12 @@ func (st *ledgerState) add(t, tokens int64) (r tokRow, ok bool) {
 func (h *history) Calls(now time.Time) (policy.Ledger, error) {
 	at := now.UnixMicro()
 	l := &h.led
+	if h.ledgerRead {
+		if at != h.ledgerAt {
+			return nil, fmt.Errorf("calls of %q: read at %d, asked at %d", h.user, h.ledgerAt, at)
+		}
+		return l, nil
+	}
 	*l = ledger{q: h.q, user: h.user}
 	if h.tx != nil {
 		if err := h.load(); err != nil {

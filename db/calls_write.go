@@ -333,9 +333,18 @@ func pruneCallsStep(tx *writeTx, cursor string, cutoff int64) (deleted int64, ne
 		// Settling writes the user's running totals of tokens, as an
 		// admission may at the same time on another replica. (Deleting
 		// old rows needs no lock: no admission reads or writes rows
-		// older than a day.)
-		if err := tx.lockUser(user); err != nil {
-			return 0, "", false, err
+		// older than a day.) Batches of admissions take several users'
+		// locks in the order of their numbers (see pgBatch), and this
+		// walk goes in the order of ids: so a step waits only for its
+		// first user's lock, holding none, and only tries the others. A
+		// user whose lock is held ends the step, and the next begins
+		// with them.
+		if visited == 0 {
+			if err := tx.lockUser(user); err != nil {
+				return 0, "", false, err
+			}
+		} else if ok, err := tx.tryLockUser(user); err != nil || !ok {
+			return deleted, cursor, false, err
 		}
 		st, err := tx.userOf(user)
 		if err != nil {

@@ -114,7 +114,8 @@ func WithCommitDelay(d time.Duration) Option { return func(o *options) { o.commi
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
 // WithMaxBatch sets how many writes the writer commits in one transaction at
-// most (default 256).
+// most (default 256); on PostgreSQL, how many admissions one batch decides
+// and commits at most.
 func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
 
 // Open opens the database that dsn names and applies every pending

@@ -4,12 +4,14 @@
 // migrations: main opens the store and gives it to the policy.Service, so
 // neither api nor web imports db.
 //
-// Both databases run the same code and, but for a few texts (see dialect),
-// the same statements. They differ in who writes: on SQLite one writer
-// goroutine commits every write of the process, many per transaction (see
-// writer), and keeps what it wrote in memory; on PostgreSQL each write is
-// a transaction of its own, and a per-user lock orders the writes of one
-// user across every process that shares the database (see pgWriter).
+// Both databases run the same code and, but for a few texts (see dialect)
+// and one function of PostgreSQL's (admit_batch), the same statements.
+// They differ in who writes: on SQLite one writer goroutine commits every
+// write of the process, many per transaction (see writer), and keeps what
+// it wrote in memory; on PostgreSQL admissions are decided and committed
+// in batches by a function in the database, other writes are a
+// transaction each, and per-user locks order the writes of one user
+// across every process that shares the database (see pgWriter).
 //
 // # Counting a window
 //
@@ -96,26 +98,62 @@
 //
 // # PostgreSQL
 //
-// An admission is one transaction on the pool. It first takes a
-// transaction-scoped advisory lock on its user, pg_advisory_xact_lock(1,
-// key) where key is the 32-bit FNV-1a hash of the user id, so one user's
-// admissions, finishes and keepalives run one after another across every
-// replica while different users' run in parallel (two users that share a
-// key only wait for each other). Under READ COMMITTED each statement after
-// the lock sees everything committed before it. The admission is five
-// round trips: BEGIN with the lock; one statement that reads the tiers'
-// version, the user's record and newest request; the windows' oldest
-// requests; the insert; COMMIT. A replica's memory of tiers and records is
-// a hint each recording check confirms in its own transaction, after the
-// lock, so a change made through any replica, another process or psql
-// decides the very next check on every replica with nothing to wait for;
-// LISTEN/NOTIFY was not used because a notification arrives after the
-// change commits, so a check could slip in between. Changes to tiers and
-// records take one more advisory lock, so two replicas cannot both pass a
-// rule only one may. The cleanup runs on one replica at a time, under a
-// session advisory lock it only tries. A replica killed leaves nothing
-// half done: its transactions roll back and its locks go with its
-// connections.
+// Every write takes a transaction-scoped advisory lock on each user it
+// touches, pg_advisory_xact_lock(1, key) where key is the 32-bit FNV-1a
+// hash of the user id, so one user's admissions, finishes and keepalives
+// run one after another across every replica while different users' run
+// in parallel (two users that share a key only wait for each other).
+// Under READ COMMITTED each statement after the lock sees everything
+// committed before it.
+//
+// A check's admission is planned (see policy.Plan): its instant, limits,
+// record and call are known before its rules run. The admissions waiting
+// at one moment form a batch, up to WithMaxBatch of them, run by one of
+// the replica's batch loops (one per two cores, at most four, at most
+// half the pool), each holding a connection while it has work, so that
+// under load batches grow rather than multiply. A batch begins a
+// transaction and calls admit_batch (migration 12) with the batch in
+// arrays: it takes the users' locks in ascending order of their keys (so
+// batches on any number of replicas never wait for each other in a
+// cycle), reads the tiers' version, and decides each admission in order,
+// each seeing what the ones before it recorded: it confirms the tier and
+// record the check began with, counts each window from two seeks on
+// (user_id, ts, seq), settles a metered user's expired calls and counts
+// their tokens, and records the request and opens the call when every
+// limit holds. It returns what it read. The rules of package policy then
+// run on that, each decide answered from memory (anything else it asks,
+// such as the k-th request of retry_after after a lowered limit, is read
+// in the same transaction), and the batch commits, once for all (group
+// commit), only if every decide agrees with what the function recorded.
+// On any difference the batch rolls back and runs again without that
+// admission, which is decided alone; so the Go rules stay the rule, and
+// the function only saves round trips. The COMMIT travels with the next
+// batch's BEGIN and call, in one round trip, and the server answers it
+// before running them: under load a batch is one round trip, and a lone
+// admission two (the call, then COMMIT).
+//
+// An admission whose tier or record changed since the check read it
+// (through another replica, a tiers import or psql) is decided alone, as
+// is every admission of a batch that failed (a lock held elsewhere past
+// lock_timeout), so that it fails alone if it must. Alone, an admission is
+// five round trips in a transaction of its own (BEGIN with the lock; the
+// tiers' version, the record and newest request; the windows' oldest
+// requests; the insert; COMMIT), its rules run between them. Finishes,
+// keepalives, Forget and the cleanup are a transaction each (a step of
+// the cleanup, one), and a dry run's reads a read-only one.
+//
+// A replica's memory of tiers and records is a hint each recording check
+// confirms in its own transaction, after the lock, so a change made
+// through any replica, another process or psql decides the very next
+// check on every replica with nothing to wait for; LISTEN/NOTIFY was not
+// used because a notification arrives after the change commits, so a
+// check could slip in between. Changes to tiers and records take one more
+// advisory lock, so two replicas cannot both pass a rule only one may.
+// The cleanup runs on one replica at a time, under a session advisory lock
+// it only tries; as it walks users in the order of their ids, it waits
+// only for the first user's lock of each step and only tries the others.
+// A replica killed leaves nothing half done: its transactions roll back
+// and its locks go with its connections.
 //
 // # Gateway keys
 //

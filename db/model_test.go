@@ -1404,6 +1404,16 @@ func TestModel(t *testing.T) {
 		}
 		t.Logf("%d sequences, %d operations, %d checks: store and reference agree", n, ops, checks)
 		t.Logf("outcomes: %v", h.stats)
+		if bk.name == "postgres" {
+			// admit_batch decides what the Go rules decide: any admission
+			// it recorded that they would not (or the other way round)
+			// was rolled back and decided alone, unseen by the reference.
+			batched, alone, disagreements := db.PlanCounts(h.store)
+			t.Logf("PostgreSQL: %d admissions decided in batches, %d alone", batched, alone)
+			if disagreements != 0 || batched == 0 {
+				t.Errorf("admit_batch and package policy disagreed on %d admissions of %d", disagreements, batched+alone)
+			}
+		}
 	})
 }
 

@@ -29,8 +29,10 @@ const (
 )
 
 // WithPoolSize sets how many connections to PostgreSQL the store opens at
-// most (default DefaultPoolSize). Each admission holds one for its
-// transaction. SQLite ignores it.
+// most (default DefaultPoolSize). Each batch loop of admissions holds one
+// while it has work (at most half the pool, see pgBatches), and each other
+// write, admission decided alone and read holds one while it runs. SQLite
+// ignores it.
 func WithPoolSize(n int) Option { return func(o *options) { o.poolSize = n } }
 
 // WithStatementTimeout sets PostgreSQL's statement_timeout: how long one
@@ -80,11 +82,22 @@ func openPostgres(ctx context.Context, dsn string, o *options) (*Store, error) {
 	sdb.SetMaxOpenConns(o.poolSize)
 	sdb.SetMaxIdleConns(o.poolSize)
 	s := &Store{db: sqlx.NewDb(sdb, "pgx"), d: postgresDialect, counts: newCheckCounts()}
+	// Migrating holds a connection for its lock and goose takes another:
+	// one more than a pool of one.
+	sdb.SetMaxOpenConns(max(o.poolSize, 2))
 	if err := s.migrateLocked(ctx); err != nil {
 		sdb.Close()
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	s.writer = &pgWriter{db: sdb, tiers: &s.tiers}
+	sdb.SetMaxOpenConns(o.poolSize)
+	w := &pgWriter{db: sdb, tiers: &s.tiers, jobs: make(chan *pgJob, 1024), maxBatch: max(o.maxBatch, 1),
+		batchTimeout: 2 * o.statementTimeout, freshTiers: s.freshTiers}
+	n := pgBatches(o.poolSize)
+	w.batchers.Add(n)
+	for range n {
+		go w.batchLoop()
+	}
+	s.writer = w
 	if err := s.start(ctx); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -115,15 +128,17 @@ func (s *Store) migrateLocked(ctx context.Context) error {
 	return s.migrate(ctx)
 }
 
-// pgWriter runs each job in a transaction of its own on the pool: unlike
-// SQLite, PostgreSQL commits many transactions at once. What SQLite's
-// single writer gets by running one job at a time, a job here gets from
-// advisory locks taken in its transaction (see writeTx.lockUser): one
-// user's admissions, finishes and keepalives run one after the other, in
-// this process and every other on the database, and each reads the rows
-// the one before it committed (a statement under READ COMMITTED sees every
-// commit made before it began, and the lock is granted after the previous
-// holder committed). Nothing is cached between jobs.
+// pgWriter runs planned admissions in batches (see admitPlanned), and
+// each other job in a transaction of its own on the pool: unlike SQLite,
+// PostgreSQL commits many transactions at once. What SQLite's single
+// writer gets by running one job at a time, a job or a batch here gets
+// from advisory locks taken in its transaction (see writeTx.lockUser and
+// admit_batch): one user's admissions, finishes and keepalives run one
+// after the other, in this process and every other on the database, and
+// each reads the rows the one before it committed (a statement under READ
+// COMMITTED sees every commit made before it began, and the lock is
+// granted after the previous holder committed). Nothing is cached between
+// jobs.
 type pgWriter struct {
 	db    *sql.DB
 	tiers *atomic.Pointer[tierCache] // the store's
@@ -131,6 +146,21 @@ type pgWriter struct {
 	mu      sync.RWMutex // guards closed against Add on a waited-for running
 	closed  bool
 	running sync.WaitGroup
+
+	// Planned admissions wait in jobs for one of pgBatches loops, which
+	// run them in batches of up to maxBatch, each bounded by batchTimeout
+	// (see admitPlanned).
+	jobs         chan *pgJob
+	maxBatch     int
+	batchTimeout time.Duration
+	batchers     sync.WaitGroup
+	// batched counts the planned admissions a batch decided, alone those
+	// left to decide alone, and disagreements those of them whose decide
+	// disagreed with what admit_batch recorded: none, while the function
+	// and package policy say the same.
+	batched, alone, disagreements atomic.Int64
+	// freshTiers brings the store's tiers up to date (Store.freshTiers).
+	freshTiers func(context.Context) (*tierCache, error)
 }
 
 func (w *pgWriter) do(ctx context.Context, fn func(tx *writeTx) error) error {
@@ -140,8 +170,16 @@ func (w *pgWriter) do(ctx context.Context, fn func(tx *writeTx) error) error {
 // admit begins the transaction and takes the user's lock in one round trip
 // (see userLockKey), as an admission always needs both.
 func (w *pgWriter) admit(ctx context.Context, user string, decide func(policy.History) (policy.Admission, error)) error {
-	begin := fmt.Sprintf("BEGIN; SELECT pg_advisory_xact_lock(%d, %d)", lockUser, userLockKey(user))
-	return w.run(ctx, begin, func(tx *writeTx) error { return tx.admit(user, decide) })
+	return w.run(ctx, admitBegin(user), func(tx *writeTx) error { return tx.admit(user, decide) })
+}
+
+// admitAlone is admit for a caller already counted in running.
+func (w *pgWriter) admitAlone(ctx context.Context, user string, decide func(policy.History) (policy.Admission, error)) error {
+	return w.runTx(ctx, admitBegin(user), func(tx *writeTx) error { return tx.admit(user, decide) })
+}
+
+func admitBegin(user string) string {
+	return fmt.Sprintf("BEGIN; SELECT pg_advisory_xact_lock(%d, %d)", lockUser, userLockKey(user))
 }
 
 // run runs fn in a transaction that begin (a statement without
@@ -155,6 +193,11 @@ func (w *pgWriter) run(ctx context.Context, begin string, fn func(tx *writeTx) e
 	w.running.Add(1)
 	w.mu.RUnlock()
 	defer w.running.Done()
+	return w.runTx(ctx, begin, fn)
+}
+
+// runTx is run for a caller counted in running.
+func (w *pgWriter) runTx(ctx context.Context, begin string, fn func(tx *writeTx) error) error {
 	// The transaction lives in the caller's context: a caller that goes
 	// away before COMMIT has it rolled back and hears so, and nothing is
 	// recorded. (On SQLite a job shares its transaction with others, so
@@ -205,9 +248,16 @@ func userLockKey(user string) int32 {
 
 func (w *pgWriter) close() error {
 	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil
+	}
 	w.closed = true
 	w.mu.Unlock()
 	w.running.Wait()
+	// Nobody sends any more: the batch loops end once the queue is empty.
+	close(w.jobs)
+	w.batchers.Wait()
 	return nil
 }
 
@@ -220,6 +270,16 @@ func (tx *writeTx) lockUser(user string) error {
 	}
 	_, err := tx.conn.ExecContext(tx.ctx, `SELECT pg_advisory_xact_lock($1, $2)`, lockUser, userLockKey(user))
 	return unavailable(err)
+}
+
+// tryLockUser is lockUser without waiting: ok is false when another
+// transaction holds the lock.
+func (tx *writeTx) tryLockUser(user string) (ok bool, err error) {
+	if tx.w != nil {
+		return true, nil
+	}
+	err = tx.conn.QueryRowContext(tx.ctx, `SELECT pg_try_advisory_xact_lock($1, $2)`, lockUser, userLockKey(user)).Scan(&ok)
+	return ok, unavailable(err)
 }
 
 // lockAdmin takes the lock of changes to tiers and user records until the
@@ -290,25 +350,29 @@ var pgFirstRead = func() string {
 func (h *history) currentTierPG(name string) (*policy.Tier, bool, error) {
 	if !h.loaded {
 		var (
-			version int64
 			ts, seq sql.NullInt64
 			found   bool
 			r       userRow
 		)
-		args := append([]any{&version, &ts, &seq, &found}, r.scanArgs()...)
+		args := append([]any{&h.version, &ts, &seq, &found}, r.scanArgs()...)
 		if err := h.tx.conn.QueryRowContext(h.tx.ctx, pgFirstRead, h.user).Scan(args...); err != nil {
 			return nil, false, unavailable(err)
 		}
+		h.versionRead = true
 		h.loaded, h.any, h.lastTS, h.lastSeq = true, ts.Valid, ts.Int64, seq.Int64
 		h.st = &userState{any: h.any, lastTS: h.lastTS, lastSeq: h.lastSeq, recordLoaded: true}
 		if found {
 			u := r.record()
 			h.st.record = &u
 		}
-		if c := h.tx.tiers.Load(); c != nil && c.version == version {
-			t, ok := c.byName[name]
-			return &t, ok, nil
-		}
+	}
+	c := h.tiersAt
+	if c == nil {
+		c = h.tx.tiers.Load()
+	}
+	if h.versionRead && c != nil && c.version == h.version {
+		t, ok := c.byName[name]
+		return &t, ok, nil
 	}
 	tiers, err := queryTiers(h.tx, ` WHERE name = ?`, name)
 	t, ok := tiers[name]

@@ -196,6 +196,18 @@ type history struct {
 	scannedIndex     int
 
 	led ledger // the user's calls, once Calls is asked
+
+	// On PostgreSQL: version is the tiers' version read after the user's
+	// lock, once versionRead, and tiersAt the tiers that are current when
+	// it is theirs (nil: the store's cache; see currentTierPG).
+	version     int64
+	versionRead bool
+	tiersAt     *tierCache
+	// ledgerRead says led holds the user's ledger at ledgerAt as a batch
+	// read it, its expired calls settled (see pgBatch), for Calls to
+	// return.
+	ledgerRead bool
+	ledgerAt   int64
 }
 
 // firstRow is the oldest row after cutoff; found is false when there is none.
@@ -247,7 +259,7 @@ func (h *history) Last() (time.Time, bool, error) {
 // cutoff, from the writer's cursors where they can tell and otherwise with
 // one statement.
 func (h *history) Prefetch(cutoffs *[len(policy.Windows)]time.Time) error {
-	if err := h.load(); err != nil || !h.any {
+	if err := h.load(); err != nil || !h.any || h.prefetched(cutoffs) {
 		return err
 	}
 	var c [len(policy.Windows)]int64
@@ -284,6 +296,21 @@ func (h *history) Prefetch(cutoffs *[len(policy.Windows)]time.Time) error {
 		}
 	}
 	return h.fillCursors(&c)
+}
+
+// prefetched reports whether the oldest row after each of cutoffs is
+// known already: told the same cutoffs again (the shadow limits' Evaluate
+// after the real limits'), or read by a batch (see pgBatch).
+func (h *history) prefetched(cutoffs *[len(policy.Windows)]time.Time) bool {
+	if h.firstAfterFilled != len(cutoffs) {
+		return false
+	}
+	for i, t := range cutoffs {
+		if h.firstAfter[i].cutoff != t.UnixMicro() {
+			return false
+		}
+	}
+	return true
 }
 
 // fetchFirsts looks up the oldest row after each cutoff in one statement.

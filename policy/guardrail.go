@@ -196,6 +196,8 @@ func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 	var err error
 	if c.DryRun {
 		err = r.Store.View(ctx, c.UserID, a.view)
+	} else if pl, ok := r.Store.(Planner); ok {
+		err = pl.AdmitPlanned(ctx, c.UserID, a.plan(), a.decide)
 	} else {
 		err = r.Store.Admit(ctx, c.UserID, a.decide)
 	}
@@ -242,6 +244,7 @@ type admission struct {
 	c       *Check
 	metered bool
 	call    *Call // the call an admitted metered check opens
+	p       Plan  // for a store that is a Planner
 
 	ev                Evaluation
 	shadow            *ShadowDecision

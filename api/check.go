@@ -36,6 +36,8 @@ type checkContext struct {
 	UserID   string `json:"user_id"`
 	UserTier string `json:"user_tier"`
 	Feature  string `json:"feature"`
+	// AccountID names the account of a user whose record names none.
+	AccountID string `json:"account_id"`
 	// Tokens is read only to refuse it: tokens is a top-level member, and
 	// context would otherwise ignore it in silence.
 	Tokens jsontext.Value `json:"tokens"`
@@ -93,6 +95,7 @@ func readCheck(c echo.Context) (policy.Request, bool, error) {
 		UserID:    body.Context.UserID,
 		Tier:      body.Context.UserTier,
 		Feature:   body.Context.Feature,
+		Account:   body.Context.AccountID,
 		Tokens:    tokens,
 	}, dryRun, nil
 }
@@ -127,7 +130,7 @@ func parseDryRun(s string) (bool, error) {
 
 // contextNames are the members of a check's context, which a client
 // sometimes sends at the top level.
-var contextNames = []string{"user_id", "user_tier", "feature"}
+var contextNames = []string{"user_id", "user_tier", "feature", "account_id"}
 
 // unknownCheckMember is the error for a check body with top-level members
 // no field takes, collected in unknown: it names the first, and says where

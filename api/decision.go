@@ -28,6 +28,9 @@ func decisionStatus(d *policy.Decision) int {
 func setDecisionHeaders(h http.Header, d *policy.Decision) {
 	setRateLimitHeaders(h, d.Windows)
 	setTokenHeaders(h, d.Windows)
+	if d.Account != nil && d.Windows != nil {
+		setAccountHeaders(h, d)
+	}
 	if d.Outcome == policy.RateLimited {
 		h.Set("Retry-After", strconv.FormatInt(d.RetryAfter, 10))
 	}
@@ -105,6 +108,9 @@ func appendDecision(b []byte, d *policy.Decision) []byte {
 		b = strconv.AppendInt(b, c.InFlight, 10)
 		b = append(b, '}')
 	}
+	if a := d.Account; a != nil {
+		b = appendAccount(b, a)
+	}
 	if sd := d.Shadow; sd != nil {
 		b = append(b, `,"shadow":{"allowed":`...)
 		b = strconv.AppendBool(b, sd.Allowed)
@@ -113,6 +119,54 @@ func appendDecision(b []byte, d *policy.Decision) []byte {
 		b = append(b, '}')
 	}
 	return append(b, "}\n"...)
+}
+
+// appendAccount appends the account member of a member's check answer:
+// its id, each window's pooled state (limit and remaining null where the
+// pool sets no request limit) and its concurrency.
+func appendAccount(b []byte, a *policy.AccountState) []byte {
+	b = append(b, `,"account":{"id":`...)
+	b = appendString(b, a.ID)
+	b = append(b, `,"windows":{`...)
+	for i, w := range policy.Windows {
+		ws := a.Windows[w]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, w.String()...)
+		if a.Limited(w) {
+			b = append(b, `":{"limit":`...)
+			b = strconv.AppendInt(b, ws.Limit, 10)
+			b = append(b, `,"remaining":`...)
+			b = strconv.AppendInt(b, ws.Remaining, 10)
+		} else {
+			b = append(b, `":{"limit":null,"remaining":null`...)
+		}
+		b = append(b, `,"reset":`...)
+		b = strconv.AppendInt(b, ws.Reset, 10)
+		if t := ws.Tokens; t != nil && t.Limited {
+			b = append(b, `,"tokens":{"limit":`...)
+			b = strconv.AppendInt(b, t.Limit, 10)
+			b = append(b, `,"used":`...)
+			b = strconv.AppendInt(b, t.Used, 10)
+			b = append(b, `,"remaining":`...)
+			b = strconv.AppendInt(b, t.Remaining, 10)
+			b = append(b, `,"reset":`...)
+			b = strconv.AppendInt(b, t.Reset, 10)
+			b = append(b, '}')
+		}
+		b = append(b, '}')
+	}
+	b = append(b, '}')
+	if c := a.Concurrency; c != nil {
+		b = append(b, `,"concurrency":{"limit":`...)
+		b = strconv.AppendInt(b, c.Limit, 10)
+		b = append(b, `,"in_flight":`...)
+		b = strconv.AppendInt(b, c.InFlight, 10)
+		b = append(b, '}')
+	}
+	return append(b, '}')
 }
 
 // appendString appends s as a JSON string, quoted as the library quotes it

@@ -282,7 +282,10 @@ type exchange struct {
 	path  string // after /llm/{name}, escaped
 
 	user string
-	tier string // the tier's name once known, for metrics
+	// account is the account X-Guard-Account names, for a service key;
+	// empty for none (see policy.Request.Account).
+	account string
+	tier    string // the tier's name once known, for metrics
 	// limitsSet reports whether the answer's rate-limit fields are set.
 	limitsSet bool
 
@@ -346,6 +349,9 @@ func (x *exchange) serve() {
 		return
 	}
 	if x.user, ok = x.userOf(key); !ok {
+		return
+	}
+	if x.account, ok = x.accountOf(key); !ok {
 		return
 	}
 	// The request is a key holder's: it may take as long as the upstream
@@ -425,11 +431,34 @@ func (x *exchange) userOf(key policy.Key) (string, bool) {
 	return "", false
 }
 
+// headerGuardAccount names the account of a service key's request, for a
+// user whose record names none.
+const headerGuardAccount = "X-Guard-Account"
+
+// accountOf returns the account X-Guard-Account names: only a service key
+// may send it. Otherwise it answers 400.
+func (x *exchange) accountOf(key policy.Key) (string, bool) {
+	named, has := x.req.Header[headerGuardAccount]
+	switch {
+	case !has:
+		return "", true
+	case !key.Service:
+		x.fail(http.StatusBadRequest, errInvalid, "X-Guard-Account is for service keys: this key speaks for its own user, whose record names the account")
+	case len(named) != 1:
+		x.fail(http.StatusBadRequest, errInvalid, "X-Guard-Account must be given once")
+	case named[0] == "":
+		x.fail(http.StatusBadRequest, errInvalid, "X-Guard-Account must not be empty")
+	default:
+		return named[0], true
+	}
+	return "", false
+}
+
 // userTier returns the tier the user's checks are decided under: their
 // record's, else the default tier, never one the client names. It records
 // nothing; the check that follows confirms it (see metered).
 func (x *exchange) userTier() (policy.Tier, error) {
-	t, err := x.s.svc.TierOf(x.req.Context(), x.user)
+	t, err := x.s.svc.TierOf(x.req.Context(), x.user, x.account)
 	if policy.ErrorCode(err) == policy.EINVALID {
 		// The default tier went missing, or the record's tier was
 		// deleted a moment ago: not the client's doing.
@@ -442,7 +471,7 @@ func (x *exchange) userTier() (policy.Tier, error) {
 // check, from a dry run: what the user has left, with nothing consumed.
 func (x *exchange) windowHeaders() {
 	x.limitsSet = true
-	d, err := x.s.svc.Check(x.req.Context(), policy.Request{UserID: x.user}, true)
+	d, err := x.s.svc.Check(x.req.Context(), policy.Request{UserID: x.user, Account: x.account}, true)
 	if err != nil || d.Windows == nil {
 		return
 	}
@@ -467,7 +496,7 @@ func (x *exchange) windowHeaders() {
 // answers a refusal or a failure itself and then returns false.
 func (x *exchange) check(tokens int64) (policy.Decision, bool) {
 	start := time.Now()
-	d, err := x.s.svc.Check(x.req.Context(), policy.Request{UserID: x.user, Tokens: tokens}, false)
+	d, err := x.s.svc.Check(x.req.Context(), policy.Request{UserID: x.user, Account: x.account, Tokens: tokens}, false)
 	x.s.metrics.observeCheck(&d, err, false, time.Since(start))
 	if err != nil {
 		x.failErr(err)

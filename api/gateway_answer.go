@@ -186,7 +186,7 @@ func setGatewayLimitHeaders(h http.Header, protocol string, d *policy.Decision, 
 	if d.Windows == nil {
 		return
 	}
-	ws := d.Windows
+	ws := tighterWindows(d)
 	tw := policy.Windows[0]
 	for _, w := range policy.Windows {
 		if ws[w].Remaining < ws[tw].Remaining {

@@ -167,3 +167,63 @@ func setTokenHeaders(h http.Header, windows *[len(policy.Windows)]policy.WindowS
 	h[headerXRemainingTokens] = []string{strconv.FormatInt(tightest.Remaining, 10)}
 	h[headerXResetTokens] = []string{strconv.FormatInt(tightest.Reset, 10)}
 }
+
+// accountPolicyPrefix begins the names of an account's quota policies in
+// RateLimit-Policy and RateLimit: "account-minute", "account-hour",
+// "account-day".
+const accountPolicyPrefix = "account-"
+
+// setAccountHeaders adds to the fields setRateLimitHeaders and
+// setTokenHeaders wrote for a member's check the account's pooled limits:
+// a quota policy per window the pool limits, named apart from the user's,
+// in RateLimit-Policy and RateLimit; and X-RateLimit-* (and the token
+// fields) for the tighter of the user's windows and the pool's.
+func setAccountHeaders(h http.Header, d *policy.Decision) {
+	a := d.Account
+	pol, lim := h.Get(headerRateLimitPolicy), h.Get(headerRateLimit)
+	for _, w := range policy.Windows {
+		if !a.Limited(w) {
+			continue
+		}
+		ws := a.Windows[w]
+		name := `"` + accountPolicyPrefix + w.String() + `"`
+		pol += ", " + name + ";q=" + strconv.FormatInt(ws.Limit, 10) + ";w=" + strconv.FormatInt(int64(w.Duration()/time.Second), 10)
+		lim += ", " + name + ";r=" + strconv.FormatInt(ws.Remaining, 10) + ";t=" + strconv.FormatInt(effectiveWindow(w, ws), 10)
+	}
+	h[headerRateLimitPolicy] = []string{pol}
+	h[headerRateLimit] = []string{lim}
+	ws := tighterWindows(d)
+	tw := policy.Windows[0]
+	for _, w := range policy.Windows {
+		if ws[w].Remaining < ws[tw].Remaining {
+			tw = w
+		}
+	}
+	h[headerXLimit] = []string{strconv.FormatInt(ws[tw].Limit, 10)}
+	h[headerXRemaining] = []string{strconv.FormatInt(ws[tw].Remaining, 10)}
+	h[headerXReset] = []string{strconv.FormatInt(effectiveWindow(tw, ws[tw]), 10)}
+	setTokenHeaders(h, ws)
+}
+
+// tighterWindows returns d's windows, with the account's state in place of
+// the user's in each window where the account's pool leaves fewer
+// requests (or, separately, fewer tokens): the windows a client must
+// respect. Without an account they are d's own.
+func tighterWindows(d *policy.Decision) *[len(policy.Windows)]policy.WindowState {
+	if d.Account == nil || d.Windows == nil {
+		return d.Windows
+	}
+	ws := *d.Windows
+	for _, w := range policy.Windows {
+		a := d.Account.Windows[w]
+		if d.Account.Limited(w) && a.Remaining < ws[w].Remaining {
+			tokens := ws[w].Tokens
+			ws[w] = a
+			ws[w].Tokens = tokens
+		}
+		if t, u := a.Tokens, ws[w].Tokens; t != nil && t.Limited && (u == nil || !u.Limited || t.Remaining < u.Remaining) {
+			ws[w].Tokens = t
+		}
+	}
+	return &ws
+}

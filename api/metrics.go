@@ -443,6 +443,17 @@ func (s meteredRequests) AdmitPlanned(ctx context.Context, userID string, p *pol
 	return err
 }
 
+// AdmitPooled implements policy.PoolStore for a store that does.
+func (s meteredRequests) AdmitPooled(ctx context.Context, poolKey, userID string, decide func(pool, own policy.History) (policy.Admission, policy.Admission, error)) error {
+	ps, ok := s.RequestStore.(policy.PoolStore)
+	if !ok {
+		return policy.Errorf(policy.EINTERNAL, "this request store cannot count an account's pooled limits")
+	}
+	err := ps.AdmitPooled(ctx, poolKey, userID, decide)
+	s.m.storageError("admit", err)
+	return err
+}
+
 func (s meteredRequests) View(ctx context.Context, userID string, fn func(policy.History) error) error {
 	err := s.RequestStore.View(ctx, userID, fn)
 	s.m.storageError("view", err)

@@ -40,6 +40,22 @@ type tierJSON struct {
 	// Shadow is left out when the tier has none, so that a tiers file
 	// without shadow limits reads as before; a body may send it null.
 	Shadow *limitsJSON `json:"shadow,omitzero"`
+	// Account is the pooled limits of an account on the tier, left out
+	// when it has none; each limit null (or absent) for none.
+	Account *poolJSON `json:"account,omitzero"`
+}
+
+// poolJSON is the pooled limits of an account on a tier: every limit of a
+// tier, each optional.
+type poolJSON struct {
+	RequestsPerMinute *int64 `json:"requests_per_minute"`
+	RequestsPerHour   *int64 `json:"requests_per_hour"`
+	RequestsPerDay    *int64 `json:"requests_per_day"`
+	BurstAllowance    *int64 `json:"burst_allowance"`
+	TokensPerMinute   *int64 `json:"tokens_per_minute"`
+	TokensPerHour     *int64 `json:"tokens_per_hour"`
+	TokensPerDay      *int64 `json:"tokens_per_day"`
+	MaxConcurrent     *int64 `json:"max_concurrent"`
 }
 
 // limitsJSON is the request limits of a tier's shadow: all four required.
@@ -56,6 +72,7 @@ type limitsJSON struct {
 var (
 	tierWire   = bindWire[tierJSON](func(*policy.LimitField) bool { return true })
 	shadowWire = bindWire[limitsJSON]((*policy.LimitField).InRequestLimits)
+	poolWire   = bindWire[poolJSON](nil)
 )
 
 func tierToJSON(t policy.Tier) tierJSON {
@@ -71,6 +88,12 @@ func tierToJSON(t policy.Tier) tierJSON {
 			}
 		}
 	}
+	if p := t.Account; p != nil {
+		j.Account = &poolJSON{}
+		for i := range policy.LimitFields {
+			poolWire.set(j.Account, i, p.Get(&policy.LimitFields[i]))
+		}
+	}
 	return j
 }
 
@@ -83,6 +106,10 @@ var tierFields = func() []string {
 			fields = append(fields, "shadow."+f.Name)
 		}
 	}
+	fields = append(fields, "account")
+	for _, name := range policy.LimitNames {
+		fields = append(fields, "account."+name)
+	}
 	return fields
 }()
 
@@ -93,7 +120,8 @@ type wireBinding struct{ field []int }
 
 // bindWire binds the limits of policy.LimitFields that want reports to the
 // fields of the struct type T that their JSON names tag: int64 for a
-// required limit, *int64 for an optional one. A limit missing from T, or of
+// required limit, *int64 for an optional one; with want nil, every limit,
+// each as *int64 (a pool's limits are all optional). A limit missing from T, or of
 // the wrong type, panics when the program starts, so that no test passes
 // while a wire type lacks a limit of the table.
 func bindWire[T any](want func(*policy.LimitField) bool) wireBinding {
@@ -107,12 +135,12 @@ func bindWire[T any](want func(*policy.LimitField) bool) wireBinding {
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
 		b.field[i] = -1
-		if !want(f) {
+		if want != nil && !want(f) {
 			continue
 		}
 		sf, ok := byName[f.Name]
 		wantType := reflect.TypeFor[int64]()
-		if f.Optional {
+		if f.Optional || want == nil {
 			wantType = reflect.TypeFor[*int64]()
 		}
 		if !ok || sf.Type != wantType || len(sf.Index) != 1 {
@@ -228,6 +256,12 @@ func readTier(data []byte, pathName string) (policy.Tier, []string) {
 		f.Set(&t, tierWire.get(&in, i))
 		if !f.Optional && !present[f.Name] {
 			problems[f.Name] = append(problems[f.Name], f.Name+" is required")
+		}
+		if in.Account != nil {
+			if t.Account == nil {
+				t.Account = &policy.PoolLimits{}
+			}
+			t.Account.Set(f, poolWire.get(in.Account, i))
 		}
 		if t.Shadow == nil || !f.InRequestLimits() {
 			continue

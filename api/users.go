@@ -26,6 +26,7 @@ const (
 type userJSON struct {
 	UserID    string            `json:"user_id"`
 	Tier      *string           `json:"tier"`
+	Account   *string           `json:"account,omitempty"`
 	Limits    map[string]*int64 `json:"limits,format:emitnull"`
 	Note      string            `json:"note"`
 	UpdatedAt time.Time         `json:"updated_at,omitzero"`
@@ -36,6 +37,9 @@ func userToJSON(r policy.UserRecord) userJSON {
 	if r.Tier != "" {
 		j.Tier = &r.Tier
 	}
+	if r.Account != "" {
+		j.Account = &r.Account
+	}
 	return j
 }
 
@@ -44,6 +48,7 @@ func userToJSON(r policy.UserRecord) userJSON {
 type userBody struct {
 	UserID    *string                   `json:"user_id"`
 	Tier      *string                   `json:"tier"`
+	Account   *string                   `json:"account"`
 	Limits    map[string]jsontext.Value `json:"limits"`
 	Note      string                    `json:"note"`
 	UpdatedAt jsontext.Value            `json:"updated_at"`
@@ -74,6 +79,12 @@ func readUser(data []byte, pathID string) (policy.UserRecord, error) {
 			return policy.UserRecord{UserID: id}, policy.Errorf(policy.EINVALID, "tier must be null or a tier name, not \"\"")
 		}
 		r.Tier = *in.Tier
+	}
+	if in.Account != nil {
+		if *in.Account == "" {
+			return policy.UserRecord{UserID: id}, policy.Errorf(policy.EINVALID, "account must be null or an account id, not \"\"")
+		}
+		r.Account = *in.Account
 	}
 	values := make(map[string]*int64, len(in.Limits))
 	for _, name := range policy.LimitNames {

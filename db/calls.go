@@ -36,8 +36,8 @@ var callQueries = map[query]string{
 	qNextExpiry: `SELECT expires_at FROM calls WHERE user_id = ? AND finished_at IS NULL ORDER BY expires_at LIMIT 1`,
 	qExpiredCalls: `SELECT id, reserved, expires_at FROM calls
 		WHERE user_id = ? AND finished_at IS NULL AND expires_at <= ? ORDER BY expires_at, id`,
-	qCallInsert:    `INSERT INTO calls (id, user_id, tier, reserved, opened_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)`,
-	qCallGet:       `SELECT user_id, tier, reserved, opened_at, expires_at, finished_at, tokens, reported, expired FROM calls WHERE id = ?`,
+	qCallInsert:    `INSERT INTO calls (id, user_id, tier, reserved, opened_at, expires_at, account) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+	qCallGet:       `SELECT user_id, tier, reserved, opened_at, expires_at, finished_at, tokens, reported, expired, account FROM calls WHERE id = ?`,
 	qCallSettle:    `UPDATE calls SET finished_at = ?, tokens = reserved, expired = 1 WHERE id = ?`,
 	qCallFinish:    `UPDATE calls SET finished_at = ?, tokens = ?, reported = ? WHERE id = ?`,
 	qCallKeepAlive: `UPDATE calls SET expires_at = ? WHERE id = ?`,

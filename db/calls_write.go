@@ -154,7 +154,11 @@ func (tx *writeTx) openCall(h *history, c *policy.Call) error {
 		return err
 	}
 	exp := c.ExpiresAt.UnixMicro()
-	if _, err := tx.exec(qCallInsert, c.ID, h.user, c.Tier, c.Reserved, c.OpenedAt.UnixMicro(), exp); err != nil {
+	var account any // NULL for none
+	if c.Account != "" {
+		account = c.Account
+	}
+	if _, err := tx.exec(qCallInsert, c.ID, h.user, c.Tier, c.Reserved, c.OpenedAt.UnixMicro(), exp, account); err != nil {
 		return unavailable(err)
 	}
 	l.open++
@@ -170,12 +174,13 @@ type callRow struct {
 	reserved, openedAt, expiresAt int64
 	finishedAt, tokens, reported  sql.NullInt64
 	expired                       bool
+	account                       sql.NullString // whose pool the call also counts in
 }
 
 func getCall(q rowQuerier, id string) (callRow, error) {
 	var r callRow
 	err := q.queryRow(qCallGet, id).Scan(&r.user, &r.tier, &r.reserved, &r.openedAt, &r.expiresAt,
-		&r.finishedAt, &r.tokens, &r.reported, &r.expired)
+		&r.finishedAt, &r.tokens, &r.reported, &r.expired, &r.account)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return r, policy.Errorf(policy.ENOTFOUND, "call %q not found", id)
@@ -186,12 +191,18 @@ func getCall(q rowQuerier, id string) (callRow, error) {
 }
 
 // lockedCall reads the call named id with its user's lock held (see
-// lockUser): on PostgreSQL it reads the call, takes the lock, and reads the
-// call again, as it stands once no other write of the user can change it.
+// lockUser), and its account's pool's first for a member's call: on
+// PostgreSQL it reads the call, takes the locks, and reads the call again,
+// as it stands once no other write of the user can change it.
 func (tx *writeTx) lockedCall(id string) (callRow, error) {
 	r, err := getCall(tx, id)
 	if err != nil || tx.w != nil {
 		return r, err
+	}
+	if r.account.Valid {
+		if err := tx.lockUser(policy.AccountKey(r.account.String)); err != nil {
+			return r, err
+		}
 	}
 	if err := tx.lockUser(r.user); err != nil {
 		return r, err
@@ -202,6 +213,7 @@ func (tx *writeTx) lockedCall(id string) (callRow, error) {
 func (r *callRow) call(id string) policy.Call {
 	c := policy.Call{
 		ID: id, UserID: r.user, Tier: r.tier, Reserved: r.reserved,
+		Account:   r.account.String,
 		OpenedAt:  time.UnixMicro(r.openedAt).UTC(),
 		ExpiresAt: time.UnixMicro(r.expiresAt).UTC(),
 		Expired:   r.expired,
@@ -222,7 +234,15 @@ func (s *Store) FinishCall(ctx context.Context, id string, tokens *int64, now ti
 	var c policy.Call
 	err := s.writer.do(ctx, func(tx *writeTx) error {
 		var err error
-		c, err = tx.finishCall(id, tokens, now.UnixMicro())
+		if c, err = tx.finishCall(id, tokens, now.UnixMicro()); err != nil || c.Account == "" {
+			return err
+		}
+		// The same call in its account's pool, whose lock lockedCall
+		// took: finished with it, unless the pool was forgotten.
+		_, err = tx.finishCall(policy.PoolCallID(id), tokens, now.UnixMicro())
+		if policy.ErrorCode(err) == policy.ENOTFOUND {
+			err = nil
+		}
 		return err
 	})
 	return c, err
@@ -310,6 +330,17 @@ func (s *Store) KeepAlive(ctx context.Context, id string, now, expiresAt time.Ti
 			st.calls = nil // its next expiry may have moved
 		}
 		c = r.call(id)
+		if r.account.Valid {
+			// The same call in its account's pool, if not forgotten.
+			pool := policy.AccountKey(r.account.String)
+			if _, err := tx.exec(qCallKeepAlive, r.expiresAt, policy.PoolCallID(id)); err != nil {
+				return unavailable(err)
+			}
+			if st := tx.cachedUser(pool); st != nil {
+				tx.touch(pool)
+				st.calls = nil
+			}
+		}
 		return nil
 	})
 	return c, err

@@ -110,7 +110,13 @@ const (
 	lockUser  = 1 // number: userLockKey(user id); one user's writes
 	lockAdmin = 2 // number 0: changes to tiers and user records
 	lockPrune = 3 // number 0: the cleanup, one replica at a time
-	lockSetup = 4 // number 0: migrations, one process at a time
+	// lockAccount is lockUser for an account's pool (policy.AccountKey):
+	// a class of its own, so that no account's lock is a user's. A
+	// transaction takes at most one, before any user's (see
+	// Store.AdmitPooled), and batches take none, so neither order can
+	// deadlock.
+	lockAccount = 4 // number: userLockKey(account key)
+	lockSetup   = 4 // number 0: migrations, one process at a time
 )
 
 // migrateLocked migrates while holding a session lock, so that replicas
@@ -179,7 +185,17 @@ func (w *pgWriter) admitAlone(ctx context.Context, user string, decide func(poli
 }
 
 func admitBegin(user string) string {
-	return fmt.Sprintf("BEGIN; SELECT pg_advisory_xact_lock(%d, %d)", lockUser, userLockKey(user))
+	class, key := lockOf(user)
+	return fmt.Sprintf("BEGIN; SELECT pg_advisory_xact_lock(%d, %d)", class, key)
+}
+
+// lockOf returns the class and number of the advisory lock of key, a user
+// id or an account's pool.
+func lockOf(key string) (class int, number int32) {
+	if policy.IsAccountKey(key) {
+		return lockAccount, userLockKey(key)
+	}
+	return lockUser, userLockKey(key)
 }
 
 // run runs fn in a transaction that begin (a statement without
@@ -268,7 +284,8 @@ func (tx *writeTx) lockUser(user string) error {
 	if tx.w != nil {
 		return nil
 	}
-	_, err := tx.conn.ExecContext(tx.ctx, `SELECT pg_advisory_xact_lock($1, $2)`, lockUser, userLockKey(user))
+	class, key := lockOf(user)
+	_, err := tx.conn.ExecContext(tx.ctx, `SELECT pg_advisory_xact_lock($1, $2)`, class, key)
 	return unavailable(err)
 }
 
@@ -278,7 +295,8 @@ func (tx *writeTx) tryLockUser(user string) (ok bool, err error) {
 	if tx.w != nil {
 		return true, nil
 	}
-	err = tx.conn.QueryRowContext(tx.ctx, `SELECT pg_try_advisory_xact_lock($1, $2)`, lockUser, userLockKey(user)).Scan(&ok)
+	class, key := lockOf(user)
+	err = tx.conn.QueryRowContext(tx.ctx, `SELECT pg_try_advisory_xact_lock($1, $2)`, class, key).Scan(&ok)
 	return ok, unavailable(err)
 }
 

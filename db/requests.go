@@ -635,6 +635,46 @@ func (tx *writeTx) admit(user string, decide func(policy.History) (policy.Admiss
 	if err != nil || !a.Record {
 		return err
 	}
+	return tx.record(h, &a)
+}
+
+// AdmitPooled implements policy.PoolStore: on PostgreSQL the transaction
+// begins with the pool's lock and then the user's, in one round trip.
+func (s *Store) AdmitPooled(ctx context.Context, poolKey, userID string, decide func(pool, own policy.History) (policy.Admission, policy.Admission, error)) error {
+	if !policy.IsAccountKey(poolKey) || policy.IsAccountKey(userID) {
+		return policy.Errorf(policy.EINTERNAL, "admit pooled: %q is not an account's key or %q is one", poolKey, userID)
+	}
+	fn := func(tx *writeTx) error { return tx.admitPooled(poolKey, userID, decide) }
+	if pw, ok := s.writer.(*pgWriter); ok {
+		class, key := lockOf(userID)
+		return pw.run(ctx, fmt.Sprintf("%s; SELECT pg_advisory_xact_lock(%d, %d)", admitBegin(poolKey), class, key), fn)
+	}
+	return s.writer.do(ctx, fn)
+}
+
+// admitPooled runs a member's admission over its pool's history and its
+// own in the writer's transaction.
+func (tx *writeTx) admitPooled(poolKey, user string, decide func(pool, own policy.History) (policy.Admission, policy.Admission, error)) error {
+	hp := &history{}
+	hp.reset(tx, tx, poolKey)
+	hu := &tx.hist
+	hu.reset(tx, tx, user)
+	pa, ua, err := decide(hp, hu)
+	if err != nil || !ua.Record && !pa.Record {
+		return err
+	}
+	if !ua.Record || !pa.Record {
+		return fmt.Errorf("admit %q in %q: the user's admission records %v, the pool's %v", user, poolKey, ua.Record, pa.Record)
+	}
+	if err := tx.record(hu, &ua); err != nil {
+		return err
+	}
+	return tx.record(hp, &pa)
+}
+
+// record records the request a, decided on h, admits.
+func (tx *writeTx) record(h *history, a *policy.Admission) error {
+	user := h.user
 	ts := a.At.UnixMicro()
 	if err := h.load(); err != nil {
 		return err

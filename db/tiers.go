@@ -47,6 +47,9 @@ type tierRow struct {
 	MaxConcurrent   *int64 `db:"max_concurrent" json:"max_concurrent"`
 
 	Shadow *limitsRow `db:"shadow" json:"shadow"`
+	// Account is the pooled limits of an account on the tier, NULL (and
+	// null in the audit log) for none.
+	Account *poolRow `db:"account" json:"account"`
 	// ID is tier_ids.id, read with the row and never written from it.
 	ID int64 `db:"id" json:"-"`
 }
@@ -71,7 +74,11 @@ func (l limitsRow) Value() (driver.Value, error) {
 
 func rowOf(t *policy.Tier) tierRow {
 	r := tierRow{t.Name, t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay, t.BurstAllowance, t.Features, t.Models, t.Description, 0,
-		t.TokensPerMinute, t.TokensPerHour, t.TokensPerDay, t.MaxConcurrent, nil, t.ID}
+		t.TokensPerMinute, t.TokensPerHour, t.TokensPerDay, t.MaxConcurrent, nil, nil, t.ID}
+	if t.Account != nil {
+		p := poolRow(t.Account.Values())
+		r.Account = &p
+	}
 	if l := t.Shadow; l != nil {
 		r.Shadow = &limitsRow{l.RequestsPerMinute, l.RequestsPerHour, l.RequestsPerDay, l.BurstAllowance}
 	}
@@ -101,6 +108,10 @@ func (r *tierRow) tier() policy.Tier {
 		t.Shadow = &policy.RequestLimits{RequestsPerMinute: l.RequestsPerMinute, RequestsPerHour: l.RequestsPerHour,
 			RequestsPerDay: l.RequestsPerDay, BurstAllowance: l.BurstAllowance}
 	}
+	if r.Account != nil {
+		p, _ := policy.PoolLimitsOf(*r.Account) // names unknown to this version are dropped
+		t.Account = &p
+	}
 	if t.Features == nil {
 		t.Features = []string{}
 	}
@@ -108,6 +119,19 @@ func (r *tierRow) tier() policy.Tier {
 		t.UpdatedAt = time.UnixMicro(r.UpdatedAt).UTC()
 	}
 	return t
+}
+
+// poolRow is the account column: the pooled limits as a JSON object with
+// the API's field names, every field present (null: no limit).
+type poolRow map[string]*int64
+
+// Scan implements sql.Scanner; database/sql sets a nil *poolRow for NULL.
+func (p *poolRow) Scan(src any) error { return scanJSON("account", src, (*map[string]*int64)(p)) }
+
+// Value implements driver.Valuer.
+func (p poolRow) Value() (driver.Value, error) {
+	b, err := json.Marshal(map[string]*int64(p), json.Deterministic(true))
+	return string(b), err
 }
 
 // featureList is the features column: a JSON array of strings.
@@ -163,7 +187,7 @@ func (m modelList) Value() (driver.Value, error) {
 }
 
 const tierColumns = `name, requests_per_minute, requests_per_hour, requests_per_day, burst_allowance, features, description, updated_at, ` +
-	`tokens_per_minute, tokens_per_hour, tokens_per_day, max_concurrent, shadow, models`
+	`tokens_per_minute, tokens_per_hour, tokens_per_day, max_concurrent, shadow, models, account`
 
 // tierSelect reads every tier with its ID.
 const tierSelect = `SELECT ` + tierColumns + `, COALESCE((SELECT id FROM tier_ids WHERE tier_ids.name = tiers.name), 0) AS id FROM tiers`
@@ -429,6 +453,12 @@ func updateTiersTx(tx *writeTx, u policy.TierUpdate, at time.Time, listed map[st
 		} else if n > 0 {
 			return nil, tierInUse(name, n)
 		}
+		if n, err := accountsOnTier(tx, name); err != nil {
+			return nil, err
+		} else if n > 0 {
+			return nil, policy.Errorf(policy.ECONFLICT, "tier %s is the plan of %d %s; move them to another tier or delete them first",
+				policy.Quote(name), n, plural(n, "account", "accounts"))
+		}
 		if _, err := tx.execSQL(`DELETE FROM tiers WHERE name = ?`, name); err != nil {
 			return nil, unavailable(err)
 		}
@@ -455,7 +485,7 @@ func queryTiers(tx *writeTx, where string, args ...any) (map[string]policy.Tier,
 	for rows.Next() {
 		var r tierRow
 		if err := rows.Scan(&r.Name, &r.RequestsPerMinute, &r.RequestsPerHour, &r.RequestsPerDay, &r.BurstAllowance,
-			&r.Features, &r.Description, &r.UpdatedAt, &r.TokensPerMinute, &r.TokensPerHour, &r.TokensPerDay, &r.MaxConcurrent, &r.Shadow, &r.Models, &r.ID); err != nil {
+			&r.Features, &r.Description, &r.UpdatedAt, &r.TokensPerMinute, &r.TokensPerHour, &r.TokensPerDay, &r.MaxConcurrent, &r.Shadow, &r.Models, &r.Account, &r.ID); err != nil {
 			return nil, unavailable(err)
 		}
 		t := r.tier()
@@ -467,7 +497,7 @@ func queryTiers(tx *writeTx, where string, args ...any) (map[string]policy.Tier,
 func upsertTier(tx *writeTx, t *policy.Tier) error {
 	r := rowOf(t)
 	_, err := tx.execSQL(`INSERT INTO tiers (`+tierColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (name) DO UPDATE SET
 				requests_per_minute = excluded.requests_per_minute,
 				requests_per_hour   = excluded.requests_per_hour,
@@ -481,9 +511,10 @@ func upsertTier(tx *writeTx, t *policy.Tier) error {
 				tokens_per_day      = excluded.tokens_per_day,
 				max_concurrent      = excluded.max_concurrent,
 				shadow              = excluded.shadow,
-				models              = excluded.models`,
+				models              = excluded.models,
+				account             = excluded.account`,
 		r.Name, r.RequestsPerMinute, r.RequestsPerHour, r.RequestsPerDay, r.BurstAllowance, r.Features, r.Description, t.UpdatedAt.UnixMicro(),
-		r.TokensPerMinute, r.TokensPerHour, r.TokensPerDay, r.MaxConcurrent, r.Shadow, r.Models)
+		r.TokensPerMinute, r.TokensPerHour, r.TokensPerDay, r.MaxConcurrent, r.Shadow, r.Models, r.Account)
 	return unavailable(err)
 }
 

@@ -33,7 +33,7 @@ type userCache struct {
 
 // userColumns are the columns of the users table: a column per limit of
 // policy.LimitFields, named as the limit.
-var userColumns = `user_id, tier, ` + strings.Join(policy.LimitNames[:], ", ") + `, overrides, note, updated_at`
+var userColumns = `user_id, tier, ` + strings.Join(policy.LimitNames[:], ", ") + `, overrides, note, updated_at, account`
 
 // userUpsert creates or replaces a user record, in both dialects.
 var userUpsert = `INSERT INTO users (` + userColumns + `) VALUES (?` + strings.Repeat(", ?", strings.Count(userColumns, ",")) + `)
@@ -57,6 +57,7 @@ type userRow struct {
 	Overrides int64
 	Note      string
 	UpdatedAt int64 // Unix microseconds
+	Account   sql.NullString
 }
 
 func (r *userRow) scanArgs() []any {
@@ -64,11 +65,11 @@ func (r *userRow) scanArgs() []any {
 	for i := range r.Limits {
 		args = append(args, &r.Limits[i])
 	}
-	return append(args, &r.Overrides, &r.Note, &r.UpdatedAt)
+	return append(args, &r.Overrides, &r.Note, &r.UpdatedAt, &r.Account)
 }
 
 func (r *userRow) record() policy.UserRecord {
-	u := policy.UserRecord{UserID: r.UserID, Tier: r.Tier.String, Note: r.Note, UpdatedAt: time.UnixMicro(r.UpdatedAt).UTC()}
+	u := policy.UserRecord{UserID: r.UserID, Tier: r.Tier.String, Account: r.Account.String, Note: r.Note, UpdatedAt: time.UnixMicro(r.UpdatedAt).UTC()}
 	bit := 0
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
@@ -85,7 +86,8 @@ func (r *userRow) record() policy.UserRecord {
 }
 
 func userRowOf(u *policy.UserRecord) userRow {
-	r := userRow{UserID: u.UserID, Tier: sql.NullString{String: u.Tier, Valid: u.Tier != ""}, Note: u.Note, UpdatedAt: u.UpdatedAt.UnixMicro()}
+	r := userRow{UserID: u.UserID, Tier: sql.NullString{String: u.Tier, Valid: u.Tier != ""}, Note: u.Note, UpdatedAt: u.UpdatedAt.UnixMicro(),
+		Account: sql.NullString{String: u.Account, Valid: u.Account != ""}}
 	bit := 0
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
@@ -106,7 +108,7 @@ func (r *userRow) args() []any {
 	for _, v := range r.Limits {
 		args = append(args, v)
 	}
-	return append(args, r.Overrides, r.Note, r.UpdatedAt)
+	return append(args, r.Overrides, r.Note, r.UpdatedAt, r.Account)
 }
 
 // initUsers loads every user record into the cache.
@@ -247,6 +249,15 @@ func updateUsersTx(tx *writeTx, u policy.UserUpdate, at time.Time, changes []pol
 				return nil, unavailable(err)
 			}
 		}
+		if r.Account != "" {
+			var one int
+			err := tx.conn.QueryRowContext(tx.ctx, tx.d.bind(`SELECT 1 FROM accounts WHERE account_id = ?`), r.Account).Scan(&one)
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil, policy.Errorf(policy.EINVALID, "unknown account %s", policy.Quote(r.Account))
+			} else if err != nil {
+				return nil, unavailable(err)
+			}
+		}
 		old, err := userInTx(tx, r.UserID)
 		if err != nil {
 			return nil, err
@@ -327,15 +338,16 @@ func userAuditJSON(r *policy.UserRecord) any {
 	if r == nil {
 		return nil
 	}
-	b, _ := json.Marshal(auditUser{UserID: r.UserID, Tier: r.Tier, Limits: r.Limits.Values(), Note: r.Note}, json.Deterministic(true))
+	b, _ := json.Marshal(auditUser{UserID: r.UserID, Tier: r.Tier, Account: r.Account, Limits: r.Limits.Values(), Note: r.Note}, json.Deterministic(true))
 	return string(b)
 }
 
 type auditUser struct {
-	UserID string            `json:"user_id"`
-	Tier   string            `json:"tier,omitempty"`
-	Limits map[string]*int64 `json:"limits"`
-	Note   string            `json:"note"`
+	UserID  string            `json:"user_id"`
+	Tier    string            `json:"tier,omitempty"`
+	Account string            `json:"account,omitempty"`
+	Limits  map[string]*int64 `json:"limits"`
+	Note    string            `json:"note"`
 }
 
 func userFromAudit(s sql.NullString) (*policy.UserRecord, error) {
@@ -350,7 +362,7 @@ func userFromAudit(s sql.NullString) (*policy.UserRecord, error) {
 	if err != nil {
 		return nil, fmt.Errorf("user_changes: %w", err)
 	}
-	return &policy.UserRecord{UserID: a.UserID, Tier: a.Tier, Limits: l, Note: a.Note}, nil
+	return &policy.UserRecord{UserID: a.UserID, Tier: a.Tier, Account: a.Account, Limits: l, Note: a.Note}, nil
 }
 
 // UserChanges implements policy.UserStore.

@@ -50,6 +50,10 @@ type Call struct {
 	UserID string
 	// Tier is the name of the tier the call was admitted under.
 	Tier string
+	// Account names the account whose pool the call also counts in (as
+	// PoolCallID); empty for none. A finish or keepalive of the call
+	// applies to both.
+	Account string
 	// Reserved is the tokens the check asked for, counted as used while the
 	// call is open.
 	Reserved  int64

@@ -27,6 +27,10 @@ type Request struct {
 	UserID    string
 	Tier      string
 	Feature   string
+	// Account names the account the check draws on when the user's record
+	// names none (the API's context.account_id); believed only when the
+	// service believes a check's own tier.
+	Account string
 	// Tokens is the most tokens the call may use, reserved when a metered
 	// tier admits it: from 0 to MaxLimit.
 	Tokens int64
@@ -51,6 +55,8 @@ type Check struct {
 	// userUnconfirmed says it came from UserStore.CachedUser.
 	confirmUser, userUnconfirmed bool
 	user                         *UserRecord
+	// pool is the account a member's check draws on; nil for none.
+	pool *pool
 }
 
 // Decision is a guardrail's answer. A refusal is a Decision, not an error.
@@ -77,6 +83,9 @@ type Decision struct {
 	// Shadow is how the tier's shadow limits decided the check; nil when
 	// the tier has none.
 	Shadow *ShadowDecision
+	// Account is the pooled state of the account a member's check drew
+	// on; nil for a user in no account.
+	Account *AccountState
 }
 
 // Allowed reports whether the request was admitted.
@@ -140,6 +149,9 @@ func (ch *Chain) Check(ctx context.Context, c *Check) (Decision, error) {
 		if gd.Shadow != nil {
 			d.Shadow = gd.Shadow
 		}
+		if gd.Account != nil {
+			d.Account = gd.Account
+		}
 		if !d.Allowed() {
 			break
 		}
@@ -188,17 +200,23 @@ func (*RateLimiter) Priority() int { return 5 }
 func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 	// What decide finds lives in one allocation: captured one by one by
 	// a closure, each was an allocation of its own (seven per check).
-	a := &admission{r: r, c: c, metered: c.Tier.Metered()}
+	a := &admission{r: r, c: c, metered: c.Tier.Metered() || c.pool != nil && c.pool.limits.Metered()}
 	if a.metered && !c.DryRun {
 		// Drawn before the admission, which then spends no time on it.
 		a.call = &Call{ID: newCallID(c.Now), UserID: c.UserID, Tier: c.Tier.Name, Reserved: c.Tokens}
+		if c.pool != nil {
+			a.call.Account = c.pool.account.AccountID
+		}
 	}
 	var err error
-	if c.DryRun {
+	switch pl, planner := r.Store.(Planner); {
+	case c.pool != nil:
+		err = a.admitPooled(ctx)
+	case c.DryRun:
 		err = r.Store.View(ctx, c.UserID, a.view)
-	} else if pl, ok := r.Store.(Planner); ok {
+	case planner:
 		err = pl.AdmitPlanned(ctx, c.UserID, a.plan(), a.decide)
-	} else {
+	default:
 		err = r.Store.Admit(ctx, c.UserID, a.decide)
 	}
 	if err != nil {
@@ -213,17 +231,31 @@ func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 		return Decision{}, errUserUnconfirmed
 	}
 	ev, m := &a.ev, &a.m
+	ownOK := ev.Allowed && (!a.metered || m.Allowed)
+	poolOK, poolReason, poolRetry := true, "", int64(0)
+	if c.pool != nil {
+		poolOK, poolReason, poolRetry = a.poolVerdict()
+	}
+	admitted := ownOK && poolOK
 	d := Decision{Outcome: Admitted, Windows: &ev.Windows, Shadow: a.shadow}
-	if !ev.Allowed {
+	switch {
+	case !ev.Allowed:
 		d.Outcome, d.Reason, d.RetryAfter = RateLimited, ev.Blocked.Reason(), ev.RetryAfter
+	case !ownOK:
+		d.Outcome, d.Reason = RateLimited, m.Reason
+	}
+	if a.metered && !ownOK {
+		d.RetryAfter = max(d.RetryAfter, m.RetryAfter)
+	}
+	if !poolOK && (ownOK || poolRetry > d.RetryAfter) {
+		// Refused by the pool alone, or by both with the pool the
+		// longer wait: the pool's reason, and the longer wait.
+		d.Outcome, d.Reason, d.RetryAfter = RateLimited, poolReason, max(poolRetry, d.RetryAfter)
+	}
+	if ev.Allowed && !admitted {
+		ev.withdraw()
 	}
 	if a.metered {
-		admitted := ev.Allowed && m.Allowed
-		if ev.Allowed && !m.Allowed {
-			ev.withdraw()
-			d.Outcome, d.Reason = RateLimited, m.Reason
-		}
-		d.RetryAfter = max(d.RetryAfter, m.RetryAfter)
 		tokens, conc := m.States(c.Tier, admitted, c.Now)
 		for w := range ev.Windows {
 			ev.Windows[w].Tokens = tokens[w]
@@ -232,6 +264,9 @@ func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 		if admitted && a.call != nil {
 			d.CallID = a.call.ID
 		}
+	}
+	if c.pool != nil {
+		d.Account = a.poolState(admitted)
 	}
 	return d, nil
 }
@@ -249,6 +284,8 @@ type admission struct {
 	ev                Evaluation
 	shadow            *ShadowDecision
 	m                 Metering
+	pev               Evaluation // the pool's, for a member's check
+	pm                Metering
 	stale             bool
 	unconfirmable     bool
 	userUnconfirmable bool

@@ -25,7 +25,8 @@ type Service struct {
 	// usersUnconfirmable is the same for cached user records.
 	usersUnconfirmable atomic.Bool
 
-	users              UserStore // nil: no user records
+	users              UserStore    // nil: no user records
+	accounts           AccountStore // nil: no accounts
 	distrustClientTier bool
 
 	keys    KeyStore // nil: no gateway keys
@@ -124,7 +125,11 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 		if err != nil {
 			return Decision{}, err
 		}
-		name := s.tierName(&req, rec)
+		acct, err := s.accountOf(ctx, &req, rec)
+		if err != nil {
+			return Decision{}, err
+		}
+		name := s.tierName(&req, rec, acct)
 		cached := false
 		if fromMemory && !s.tiersUnconfirmable.Load() {
 			*base, cached = s.tiers.CachedTier(name)
@@ -143,6 +148,11 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 		st.check = Check{Request: r, Tier: tier, Now: s.now(), DryRun: dryRun, unconfirmed: cached,
 			base: base, confirmUser: s.users != nil, userUnconfirmed: recCached, user: rec}
 		c = &st.check
+		if acct != nil {
+			if c.pool, err = s.poolOf(ctx, acct, base); err != nil {
+				return Decision{}, err
+			}
+		}
 		d, err = s.chain.Check(ctx, c)
 		switch {
 		case errors.Is(err, errTierUnconfirmed):
@@ -180,6 +190,11 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 		d.Windows, d.Concurrency = &u.Windows, unconsumed(&u, tier)
 		if d.Shadow, err = s.limiter.shadowView(ctx, c.UserID, tier, c.Now); err != nil {
 			return Decision{}, err
+		}
+		if c.pool != nil {
+			if d.Account, err = s.limiter.poolView(ctx, c.pool, c.Now); err != nil {
+				return Decision{}, err
+			}
 		}
 	}
 	if s.counter != nil && !dryRun {

@@ -15,7 +15,8 @@ const (
 	CountTokens      = "tokens" // any token window
 	CountConcurrency = "concurrency"
 	CountFeature     = "feature"
-	CountOther       = "other" // a guardrail a deployment added
+	CountAccount     = "account" // any of an account's pooled limits
+	CountOther       = "other"   // a guardrail a deployment added
 	// CountShadowPrefix starts the reason of a check that a tier's shadow
 	// limits would have refused: "shadow_minute", "shadow_hour", ... It is
 	// counted beside the check's real answer, never as a refusal.
@@ -30,7 +31,7 @@ const (
 func ShadowReason(w Window) string { return CountShadowPrefix + w.String() }
 
 // RefusalReasons lists the reasons of refusals in the order pages show them.
-var RefusalReasons = [...]string{CountMinute, CountHour, CountDay, CountTokens, CountConcurrency, CountFeature, CountOther}
+var RefusalReasons = [...]string{CountMinute, CountHour, CountDay, CountTokens, CountConcurrency, CountAccount, CountFeature, CountOther}
 
 // StatsKeepFor is how long the counts of checks are kept.
 const StatsKeepFor = 8 * 24 * time.Hour
@@ -51,6 +52,8 @@ func CountReason(d *Decision) string {
 		return CountAdmitted
 	case d.Guardrail == (TierAccess{}).Name():
 		return CountFeature
+	case strings.HasPrefix(d.Reason, AccountReasonPrefix):
+		return CountAccount
 	case d.Reason == ConcurrencyReason:
 		return CountConcurrency
 	case strings.HasSuffix(d.Reason, " token limit exceeded"):

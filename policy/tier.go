@@ -64,6 +64,10 @@ type Tier struct {
 	// the request limits would do before it is made (see Promoted).
 	Shadow *RequestLimits
 
+	// Account, when set, holds the pooled limits of an account on this
+	// plan, which all its members' checks draw on (see Account.Pool).
+	Account *PoolLimits
+
 	// ID is the tier's number in its store, which records it with each
 	// request checked under the tier; 0 when the store gave it none. A
 	// name keeps its ID, so it is no limit: SameLimits ignores it.
@@ -141,6 +145,9 @@ func (t *Tier) ValidateFields() []FieldError {
 	errs = append(errs, t.validateLimits()...)
 	if t.Shadow != nil {
 		errs = append(errs, t.Shadow.validate("shadow.")...)
+	}
+	if t.Account != nil {
+		errs = append(errs, t.Account.ValidateFields("account.")...)
 	}
 	seen := make(map[string]bool, len(t.Features))
 	for _, f := range t.Features {
@@ -278,6 +285,7 @@ func (c *TierChange) Deleted() bool { return c.New == nil }
 func SameLimits(a, b *Tier) bool {
 	return sameLimitValues(a, b) &&
 		sameShadow(a, b) &&
+		(a.Account == nil) == (b.Account == nil) && (a.Account == nil || a.Account.Equal(b.Account)) &&
 		a.Description == b.Description &&
 		slices.Equal(a.Features, b.Features) &&
 		(a.Models == nil) == (b.Models == nil) && slices.Equal(a.Models, b.Models)

@@ -4,13 +4,14 @@ import "context"
 
 // TierOf returns the tier a check of userID that names no tier is decided
 // under, with the user's overrides applied: the tier their record assigns,
-// else the default tier. It records nothing and reads the user's record
+// else its account's tier, else the default tier. account names the
+// account of a user whose record names none (see Request.Account). It records nothing and reads the user's record
 // and the tier from the stores' memory where they keep them, as a
 // recording check first does, so it may lag a moment behind a change
 // another process made; the Decision's Tier of a check that follows is
 // the confirmed one. The gateway finds with it, before checking a call,
 // whether the user's tier includes the model called.
-func (s *Service) TierOf(ctx context.Context, userID string) (Tier, error) {
+func (s *Service) TierOf(ctx context.Context, userID, account string) (Tier, error) {
 	if userID == "" {
 		userID = AnonymousUser
 	}
@@ -21,7 +22,12 @@ func (s *Service) TierOf(ctx context.Context, userID string) (Tier, error) {
 	if err != nil {
 		return Tier{}, err
 	}
-	name := s.tierName(&Request{}, rec)
+	req := Request{Account: account}
+	acct, err := s.accountOf(ctx, &req, rec)
+	if err != nil {
+		return Tier{}, err
+	}
+	name := s.tierName(&req, rec, acct)
 	t, cached := Tier{}, false
 	if !s.tiersUnconfirmable.Load() {
 		t, cached = s.tiers.CachedTier(name)

@@ -27,7 +27,7 @@ func TestTierOf(t *testing.T) {
 		{"nobody", "basic", basic.RequestsPerMinute},
 		{"", "basic", basic.RequestsPerMinute},
 	} {
-		got, err := svc.TierOf(ctx, tc.user)
+		got, err := svc.TierOf(ctx, tc.user, "")
 		if err != nil || got.Name != tc.tier || got.RequestsPerMinute != tc.perMinute {
 			t.Errorf("TierOf(%q) = %s at %d a minute (%v), want %s at %d", tc.user, got.Name, got.RequestsPerMinute, err, tc.tier, tc.perMinute)
 		}
@@ -35,11 +35,11 @@ func TestTierOf(t *testing.T) {
 	if users.reads != 0 {
 		t.Errorf("TierOf read %d records from storage, want none: memory holds them", users.reads)
 	}
-	if _, err := svc.TierOf(ctx, "bad\x00id"); policy.ErrorCode(err) != policy.EINVALID {
+	if _, err := svc.TierOf(ctx, "bad\x00id", ""); policy.ErrorCode(err) != policy.EINVALID {
 		t.Errorf("a malformed user id: %v, want EINVALID", err)
 	}
 	bare := policy.NewService(s, s, policy.WithDefaultTier("gold"))
-	if got, err := bare.TierOf(ctx, "g"); err != nil || got.Name != "gold" {
+	if got, err := bare.TierOf(ctx, "g", ""); err != nil || got.Name != "gold" {
 		t.Errorf("a service without records: %s (%v), want the default tier", got.Name, err)
 	}
 }

@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -18,8 +19,12 @@ type UserRecord struct {
 	UserID string
 	// Tier is the assigned tier; empty assigns none, and the check's tier
 	// (or the default) is used, with Limits applied to it.
-	Tier      string
-	Limits    Limits
+	Tier   string
+	Limits Limits
+	// Account names the account the user belongs to; empty for none. A
+	// member's checks also draw on its pooled limits, and a member without
+	// a Tier is checked under the account's.
+	Account   string
 	Note      string
 	UpdatedAt time.Time
 }
@@ -46,6 +51,11 @@ func (r *UserRecord) ValidateFields() []FieldError {
 		errs = append(errs, FieldError{"tier", "tier must be null or match [a-z0-9][a-z0-9_-]{0,62}"})
 	}
 	errs = append(errs, r.Limits.ValidateFields()...)
+	if r.Account != "" {
+		if err := validAccountID(r.Account); err != nil {
+			errs = append(errs, FieldError{"account", strings.Replace(ErrorMessage(err), "account_id", "account", 1)})
+		}
+	}
 	if len(r.Note) > MaxNote {
 		errs = append(errs, FieldError{"note", "note must be at most 1024 bytes"})
 	} else if !utf8.ValidString(r.Note) {
@@ -57,16 +67,16 @@ func (r *UserRecord) ValidateFields() []FieldError {
 // SameRecord reports whether a and b assign the same tier with the same
 // overrides and note; UpdatedAt is not compared.
 func SameRecord(a, b *UserRecord) bool {
-	return a.UserID == b.UserID && a.Tier == b.Tier && a.Note == b.Note && a.Limits.Equal(b.Limits)
+	return a.UserID == b.UserID && a.Tier == b.Tier && a.Account == b.Account && a.Note == b.Note && a.Limits.Equal(b.Limits)
 }
 
 // sameDecisions reports whether deciding a check under a instead of b
 // could change any answer: a nil record assigns and overrides nothing.
 func sameDecisions(a, b *UserRecord) bool {
 	if a == nil || b == nil {
-		return (a == nil || a.Tier == "" && a.Limits.IsZero()) && (b == nil || b.Tier == "" && b.Limits.IsZero())
+		return (a == nil || a.Tier == "" && a.Account == "" && a.Limits.IsZero()) && (b == nil || b.Tier == "" && b.Account == "" && b.Limits.IsZero())
 	}
-	return a.Tier == b.Tier && a.Limits.Equal(b.Limits)
+	return a.Tier == b.Tier && a.Account == b.Account && a.Limits.Equal(b.Limits)
 }
 
 // UserChange is one change to one user record, as the audit log keeps it.
@@ -140,8 +150,17 @@ var errUserUnconfirmed = errors.New("the request store cannot confirm a cached u
 
 // WithUsers makes the service keep user records in users: a record's tier
 // and overrides then decide its user's checks. Without it the service has
-// no records, and their methods fail with EINTERNAL.
-func WithUsers(users UserStore) Option { return func(s *Service) { s.users = users } }
+// no records, and their methods fail with EINTERNAL. When users is also
+// an AccountStore, the service keeps accounts there too (a record names
+// its user's account), unless WithAccounts says otherwise.
+func WithUsers(users UserStore) Option {
+	return func(s *Service) {
+		s.users = users
+		if a, ok := users.(AccountStore); ok && s.accounts == nil {
+			s.accounts = a
+		}
+	}
+}
 
 // WithTrustClientTier sets whether a check's own tier (Request.Tier, the
 // API's context.user_tier) is believed for a user without an assigned
@@ -159,11 +178,13 @@ func (s *Service) TrustsClientTier() bool { return !s.distrustClientTier }
 func (s *Service) KeepsUserRecords() bool { return s.users != nil }
 
 // tierName returns the tier a check of req is decided under, given its
-// user's record r (nil for none).
-func (s *Service) tierName(req *Request, r *UserRecord) string {
+// user's record r and account a (nil for none).
+func (s *Service) tierName(req *Request, r *UserRecord, a *Account) string {
 	switch {
 	case r != nil && r.Tier != "":
 		return r.Tier
+	case a != nil:
+		return a.Tier
 	case req.Tier != "" && !s.distrustClientTier:
 		return req.Tier
 	}

@@ -1,0 +1,221 @@
+package api
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/labstack/echo/v4"
+
+	"github.com/policyguard/policyguard/policy"
+)
+
+// accountJSON is an account on the wire: limits holds only the pooled
+// limits it overrides, null when none; a limit given as null removes the
+// plan's.
+type accountJSON struct {
+	AccountID string            `json:"account_id"`
+	Tier      string            `json:"tier"`
+	Limits    map[string]*int64 `json:"limits,format:emitnull"`
+	Note      string            `json:"note"`
+	UpdatedAt time.Time         `json:"updated_at,omitzero"`
+}
+
+func accountToJSON(a *policy.Account) accountJSON {
+	return accountJSON{AccountID: a.AccountID, Tier: a.Tier, Limits: a.Limits.Values(), Note: a.Note, UpdatedAt: a.UpdatedAt.UTC()}
+}
+
+// accountBody is what a PUT body may hold; account_id and updated_at are
+// accepted so that an answer can be sent back as it is.
+type accountBody struct {
+	AccountID *string                   `json:"account_id"`
+	Tier      *string                   `json:"tier"`
+	Limits    map[string]jsontext.Value `json:"limits"`
+	Note      string                    `json:"note"`
+	UpdatedAt jsontext.Value            `json:"updated_at"`
+}
+
+// readAccount reads the body of PUT /v1/accounts/{id}.
+func readAccount(data []byte, pathID string) (policy.Account, error) {
+	var in accountBody
+	if err := unmarshalObject(data, &in, strictOptions); err != nil {
+		return policy.Account{}, err
+	}
+	if in.AccountID != nil && *in.AccountID != pathID {
+		return policy.Account{}, policy.Errorf(policy.EINVALID, "account_id %s in the body does not match %s in the path", policy.Quote(*in.AccountID), policy.Quote(pathID))
+	}
+	if in.Tier == nil || *in.Tier == "" {
+		return policy.Account{}, policy.Errorf(policy.EINVALID, "tier is required: the name of the account's plan")
+	}
+	values, err := readLimitValues(in.Limits, "limits")
+	if err != nil {
+		return policy.Account{}, err
+	}
+	o, err := policy.PoolOverridesOf(values)
+	if err != nil {
+		return policy.Account{}, err
+	}
+	a := policy.Account{AccountID: pathID, Tier: *in.Tier, Limits: o, Note: in.Note}
+	return a, a.Validate()
+}
+
+// readLimitValues reads an object of limit fields, each an integer or
+// null; prefix names the object in messages.
+func readLimitValues(raw map[string]jsontext.Value, prefix string) (map[string]*int64, error) {
+	values := make(map[string]*int64, len(raw))
+	for name, v := range raw {
+		if _, ok := policy.LimitFieldNamed(name); !ok {
+			return nil, policy.Errorf(policy.EINVALID, "unknown field %s in %s", policy.Quote(name), prefix)
+		}
+		var n *int64
+		if json.Unmarshal(v, &n) != nil || n != nil && (*n < 0 || *n > policy.MaxLimit) {
+			return nil, policy.Errorf(policy.EINVALID, "%s.%s must be null or an integer from 0 to %d", prefix, name, policy.MaxLimit)
+		}
+		values[name] = n
+	}
+	return values, nil
+}
+
+func (s *Server) handleListAccounts(c echo.Context) error {
+	limit := DefaultUsersPage
+	if v := c.QueryParam("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxUsersPage {
+			return policy.Errorf(policy.EINVALID, "limit must be an integer from 1 to %d", MaxUsersPage)
+		}
+		limit = n
+	}
+	after := c.QueryParam("after")
+	if err := policy.ValidateUserID(after); err != nil {
+		return policy.Errorf(policy.EINVALID, "after: %s", policy.ErrorMessage(err))
+	}
+	accounts, err := s.svc.Accounts(c.Request().Context(), after, limit+1)
+	if err != nil {
+		return err
+	}
+	var next *string
+	if len(accounts) > limit {
+		accounts = accounts[:limit]
+		next = &accounts[limit-1].AccountID
+	}
+	out := make([]accountJSON, len(accounts))
+	for i := range accounts {
+		out[i] = accountToJSON(&accounts[i])
+	}
+	return c.JSON(http.StatusOK, struct {
+		Accounts []accountJSON `json:"accounts"`
+		Next     *string       `json:"next"`
+	}{out, next})
+}
+
+func (s *Server) handleGetAccount(c echo.Context) error {
+	id, err := pathParam(c, "account_id")
+	if err != nil {
+		return err
+	}
+	a, err := s.svc.Account(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, accountToJSON(&a))
+}
+
+func (s *Server) handlePutAccount(c echo.Context) error {
+	id, err := pathParam(c, "account_id")
+	if err != nil {
+		return err
+	}
+	data, err := io.ReadAll(c.Request().Body)
+	if err != nil {
+		return err
+	}
+	a, err := readAccount(data, id)
+	if err != nil {
+		return err
+	}
+	a, created, err := s.svc.PutAccount(policy.WithChangeSource(c.Request().Context(), policy.SourceAPI), a)
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	return c.JSON(status, accountToJSON(&a))
+}
+
+func (s *Server) handleDeleteAccount(c echo.Context) error {
+	id, err := pathParam(c, "account_id")
+	if err != nil {
+		return err
+	}
+	if err := s.svc.DeleteAccount(c.Request().Context(), id); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+// accountUsageResponse is GET /v1/accounts/{id}/usage: the pooled state in
+// the shape of GET /v1/usage/{user_id}, limit, remaining and reset given
+// for the windows the pool limits.
+type accountUsageResponse struct {
+	AccountID     string              `json:"account_id"`
+	Tier          string              `json:"tier"`
+	Limits        map[string]*int64   `json:"limits"`
+	Windows       usageWindowsReponse `json:"windows"`
+	CallsInFlight int64               `json:"calls_in_flight"`
+}
+
+func (s *Server) handleGetAccountUsage(c echo.Context) error {
+	id, err := pathParam(c, "account_id")
+	if err != nil {
+		return err
+	}
+	u, err := s.svc.AccountUsage(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	st := policy.AccountState{Limits: u.Limits}
+	win := func(w policy.Window) usageWindow {
+		ws := u.Windows[w]
+		out := usageWindow{Count: ws.Count}
+		if st.Limited(w) {
+			out.Limit, out.Remaining, out.Reset = &ws.Limit, &ws.Remaining, &ws.Reset
+		}
+		if t := ws.Tokens; t != nil {
+			out.Tokens.Used = t.Used
+			if t.Limited {
+				out.Tokens.Limit, out.Tokens.Remaining, out.Tokens.Reset = &t.Limit, &t.Remaining, &t.Reset
+			}
+		}
+		return out
+	}
+	return c.JSON(http.StatusOK, accountUsageResponse{
+		AccountID:     id,
+		Tier:          u.Account.Tier,
+		Limits:        u.Limits.Values(),
+		CallsInFlight: u.CallsInFlight,
+		Windows: usageWindowsReponse{
+			Minute: win(policy.Minute),
+			Hour:   win(policy.Hour),
+			Day:    win(policy.Day),
+		},
+	})
+}
+
+func (s *Server) handleDeleteAccountUsage(c echo.Context) error {
+	id, err := pathParam(c, "account_id")
+	if err != nil {
+		return err
+	}
+	if _, err := s.svc.Account(c.Request().Context(), id); err != nil {
+		return err
+	}
+	if err := s.svc.ForgetAccount(c.Request().Context(), id); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}

@@ -1,0 +1,178 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-json-experiment/json"
+
+	"github.com/policyguard/policyguard/policy"
+)
+
+var _ policy.AccountStore = (*Store)(nil)
+
+const accountColumns = `account_id, tier, limits, note, updated_at`
+
+// accountRow is a row of the accounts table.
+type accountRow struct {
+	ID        string
+	Tier      string
+	Limits    string // JSON: the overrides by field name
+	Note      string
+	UpdatedAt int64 // Unix microseconds
+}
+
+func (r *accountRow) scanArgs() []any {
+	return []any{&r.ID, &r.Tier, &r.Limits, &r.Note, &r.UpdatedAt}
+}
+
+func (r *accountRow) account() (policy.Account, error) {
+	var values map[string]*int64
+	if err := json.Unmarshal([]byte(r.Limits), &values); err != nil {
+		return policy.Account{}, fmt.Errorf("accounts.limits of %q: %w", r.ID, err)
+	}
+	o, err := policy.PoolOverridesOf(values)
+	if err != nil {
+		return policy.Account{}, fmt.Errorf("accounts.limits of %q: %w", r.ID, err)
+	}
+	return policy.Account{AccountID: r.ID, Tier: r.Tier, Limits: o, Note: r.Note, UpdatedAt: time.UnixMicro(r.UpdatedAt).UTC()}, nil
+}
+
+func accountArgs(a *policy.Account) []any {
+	values := a.Limits.Values()
+	if values == nil {
+		values = map[string]*int64{}
+	}
+	b, _ := json.Marshal(values, json.Deterministic(true)) // cannot fail: names and integers
+	return []any{a.AccountID, a.Tier, string(b), a.Note, a.UpdatedAt.UnixMicro()}
+}
+
+// Account implements policy.AccountStore: one read of the table.
+func (s *Store) Account(ctx context.Context, id string) (policy.Account, error) {
+	var r accountRow
+	err := s.db.QueryRowContext(ctx, s.d.bind(`SELECT `+accountColumns+` FROM accounts WHERE account_id = ?`), id).Scan(r.scanArgs()...)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return policy.Account{}, policy.Errorf(policy.ENOTFOUND, "account %s not found", policy.Quote(id))
+	case err != nil:
+		return policy.Account{}, unavailable(err)
+	}
+	return r.account()
+}
+
+// Accounts implements policy.AccountStore.
+func (s *Store) Accounts(ctx context.Context, after string, limit int) ([]policy.Account, error) {
+	rows, err := s.db.QueryContext(ctx, s.d.bind(`SELECT `+accountColumns+` FROM accounts WHERE account_id > ? ORDER BY account_id LIMIT ?`), after, limit)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	defer rows.Close()
+	out := []policy.Account{}
+	for rows.Next() {
+		var r accountRow
+		if err := rows.Scan(r.scanArgs()...); err != nil {
+			return nil, unavailable(err)
+		}
+		a, err := r.account()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, unavailable(rows.Err())
+}
+
+// PutAccount implements policy.AccountStore in one writer transaction, so
+// that the account's tier exists when it commits.
+func (s *Store) PutAccount(ctx context.Context, a policy.Account) (created bool, err error) {
+	if err := a.Validate(); err != nil {
+		return false, err
+	}
+	err = s.writer.do(ctx, func(tx *writeTx) error {
+		if err := tx.lockAdmin(); err != nil {
+			return err
+		}
+		var one int
+		err := tx.conn.QueryRowContext(tx.ctx, tx.d.bind(`SELECT 1 FROM tiers WHERE name = ?`), a.Tier).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return policy.Errorf(policy.EINVALID, "unknown tier %s", policy.Quote(a.Tier))
+		} else if err != nil {
+			return unavailable(err)
+		}
+		err = tx.conn.QueryRowContext(tx.ctx, tx.d.bind(`SELECT 1 FROM accounts WHERE account_id = ?`), a.AccountID).Scan(&one)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			created = true
+		case err != nil:
+			return unavailable(err)
+		default:
+			created = false
+		}
+		_, err = tx.conn.ExecContext(tx.ctx, tx.d.bind(`INSERT INTO accounts (`+accountColumns+`) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (account_id) DO UPDATE SET tier = excluded.tier, limits = excluded.limits,
+				note = excluded.note, updated_at = excluded.updated_at`), accountArgs(&a)...)
+		return unavailable(err)
+	})
+	return created, err
+}
+
+// DeleteAccount implements policy.AccountStore.
+func (s *Store) DeleteAccount(ctx context.Context, id string) error {
+	return s.writer.do(ctx, func(tx *writeTx) error {
+		if err := tx.lockAdmin(); err != nil {
+			return err
+		}
+		var n int64
+		if err := tx.conn.QueryRowContext(tx.ctx, tx.d.bind(`SELECT count(*) FROM users WHERE account = ?`), id).Scan(&n); err != nil {
+			return unavailable(err)
+		}
+		if n > 0 {
+			return policy.Errorf(policy.ECONFLICT, "account %s has %d %s; move them to another account or remove it from their records first",
+				policy.Quote(id), n, plural(n, "member", "members"))
+		}
+		res, err := tx.conn.ExecContext(tx.ctx, tx.d.bind(`DELETE FROM accounts WHERE account_id = ?`), id)
+		if err != nil {
+			return unavailable(err)
+		}
+		if k, _ := res.RowsAffected(); k == 0 {
+			return policy.Errorf(policy.ENOTFOUND, "account %s not found", policy.Quote(id))
+		}
+		return nil
+	})
+}
+
+// Members implements policy.AccountStore: a range of users_account.
+func (s *Store) Members(ctx context.Context, id, after string, limit int) ([]policy.UserRecord, error) {
+	rows, err := s.db.QueryContext(ctx, s.d.bind(`SELECT `+userColumns+` FROM users WHERE account = ? AND user_id > ? ORDER BY user_id LIMIT ?`), id, after, limit)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	defer rows.Close()
+	out := []policy.UserRecord{}
+	for rows.Next() {
+		var r userRow
+		if err := rows.Scan(r.scanArgs()...); err != nil {
+			return nil, unavailable(err)
+		}
+		out = append(out, r.record())
+	}
+	return out, unavailable(rows.Err())
+}
+
+// accountsOnTier returns how many accounts have tier name as their plan.
+func accountsOnTier(tx *writeTx, name string) (int64, error) {
+	var n int64
+	err := tx.conn.QueryRowContext(tx.ctx, tx.d.bind(`SELECT count(*) FROM accounts WHERE tier = ?`), name).Scan(&n)
+	return n, unavailable(err)
+}
+
+// plural returns one when n is 1, else many.
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

@@ -1,0 +1,467 @@
+package policy
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// An account is an organization's subscription: its members' checks must
+// pass their own limits and the account's pooled limits, counted over the
+// requests, tokens and open calls of every member. The pool is counted as
+// a history of its own, under AccountKey(id), which no user id can equal:
+// so a store counts, settles, prunes and forgets it with the same
+// statements as a user's, and a member's admission is one transaction over
+// two histories (see PoolStore).
+
+// PoolLimits are an account's pooled limits: one per row of LimitFields,
+// in its order; nil sets no limit. A tier's Account holds the pooled
+// limits of an account on its plan, and an account's record may override
+// them (PoolOverrides).
+type PoolLimits [len(LimitFields)]*int64
+
+// noPoolLimit is the ceiling of a pooled request window without a limit:
+// more requests than a day can hold.
+const noPoolLimit = 1 << 50
+
+// Get returns the pooled limit of f; nil when there is none.
+func (p *PoolLimits) Get(f *LimitField) *int64 { return p[f.index()] }
+
+// Set sets the pooled limit of f to v (nil: none).
+func (p *PoolLimits) Set(f *LimitField, v *int64) { p[f.index()] = v }
+
+// IsZero reports whether p limits nothing.
+func (p *PoolLimits) IsZero() bool { return *p == PoolLimits{} }
+
+// Equal reports whether p and q set the same limits to the same values.
+func (p *PoolLimits) Equal(q *PoolLimits) bool {
+	for i := range p {
+		if !sameValue(p[i], q[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// Metered reports whether p limits tokens or concurrent calls.
+func (p *PoolLimits) Metered() bool {
+	for i := range LimitFields {
+		if k := LimitFields[i].Kind; (k == KindTokens || k == KindConcurrency) && p[i] != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// ValidateFields returns the problems of p, each field named with prefix
+// ("account."), by the rules of a tier's limits.
+func (p *PoolLimits) ValidateFields(prefix string) []FieldError {
+	return fieldErrors(limitProblems(prefix, func(f *LimitField) (int64, bool) {
+		if v := p.Get(f); v != nil {
+			return *v, true
+		}
+		return 0, false
+	}))
+}
+
+// Values returns p by field name: a nil value sets no limit.
+func (p *PoolLimits) Values() map[string]*int64 {
+	m := make(map[string]*int64, len(p))
+	for i := range LimitFields {
+		m[LimitFields[i].Name] = p[i]
+	}
+	return m
+}
+
+// PoolLimitsOf returns the PoolLimits whose Values are values; a name
+// missing sets no limit. An unknown name is an EINVALID error naming it.
+func PoolLimitsOf(values map[string]*int64) (PoolLimits, error) {
+	var p PoolLimits
+	for _, name := range sortedKeys(values) {
+		f, ok := LimitFieldNamed(name)
+		if !ok {
+			return PoolLimits{}, Errorf(EINVALID, "unknown field %s in account", Quote(name))
+		}
+		p.Set(f, values[name])
+	}
+	return p, nil
+}
+
+// WithOverrides returns p with the limits o sets replaced.
+func (p PoolLimits) WithOverrides(o PoolOverrides) PoolLimits {
+	for i := range o {
+		if o[i].Set {
+			p[i] = o[i].Limit
+		}
+	}
+	return p
+}
+
+// Tier returns p as the tier a pooled check is evaluated and metered on,
+// named name with ID id: a request window without a limit admits more than
+// any window holds.
+func (p *PoolLimits) Tier(name string, id int64) Tier {
+	t := Tier{Name: name, ID: id}
+	for i := range LimitFields {
+		f := &LimitFields[i]
+		v := p[i]
+		if req, opt := f.onTier(&t); opt != nil {
+			*opt = v
+		} else if v != nil {
+			*req = *v
+		} else if f.Kind == KindRequests {
+			*req = noPoolLimit
+		}
+	}
+	return t
+}
+
+// PoolOverrides are an account record's overrides of its plan's pooled
+// limits, one per row of LimitFields: an Override not Set keeps the
+// plan's; Set with a nil Limit removes it.
+type PoolOverrides [len(LimitFields)]Override
+
+// IsZero reports whether o overrides nothing.
+func (o *PoolOverrides) IsZero() bool { return o.Equal(&PoolOverrides{}) }
+
+// Equal reports whether o and q override the same limits with the same
+// values.
+func (o *PoolOverrides) Equal(q *PoolOverrides) bool {
+	for i := range o {
+		if o[i].Set != q[i].Set || o[i].Set && !sameValue(o[i].Limit, q[i].Limit) {
+			return false
+		}
+	}
+	return true
+}
+
+// Values returns the limits o overrides, by name; nil when it overrides
+// none.
+func (o *PoolOverrides) Values() map[string]*int64 {
+	var m map[string]*int64
+	for i := range LimitFields {
+		if o[i].Set {
+			if m == nil {
+				m = make(map[string]*int64)
+			}
+			m[LimitFields[i].Name] = o[i].Limit
+		}
+	}
+	return m
+}
+
+// PoolOverridesOf returns the overrides whose Values are values. An
+// unknown name is an EINVALID error naming it.
+func PoolOverridesOf(values map[string]*int64) (PoolOverrides, error) {
+	var o PoolOverrides
+	for _, name := range sortedKeys(values) {
+		f, ok := LimitFieldNamed(name)
+		if !ok {
+			return PoolOverrides{}, Errorf(EINVALID, "unknown field %s in limits", Quote(name))
+		}
+		o[f.index()] = Override{Set: true, Limit: values[name]}
+	}
+	return o, nil
+}
+
+func sortedKeys(m map[string]*int64) []string {
+	names := make([]string, 0, len(m))
+	for name := range m {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// index returns f's row in LimitFields.
+func (f *LimitField) index() int { return int(f.id) }
+
+// AccountKeyPrefix begins the key of every account's pool in a
+// RequestStore: a control character, which no user id holds.
+const AccountKeyPrefix = "\x01account:"
+
+// AccountKey returns the key of the pool of the account named id in a
+// RequestStore.
+func AccountKey(id string) string { return AccountKeyPrefix + id }
+
+// IsAccountKey reports whether key names an account's pool.
+func IsAccountKey(key string) bool {
+	return len(key) >= len(AccountKeyPrefix) && key[:len(AccountKeyPrefix)] == AccountKeyPrefix
+}
+
+// Account is an organization's subscription: the plan its members are
+// checked under when their records assign none, and the pooled limits
+// they share (the plan's Account, with Limits applied).
+type Account struct {
+	AccountID string
+	// Tier names the account's plan; it must exist.
+	Tier      string
+	Limits    PoolOverrides
+	Note      string
+	UpdatedAt time.Time
+}
+
+// ValidateFields returns every problem with a, in field order.
+func (a *Account) ValidateFields() []FieldError {
+	var errs []FieldError
+	if err := validAccountID(a.AccountID); err != nil {
+		errs = append(errs, FieldError{"account_id", ErrorMessage(err)})
+	}
+	if !ValidTierName(a.Tier) {
+		errs = append(errs, FieldError{"tier", "tier must match [a-z0-9][a-z0-9_-]{0,62}"})
+	}
+	for _, p := range limitProblems("limits.", func(f *LimitField) (int64, bool) {
+		if o := a.Limits[f.index()]; o.Set && o.Limit != nil {
+			return *o.Limit, true
+		}
+		return 0, false
+	}) {
+		if p.shorter == nil {
+			errs = append(errs, p.FieldError)
+		}
+	}
+	if len(a.Note) > MaxNote {
+		errs = append(errs, FieldError{"note", "note must be at most 1024 bytes"})
+	} else if !utf8.ValidString(a.Note) {
+		errs = append(errs, FieldError{"note", "note must be valid UTF-8"})
+	}
+	return errs
+}
+
+// Validate reports the first problem with a, or nil.
+func (a *Account) Validate() error {
+	if errs := a.ValidateFields(); len(errs) > 0 {
+		return &Error{Code: EINVALID, Message: errs[0].Message}
+	}
+	return nil
+}
+
+// Pool returns the pooled limits of a on its plan t.
+func (a *Account) Pool(t *Tier) PoolLimits {
+	var p PoolLimits
+	if t.Account != nil {
+		p = *t.Account
+	}
+	return p.WithOverrides(a.Limits)
+}
+
+// validAccountID checks an account id: the rules of a user id, not empty.
+func validAccountID(id string) error {
+	if id == "" {
+		return Errorf(EINVALID, "account_id must not be empty")
+	}
+	if err := ValidateUserID(id); err != nil {
+		return Errorf(EINVALID, "%s", strings.Replace(ErrorMessage(err), "user_id", "account_id", 1))
+	}
+	return nil
+}
+
+// AccountStore keeps account records. Implementations are safe for
+// concurrent use.
+type AccountStore interface {
+	// Account returns the account named id as stored, or ENOTFOUND.
+	Account(ctx context.Context, id string) (Account, error)
+	// Accounts returns at most limit accounts whose ids sort after
+	// after, ordered by id.
+	Accounts(ctx context.Context, after string, limit int) ([]Account, error)
+	// PutAccount creates or replaces a, whose tier must exist (EINVALID
+	// otherwise), and reports whether it was created.
+	PutAccount(ctx context.Context, a Account) (created bool, err error)
+	// DeleteAccount removes the account named id: ENOTFOUND when there is
+	// none, ECONFLICT while user records name it as their account.
+	DeleteAccount(ctx context.Context, id string) error
+	// Members returns at most limit records of the account's members
+	// whose user ids sort after after, ordered by user id.
+	Members(ctx context.Context, id, after string, limit int) ([]UserRecord, error)
+}
+
+// PoolStore is implemented by a RequestStore that admits a member's check
+// against two histories at once: its account's pool (under the key
+// AccountKey) and its own. AdmitPooled calls decide with both and records
+// what each Admission says, both or neither, in one transaction; no
+// other admission, finish or keepalive of either key runs between the
+// reading and the writing. Locks are taken pool first, then user.
+type PoolStore interface {
+	AdmitPooled(ctx context.Context, poolKey, userID string, decide func(pool, own History) (pooled, admitted Admission, err error)) error
+}
+
+// AccountState is the pooled state of a member's account after a check.
+type AccountState struct {
+	ID string
+	// Limits are the pooled limits the check was decided on.
+	Limits PoolLimits
+	// Windows is each window's pooled state; a window whose request limit
+	// is unset has Limit and Remaining of noPoolLimit (see Limited).
+	Windows [len(Windows)]WindowState
+	// Concurrency is the account's calls in flight against its pooled
+	// max_concurrent; nil when it sets none.
+	Concurrency *ConcurrencyState
+}
+
+// Limited reports whether the pool limits the requests of window w.
+func (a *AccountState) Limited(w Window) bool {
+	for i := range LimitFields {
+		if f := &LimitFields[i]; f.Kind == KindRequests && f.Window == w {
+			return a.Limits[i] != nil
+		}
+	}
+	return false
+}
+
+// AccountReasonPrefix begins the reason of a refusal by an account's pooled
+// limits.
+const AccountReasonPrefix = "account "
+
+// WithAccounts makes the service keep accounts in accounts.
+func WithAccounts(accounts AccountStore) Option { return func(s *Service) { s.accounts = accounts } }
+
+// KeepsAccounts reports whether the service has a store of accounts.
+func (s *Service) KeepsAccounts() bool { return s.accounts != nil }
+
+func errNoAccounts() error {
+	return Errorf(EINTERNAL, "this service keeps no accounts (see policy.WithAccounts)")
+}
+
+// Account returns the account named id, or an ENOTFOUND error.
+func (s *Service) Account(ctx context.Context, id string) (Account, error) {
+	if s.accounts == nil {
+		return Account{}, errNoAccounts()
+	}
+	if err := validAccountID(id); err != nil {
+		return Account{}, err
+	}
+	return s.accounts.Account(ctx, id)
+}
+
+// Accounts returns at most limit accounts whose ids sort after after.
+func (s *Service) Accounts(ctx context.Context, after string, limit int) ([]Account, error) {
+	if s.accounts == nil {
+		return nil, errNoAccounts()
+	}
+	if limit <= 0 {
+		return nil, nil
+	}
+	return s.accounts.Accounts(ctx, after, limit)
+}
+
+// PutAccount validates a, stamps it with the current time and creates or
+// replaces it; it reports whether it was created. Its pooled limits, the
+// plan's with a's overrides, must all be able to bind.
+func (s *Service) PutAccount(ctx context.Context, a Account) (Account, bool, error) {
+	if s.accounts == nil {
+		return Account{}, false, errNoAccounts()
+	}
+	if err := a.Validate(); err != nil {
+		return Account{}, false, err
+	}
+	t, err := s.readTier(ctx, a.Tier)
+	if err != nil {
+		return Account{}, false, err
+	}
+	pool := a.Pool(&t)
+	if errs := pool.ValidateFields("limits."); len(errs) > 0 {
+		return Account{}, false, &Error{Code: EINVALID, Message: errs[0].Message}
+	}
+	a.UpdatedAt = s.now().UTC().Truncate(Resolution)
+	created, err := s.accounts.PutAccount(ctx, a)
+	if err != nil {
+		return Account{}, false, err
+	}
+	return a, created, nil
+}
+
+// DeleteAccount removes the account named id; ECONFLICT while users
+// belong to it. Its pooled requests stay until forgotten or pruned.
+func (s *Service) DeleteAccount(ctx context.Context, id string) error {
+	if s.accounts == nil {
+		return errNoAccounts()
+	}
+	if err := validAccountID(id); err != nil {
+		return err
+	}
+	return s.accounts.DeleteAccount(ctx, id)
+}
+
+// Members returns at most limit records of the members of the account
+// named id whose user ids sort after after.
+func (s *Service) Members(ctx context.Context, id, after string, limit int) ([]UserRecord, error) {
+	if s.accounts == nil {
+		return nil, errNoAccounts()
+	}
+	if err := validAccountID(id); err != nil {
+		return nil, err
+	}
+	return s.accounts.Members(ctx, id, after, limit)
+}
+
+// AccountUsage is an account's pooled state at one instant.
+type AccountUsage struct {
+	Account Account
+	Limits  PoolLimits
+	UsageReport
+}
+
+// AccountUsage returns the pooled windows, tokens and open calls of the
+// account named id under its pooled limits, recording nothing.
+func (s *Service) AccountUsage(ctx context.Context, id string) (AccountUsage, error) {
+	a, err := s.Account(ctx, id)
+	if err != nil {
+		return AccountUsage{}, err
+	}
+	t, err := s.readTier(ctx, a.Tier)
+	if err != nil {
+		return AccountUsage{}, err
+	}
+	pool := a.Pool(&t)
+	pt := pool.Tier(t.Name, t.ID)
+	u, err := s.limiter.usage(ctx, AccountKey(id), &pt, s.now(), true)
+	return AccountUsage{Account: a, Limits: pool, UsageReport: u}, err
+}
+
+// ForgetAccount deletes the pooled requests, calls and tokens of the
+// account named id; its members' own stay.
+func (s *Service) ForgetAccount(ctx context.Context, id string) error {
+	if err := validAccountID(id); err != nil {
+		return err
+	}
+	return s.limiter.Store.Forget(ctx, AccountKey(id))
+}
+
+// accountOf returns the account a check of req draws on, given its user's
+// record r: the record's, or else, when the service believes clients, the
+// one the check names. nil when neither names one.
+func (s *Service) accountOf(ctx context.Context, req *Request, r *UserRecord) (*Account, error) {
+	id := ""
+	switch {
+	case r != nil && r.Account != "":
+		id = r.Account
+	case req.Account != "" && !s.distrustClientTier:
+		id = req.Account
+	default:
+		return nil, nil
+	}
+	if s.accounts == nil {
+		return nil, Errorf(EINVALID, "this service keeps no accounts, so the check cannot name account %s", Quote(id))
+	}
+	if err := validAccountID(id); err != nil {
+		return nil, err
+	}
+	a, err := s.accounts.Account(ctx, id)
+	if ErrorCode(err) == ENOTFOUND {
+		return nil, Errorf(EINVALID, "unknown account %s", Quote(id))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// pool is what a member's check draws on besides its own limits.
+type pool struct {
+	account *Account
+	key     string
+	limits  PoolLimits
+	tier    Tier // limits as a tier (see PoolLimits.Tier)
+}

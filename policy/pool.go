@@ -1,0 +1,139 @@
+package policy
+
+import (
+	"context"
+	"time"
+)
+
+// PoolCallID returns the id under which a member's call named id is open
+// in its account's pool: the same call, counted in the second history.
+// Callers only ever see id.
+func PoolCallID(id string) string { return id + "-pool" }
+
+// poolOf returns the pool of a check under acct, whose user's tier as
+// stored is base: the account's plan's pooled limits with its overrides.
+func (s *Service) poolOf(ctx context.Context, acct *Account, base *Tier) (*pool, error) {
+	t := base
+	if acct.Tier != base.Name {
+		read, err := s.readTier(ctx, acct.Tier)
+		if err != nil {
+			return nil, err
+		}
+		t = &read
+	}
+	p := &pool{account: acct, key: AccountKey(acct.AccountID), limits: acct.Pool(t)}
+	p.tier = p.limits.Tier(t.Name, t.ID)
+	return p, nil
+}
+
+// admitPooled is the admission of a member's check: its own history and
+// its account's pool decided and recorded together.
+func (a *admission) admitPooled(ctx context.Context) error {
+	c, store := a.c, a.r.Store
+	if c.DryRun {
+		return store.View(ctx, c.UserID, func(h History) error {
+			if _, err := a.decide(h); err != nil {
+				return err
+			}
+			return store.View(ctx, c.pool.key, func(h History) error {
+				_, err := a.decidePool(h, false)
+				return err
+			})
+		})
+	}
+	ps, ok := store.(PoolStore)
+	if !ok {
+		return Errorf(EINTERNAL, "this request store cannot count an account's pooled limits")
+	}
+	return ps.AdmitPooled(ctx, c.pool.key, c.UserID, func(hp, hu History) (Admission, Admission, error) {
+		own, err := a.decide(hu)
+		if err != nil || a.stale || a.unconfirmable || a.userUnconfirmable {
+			return Admission{}, Admission{}, err
+		}
+		pooled, err := a.decidePool(hp, own.Record)
+		if err != nil {
+			return Admission{}, Admission{}, err
+		}
+		if !pooled.Record {
+			own.Record, own.Call = false, nil
+		}
+		return pooled, own, nil
+	})
+}
+
+// decidePool decides the check against its pool's history h; it records
+// only when the member's own limits admitted it (ownAdmits) and the pool's
+// do too.
+func (a *admission) decidePool(h History, ownAdmits bool) (Admission, error) {
+	c, p := a.c, a.c.pool
+	var err error
+	if a.pev, err = Evaluate(h, &p.tier, c.Now); err != nil {
+		return Admission{}, err
+	}
+	if a.metered {
+		ch, ok := h.(CallHistory)
+		if !ok {
+			return Admission{}, Errorf(EINTERNAL, "account %s meters calls, which this request store does not keep", Quote(p.account.AccountID))
+		}
+		l, err := ch.Calls(c.Now.Truncate(Resolution))
+		if err != nil {
+			return Admission{}, err
+		}
+		if a.pm, err = Meter(l, &p.tier, c.Tokens, c.Now); err != nil {
+			return Admission{}, err
+		}
+	}
+	ok := a.pev.Allowed && (!a.metered || a.pm.Allowed)
+	adm := Admission{At: a.pev.RecordAt, Record: ok && ownAdmits && !c.DryRun, TierID: p.tier.ID}
+	if adm.Record && a.call != nil {
+		pc := *a.call
+		pc.ID, pc.UserID, pc.Tier, pc.Account = PoolCallID(a.call.ID), p.key, p.tier.Name, ""
+		adm.Call = &pc
+	}
+	return adm, nil
+}
+
+// poolVerdict is how the pool decided: whether it admits, why not and
+// when to retry.
+func (a *admission) poolVerdict() (ok bool, reason string, retry int64) {
+	ok = a.pev.Allowed && (!a.metered || a.pm.Allowed)
+	switch {
+	case !a.pev.Allowed:
+		reason = AccountReasonPrefix + a.pev.Blocked.Reason()
+	case !ok:
+		reason = AccountReasonPrefix + a.pm.Reason
+	}
+	retry = a.pev.RetryAfter
+	if a.metered {
+		retry = max(retry, a.pm.RetryAfter)
+	}
+	return ok, reason, retry
+}
+
+// poolState returns the pool's state after the check.
+func (a *admission) poolState(admitted bool) *AccountState {
+	p := a.c.pool
+	if a.pev.Allowed && !admitted {
+		a.pev.withdraw()
+	}
+	s := &AccountState{ID: p.account.AccountID, Limits: p.limits, Windows: a.pev.Windows}
+	if a.metered {
+		tokens, conc := a.pm.States(&p.tier, admitted, a.c.Now)
+		for w := range s.Windows {
+			s.Windows[w].Tokens = tokens[w]
+		}
+		s.Concurrency = conc
+	}
+	return s
+}
+
+// poolView is the pool's state as it stands, with nothing consumed: for a
+// check refused before the RateLimiter ran.
+func (r *RateLimiter) poolView(ctx context.Context, p *pool, now time.Time) (*AccountState, error) {
+	u, err := r.usage(ctx, p.key, &p.tier, now, p.limits.Metered())
+	if err != nil {
+		return nil, err
+	}
+	conc := unconsumed(&u, &p.tier)
+	return &AccountState{ID: p.account.AccountID, Limits: p.limits, Windows: u.Windows, Concurrency: conc}, nil
+}

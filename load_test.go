@@ -51,6 +51,10 @@ import (
 // PostgreSQL as 1, 2 and 3 replicas, and the flatness test runs on the
 // 1-replica set too (load_pg_test.go); without one, that part is left out.
 //
+// The accounts phase (load_accounts_test.go) compares checks of users in
+// accounts, each also decided against its account's pooled limits, with
+// checks of users in none, on SQLite FULL.
+//
 // Last, the gateway phase (load_gateway_test.go) measures the service as
 // a gateway on SQLite FULL beside httputil.ReverseProxy, both forwarding
 // chat completions to a fast fake upstream (api/testdata/fakeupstream,
@@ -211,6 +215,7 @@ func TestLoad(t *testing.T) {
 	bare.stop(t)
 
 	cleanupAndMemory(t, out, cfg, bin, dir, bodies)
+	accountsLoad(t, out, cfg, gen, bin, dir)
 	gatewayLoad(t, out, cfg, bin, fake, dir, gen.wrk)
 }
 

@@ -180,18 +180,30 @@ const accountPolicyPrefix = "account-"
 // fields) for the tighter of the user's windows and the pool's.
 func setAccountHeaders(h http.Header, d *policy.Decision) {
 	a := d.Account
-	pol, lim := h.Get(headerRateLimitPolicy), h.Get(headerRateLimit)
+	var buf [512]byte
+	b := append(buf[:0], h.Get(headerRateLimitPolicy)...)
 	for _, w := range policy.Windows {
-		if !a.Limited(w) {
-			continue
+		if a.Limited(w) {
+			b = append(b, `, "`+accountPolicyPrefix...)
+			b = append(b, w.String()...)
+			b = append(b, `";q=`...)
+			b = strconv.AppendInt(b, a.Windows[w].Limit, 10)
+			b = append(b, ";w="...)
+			b = strconv.AppendInt(b, int64(w.Duration()/time.Second), 10)
 		}
-		ws := a.Windows[w]
-		name := `"` + accountPolicyPrefix + w.String() + `"`
-		pol += ", " + name + ";q=" + strconv.FormatInt(ws.Limit, 10) + ";w=" + strconv.FormatInt(int64(w.Duration()/time.Second), 10)
-		lim += ", " + name + ";r=" + strconv.FormatInt(ws.Remaining, 10) + ";t=" + strconv.FormatInt(effectiveWindow(w, ws), 10)
 	}
-	h[headerRateLimitPolicy] = []string{pol}
-	h[headerRateLimit] = []string{lim}
+	policyEnd := len(b)
+	b = append(b, h.Get(headerRateLimit)...)
+	for _, w := range policy.Windows {
+		if a.Limited(w) {
+			b = append(b, `, "`+accountPolicyPrefix...)
+			b = append(b, w.String()...)
+			b = append(b, `";r=`...)
+			b = strconv.AppendInt(b, a.Windows[w].Remaining, 10)
+			b = append(b, ";t="...)
+			b = strconv.AppendInt(b, effectiveWindow(w, a.Windows[w]), 10)
+		}
+	}
 	ws := tighterWindows(d)
 	tw := policy.Windows[0]
 	for _, w := range policy.Windows {
@@ -199,9 +211,26 @@ func setAccountHeaders(h http.Header, d *policy.Decision) {
 			tw = w
 		}
 	}
-	h[headerXLimit] = []string{strconv.FormatInt(ws[tw].Limit, 10)}
-	h[headerXRemaining] = []string{strconv.FormatInt(ws[tw].Remaining, 10)}
-	h[headerXReset] = []string{strconv.FormatInt(effectiveWindow(tw, ws[tw]), 10)}
+	var ends [5]int
+	ends[0], ends[1] = policyEnd, len(b)
+	b = strconv.AppendInt(b, ws[tw].Limit, 10)
+	ends[2] = len(b)
+	b = strconv.AppendInt(b, ws[tw].Remaining, 10)
+	ends[3] = len(b)
+	b = strconv.AppendInt(b, effectiveWindow(tw, ws[tw]), 10)
+	ends[4] = len(b)
+	s := string(b)
+	vals := make([]string, 5)
+	start := 0
+	for i, end := range ends {
+		vals[i] = s[start:end]
+		start = end
+	}
+	h[headerRateLimitPolicy] = vals[0:1:1]
+	h[headerRateLimit] = vals[1:2:2]
+	h[headerXLimit] = vals[2:3:3]
+	h[headerXRemaining] = vals[3:4:4]
+	h[headerXReset] = vals[4:5:5]
 	setTokenHeaders(h, ws)
 }
 

@@ -50,17 +50,96 @@ func accountArgs(a *policy.Account) []any {
 	return []any{a.AccountID, a.Tier, string(b), a.Note, a.UpdatedAt.UnixMicro()}
 }
 
-// Account implements policy.AccountStore: one read of the table.
+// The store keeps every account in memory (Store.accounts), as it keeps
+// user records: up to date entry by entry, by this process's writes once
+// they commit and by every read of an account as stored (Account), which
+// is what a check does when the writer found the cached account differs
+// from the table. It may lag behind another process, never by more than one
+// check: the writer confirms the account of every member's check it
+// records (see history.CurrentAccount).
+
+// initAccounts loads every account into memory.
+func (s *Store) initAccounts(ctx context.Context) error {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+accountColumns+` FROM accounts`)
+	if err != nil {
+		return unavailable(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r accountRow
+		if err := rows.Scan(r.scanArgs()...); err != nil {
+			return unavailable(err)
+		}
+		a, err := r.account()
+		if err != nil {
+			return err
+		}
+		s.accounts.Store(a.AccountID, a)
+	}
+	return unavailable(rows.Err())
+}
+
+// CachedAccount implements policy.AccountStore from memory.
+func (s *Store) CachedAccount(id string) (policy.Account, bool) {
+	v, ok := s.accounts.Load(id)
+	if !ok {
+		return policy.Account{}, false
+	}
+	return v.(policy.Account), true
+}
+
+// Account implements policy.AccountStore: one read of the table, which
+// also brings the memory's entry up to date.
 func (s *Store) Account(ctx context.Context, id string) (policy.Account, error) {
+	a, found, err := readAccount(ctx, s.db, s.d, id)
+	switch {
+	case err != nil:
+		return policy.Account{}, err
+	case !found:
+		s.accounts.Delete(id)
+		return policy.Account{}, policy.Errorf(policy.ENOTFOUND, "account %s not found", policy.Quote(id))
+	}
+	s.accounts.Store(id, a)
+	return a, nil
+}
+
+// readAccount reads the account named id through q.
+func readAccount(ctx context.Context, q sqlConn, d *dialect, id string) (policy.Account, bool, error) {
 	var r accountRow
-	err := s.db.QueryRowContext(ctx, s.d.bind(`SELECT `+accountColumns+` FROM accounts WHERE account_id = ?`), id).Scan(r.scanArgs()...)
+	err := q.QueryRowContext(ctx, d.bind(`SELECT `+accountColumns+` FROM accounts WHERE account_id = ?`), id).Scan(r.scanArgs()...)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return policy.Account{}, policy.Errorf(policy.ENOTFOUND, "account %s not found", policy.Quote(id))
+		return policy.Account{}, false, nil
 	case err != nil:
-		return policy.Account{}, unavailable(err)
+		return policy.Account{}, false, unavailable(err)
 	}
-	return r.account()
+	a, err := r.account()
+	return a, err == nil, err
+}
+
+// CurrentAccount implements policy.CurrentAccounts in the writer's
+// transaction: the account as the transaction sees it, kept with the
+// writer's state of its pool, which is dropped after this process changes
+// the account and after any write by another process.
+func (h *history) CurrentAccount(id string) (*policy.Account, bool, error) {
+	if h.tx == nil {
+		return nil, false, nil
+	}
+	if err := h.load(); err != nil {
+		return nil, false, err
+	}
+	st := h.st
+	if !st.accountLoaded {
+		a, found, err := readAccount(h.tx.ctx, h.tx.conn, h.tx.d, id)
+		if err != nil {
+			return nil, false, err
+		}
+		st.account, st.accountLoaded = nil, true
+		if found {
+			st.account = &a
+		}
+	}
+	return st.account, st.account != nil, nil
 }
 
 // Accounts implements policy.AccountStore.
@@ -114,14 +193,19 @@ func (s *Store) PutAccount(ctx context.Context, a policy.Account) (created bool,
 		_, err = tx.conn.ExecContext(tx.ctx, tx.d.bind(`INSERT INTO accounts (`+accountColumns+`) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT (account_id) DO UPDATE SET tier = excluded.tier, limits = excluded.limits,
 				note = excluded.note, updated_at = excluded.updated_at`), accountArgs(&a)...)
+		// The writer reads the account again at its pool's next admission.
+		tx.forgetUser(policy.AccountKey(a.AccountID))
 		return unavailable(err)
 	})
+	if err == nil {
+		s.accounts.Store(a.AccountID, a)
+	}
 	return created, err
 }
 
 // DeleteAccount implements policy.AccountStore.
 func (s *Store) DeleteAccount(ctx context.Context, id string) error {
-	return s.writer.do(ctx, func(tx *writeTx) error {
+	err := s.writer.do(ctx, func(tx *writeTx) error {
 		if err := tx.lockAdmin(); err != nil {
 			return err
 		}
@@ -140,8 +224,13 @@ func (s *Store) DeleteAccount(ctx context.Context, id string) error {
 		if k, _ := res.RowsAffected(); k == 0 {
 			return policy.Errorf(policy.ENOTFOUND, "account %s not found", policy.Quote(id))
 		}
+		tx.forgetUser(policy.AccountKey(id))
 		return nil
 	})
+	if err == nil {
+		s.accounts.Delete(id)
+	}
+	return err
 }
 
 // Members implements policy.AccountStore: a range of users_account.

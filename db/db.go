@@ -54,6 +54,7 @@ type Store struct {
 	counts      *checkCounts       // counts of checks not yet stored (see stats.go)
 	stopFlusher context.CancelFunc // ends flushCountsEvery
 	users       userCache          // every user record; see users.go
+	accounts    sync.Map           // account id → policy.Account, every account; see accounts.go
 
 	closeOnce sync.Once
 	closeErr  error
@@ -188,7 +189,7 @@ func openSQLite(ctx context.Context, path string, o *options) (*Store, error) {
 // start loads what the store keeps in memory and starts storing the counts
 // of checks; on failure it closes the store.
 func (s *Store) start(ctx context.Context) error {
-	for _, init := range []func(context.Context) error{s.initTiers, s.initUsers, s.prepareReads, s.prepareKeyRead} {
+	for _, init := range []func(context.Context) error{s.initTiers, s.initUsers, s.initAccounts, s.prepareReads, s.prepareKeyRead} {
 		if err := init(ctx); err != nil {
 			s.Close()
 			return err

@@ -118,6 +118,10 @@ type userState struct {
 	// nil when they have none.
 	record       *policy.UserRecord
 	recordLoaded bool
+	// account is, for an account's pool, the account once CurrentAccount
+	// read it (accountLoaded); nil when there is none.
+	account       *policy.Account
+	accountLoaded bool
 }
 
 // cursor holds the oldest rows after cutoff. When valid, the rows numbered
@@ -655,7 +659,7 @@ func (s *Store) AdmitPooled(ctx context.Context, poolKey, userID string, decide 
 // admitPooled runs a member's admission over its pool's history and its
 // own in the writer's transaction.
 func (tx *writeTx) admitPooled(poolKey, user string, decide func(pool, own policy.History) (policy.Admission, policy.Admission, error)) error {
-	hp := &history{}
+	hp := &tx.poolHist
 	hp.reset(tx, tx, poolKey)
 	hu := &tx.hist
 	hu.reset(tx, tx, user)

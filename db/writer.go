@@ -125,6 +125,8 @@ type writeTx struct {
 	// happened.
 	touched []string
 	hist    history // reused by each admission of the batch
+	// poolHist is hist for the pool of a member's admission.
+	poolHist history
 }
 
 // sqlConn runs statements: the SQLite writer's *sql.Conn or a

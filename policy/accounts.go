@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -263,6 +264,12 @@ func validAccountID(id string) error {
 type AccountStore interface {
 	// Account returns the account named id as stored, or ENOTFOUND.
 	Account(ctx context.Context, id string) (Account, error)
+	// CachedAccount returns the account named id from memory, reading no
+	// storage, so perhaps older than a change another process committed a
+	// moment ago; found is false when memory holds none. A recording
+	// check takes its account from here and has the PoolStore confirm it
+	// (see CurrentAccounts).
+	CachedAccount(id string) (a Account, found bool)
 	// Accounts returns at most limit accounts whose ids sort after
 	// after, ordered by id.
 	Accounts(ctx context.Context, after string, limit int) ([]Account, error)
@@ -286,6 +293,22 @@ type AccountStore interface {
 type PoolStore interface {
 	AdmitPooled(ctx context.Context, poolKey, userID string, decide func(pool, own History) (pooled, admitted Admission, err error)) error
 }
+
+// CurrentAccounts is implemented by a pool's History whose store keeps
+// accounts in the same transaction as the requests: CurrentAccount returns
+// the account as it stands in that transaction; ok is false when there is
+// none.
+type CurrentAccounts interface {
+	CurrentAccount(id string) (a *Account, ok bool, err error)
+}
+
+// sameAccount reports whether deciding a check under a instead of b could
+// change any answer.
+func sameAccount(a, b *Account) bool { return a.Tier == b.Tier && a.Limits.Equal(&b.Limits) }
+
+// errAccountUnconfirmed tells Service.Check that its request store cannot
+// confirm a cached account, so accounts must be read through Account.
+var errAccountUnconfirmed = errors.New("the request store cannot confirm a cached account")
 
 // AccountState is the pooled state of a member's account after a check.
 type AccountState struct {
@@ -431,8 +454,10 @@ func (s *Service) ForgetAccount(ctx context.Context, id string) error {
 
 // accountOf returns the account a check of req draws on, given its user's
 // record r: the record's, or else, when the service believes clients, the
-// one the check names. nil when neither names one.
-func (s *Service) accountOf(ctx context.Context, req *Request, r *UserRecord) (*Account, error) {
+// one the check names; nil when neither names one. With cached set, and a
+// store that can confirm it, it is taken from memory, and fromMemory says
+// so (see Service.Check).
+func (s *Service) accountOf(ctx context.Context, req *Request, r *UserRecord, cached bool) (a *Account, fromMemory bool, err error) {
 	id := ""
 	switch {
 	case r != nil && r.Account != "":
@@ -440,28 +465,36 @@ func (s *Service) accountOf(ctx context.Context, req *Request, r *UserRecord) (*
 	case req.Account != "" && !s.distrustClientTier:
 		id = req.Account
 	default:
-		return nil, nil
+		return nil, false, nil
 	}
 	if s.accounts == nil {
-		return nil, Errorf(EINVALID, "this service keeps no accounts, so the check cannot name account %s", Quote(id))
+		return nil, false, Errorf(EINVALID, "this service keeps no accounts, so the check cannot name account %s", Quote(id))
 	}
 	if err := validAccountID(id); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	a, err := s.accounts.Account(ctx, id)
+	if cached && !s.accountsUnconfirmable.Load() {
+		if a, ok := s.accounts.CachedAccount(id); ok {
+			return &a, true, nil
+		}
+	}
+	stored, err := s.accounts.Account(ctx, id)
 	if ErrorCode(err) == ENOTFOUND {
-		return nil, Errorf(EINVALID, "unknown account %s", Quote(id))
+		return nil, false, Errorf(EINVALID, "unknown account %s", Quote(id))
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return &a, nil
+	return &stored, false, nil
 }
 
 // pool is what a member's check draws on besides its own limits.
 type pool struct {
 	account *Account
-	key     string
-	limits  PoolLimits
-	tier    Tier // limits as a tier (see PoolLimits.Tier)
+	// cached says account came from CachedAccount: the admission
+	// confirms it before recording anything.
+	cached bool
+	key    string
+	limits PoolLimits
+	tier   Tier // limits as a tier (see PoolLimits.Tier)
 }

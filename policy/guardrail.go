@@ -229,6 +229,8 @@ func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 		return Decision{}, errTierUnconfirmed
 	case a.userUnconfirmable:
 		return Decision{}, errUserUnconfirmed
+	case a.accountUnconfirmable:
+		return Decision{}, errAccountUnconfirmed
 	}
 	ev, m := &a.ev, &a.m
 	ownOK := ev.Allowed && (!a.metered || m.Allowed)
@@ -289,6 +291,9 @@ type admission struct {
 	stale             bool
 	unconfirmable     bool
 	userUnconfirmable bool
+	// accountUnconfirmable: the pool's store cannot confirm a cached
+	// account (see admitPooled).
+	accountUnconfirmable bool
 }
 
 // view is decide for RequestStore.View.

@@ -50,6 +50,20 @@ func (a *admission) admitPooled(ctx context.Context) error {
 		if err != nil || a.stale || a.unconfirmable || a.userUnconfirmable {
 			return Admission{}, Admission{}, err
 		}
+		// Confirm the account the check began with, as decide confirmed
+		// the tier and the record: a changed account records nothing.
+		if ca, ok := hp.(CurrentAccounts); ok {
+			cur, found, err := ca.CurrentAccount(c.pool.account.AccountID)
+			if err != nil {
+				return Admission{}, Admission{}, err
+			}
+			if a.stale = !found || !sameAccount(cur, c.pool.account); a.stale {
+				return Admission{}, Admission{}, nil
+			}
+		} else if c.pool.cached {
+			a.accountUnconfirmable = true
+			return Admission{}, Admission{}, nil
+		}
 		pooled, err := a.decidePool(hp, own.Record)
 		if err != nil {
 			return Admission{}, Admission{}, err

@@ -24,6 +24,8 @@ type Service struct {
 	tiersUnconfirmable atomic.Bool
 	// usersUnconfirmable is the same for cached user records.
 	usersUnconfirmable atomic.Bool
+	// accountsUnconfirmable is the same for cached accounts.
+	accountsUnconfirmable atomic.Bool
 
 	users              UserStore    // nil: no user records
 	accounts           AccountStore // nil: no accounts
@@ -125,7 +127,7 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 		if err != nil {
 			return Decision{}, err
 		}
-		acct, err := s.accountOf(ctx, &req, rec)
+		acct, acctCached, err := s.accountOf(ctx, &req, rec, fromMemory)
 		if err != nil {
 			return Decision{}, err
 		}
@@ -152,6 +154,7 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 			if c.pool, err = s.poolOf(ctx, acct, base); err != nil {
 				return Decision{}, err
 			}
+			c.pool.cached = acctCached
 		}
 		d, err = s.chain.Check(ctx, c)
 		switch {
@@ -160,6 +163,9 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 			continue
 		case errors.Is(err, errUserUnconfirmed):
 			s.usersUnconfirmable.Store(true)
+			continue
+		case errors.Is(err, errAccountUnconfirmed):
+			s.accountsUnconfirmable.Store(true)
 			continue
 		case errors.Is(err, errTiersChanged) && attempt < maxCheckAttempts:
 			continue

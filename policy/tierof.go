@@ -23,7 +23,7 @@ func (s *Service) TierOf(ctx context.Context, userID, account string) (Tier, err
 		return Tier{}, err
 	}
 	req := Request{Account: account}
-	acct, err := s.accountOf(ctx, &req, rec)
+	acct, _, err := s.accountOf(ctx, &req, rec, true)
 	if err != nil {
 		return Tier{}, err
 	}

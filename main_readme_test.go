@@ -75,6 +75,41 @@ func TestREADMERollingOutExamples(t *testing.T) {
 	}
 }
 
+// The curl examples of "Organizations" run as printed, in order, on a
+// fresh database with the admin token secret, and answer what the README
+// says they answer.
+func TestREADMEOrganizationsExamples(t *testing.T) {
+	script := readmeScript(t, "## Organizations")
+	url, stop := startInProcess(t, filepath.Join(t.TempDir(), "readme.db"), "-admin-token", "secret")
+	t.Cleanup(func() { stop() })
+	out, err := exec.Command("bash", "-c", strings.ReplaceAll(script, "localhost:8080", strings.TrimPrefix(url, "http://"))).CombinedOutput()
+	if err != nil {
+		t.Fatalf("the examples failed: %v\n%s", err, out)
+	}
+	lines := strings.Split(string(out), "\n")
+	for i, want := range []string{
+		`{"account_id":"acme","tier":"team","limits":null,"note":"Acme Corp","updated_at":`,
+		`{"allowed":true,`,
+		`{"allowed":true,`,
+		`{"allowed":false,"reason":"account per-minute limit exceeded","retry_after":60,"tier":"team",`,
+		`{"account_id":"acme","tier":"team",`,
+		`{"message":"account \"acme\" has 2 members; move them to another account or remove it from their records first"}`,
+	} {
+		if i >= len(lines) || !strings.HasPrefix(lines[i], want) {
+			t.Errorf("line %d of the examples' output does not begin %s:\n%s", i+1, want, out)
+		}
+	}
+	for _, want := range []string{
+		`"account":{"id":"acme","windows":{"minute":{"limit":2,"remaining":0,"reset":60}`,
+		`"windows":{"minute":{"count":2,"limit":2,"remaining":0,"reset":60,"tokens":{"used":1000}}`,
+		`"calls_in_flight":2}`,
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the examples' output lacks %s:\n%s", want, out)
+		}
+	}
+}
+
 // The Tour runs as printed, from a fresh database: it builds the binary,
 // starts it, walks every step and stops it, on a free port instead of 8080.
 func TestREADMETour(t *testing.T) {

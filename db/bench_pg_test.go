@@ -59,3 +59,46 @@ func BenchmarkCheckPostgres(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkBusyAccountPostgres is what one very busy account costs on
+// PostgreSQL: 16 callers check 1,000 users, all members of one account
+// (each check takes the account's lock, then its user's, so the
+// account's checks are decided one at a time), beside the same users in no
+// account. Skipped without a server.
+func BenchmarkBusyAccountPostgres(b *testing.B) {
+	ctx := context.Background()
+	store, err := db.Open(ctx, dbtest.Postgres(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { store.Close() })
+	pooled := benchTier
+	pooled.Account = &policy.PoolLimits{}
+	pooled.Account.Set(&policy.LimitFields[0], &[]int64{policy.MaxLimit}[0])
+	if _, err := store.UpdateTiers(ctx, policy.TierUpdate{Put: []policy.Tier{pooled}}); err != nil {
+		b.Fatal(err)
+	}
+	svc := policy.NewService(store, store, policy.WithUsers(store))
+	if _, _, err := svc.PutAccount(ctx, policy.Account{AccountID: "busy", Tier: pooled.Name}); err != nil {
+		b.Fatal(err)
+	}
+	for _, in := range []string{"", "busy"} {
+		name := "no account"
+		if in != "" {
+			name = "one account"
+		}
+		b.Run(name+", 16 callers", func(b *testing.B) {
+			b.SetParallelism(max(16/runtime.GOMAXPROCS(0), 1))
+			defer reportCPU(b, cpuTime())
+			var next atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					user := fmt.Sprintf("%s-user-%04d", name[:2], next.Add(1)%1000)
+					if _, err := svc.Check(ctx, policy.Request{UserID: user, Tier: pooled.Name, Account: in}, false); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+}

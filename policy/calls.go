@@ -12,6 +12,9 @@ const DefaultCallTimeout = 10 * time.Minute
 // MaxCallIDBytes is the longest call id accepted.
 const MaxCallIDBytes = 64
 
+// callIDLen is the length of every call id a check gives.
+const callIDLen = 22
+
 // ConcurrencyReason is the refusal reason of a check over the tier's
 // max_concurrent.
 const ConcurrencyReason = "concurrent call limit exceeded"
@@ -87,7 +90,7 @@ func (c *Call) Open() bool { return c.FinishedAt.IsZero() }
 // until 2109, and the time wraps in the year 6429.
 func newCallID(now time.Time) string {
 	const ordered = "-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
-	var b [22]byte
+	var b [callIDLen]byte
 	_, _ = rand.Read(b[8:]) // never fails (crypto/rand panics instead)
 	for i := 8; i < len(b); i++ {
 		b[i] = ordered[b[i]&63]

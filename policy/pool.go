@@ -8,7 +8,16 @@ import (
 // PoolCallID returns the id under which a member's call named id is open
 // in its account's pool: the same call, counted in the second history.
 // Callers only ever see id.
-func PoolCallID(id string) string { return id + "-pool" }
+func PoolCallID(id string) string { return id + poolCallSuffix }
+
+const poolCallSuffix = "-pool"
+
+// isPoolCallID reports whether id names the pool's copy of a member's
+// call, which only its member's finish and keepalive may change: one
+// longer than every id a check gives by the suffix of PoolCallID.
+func isPoolCallID(id string) bool {
+	return len(id) == callIDLen+len(poolCallSuffix) && id[callIDLen:] == poolCallSuffix
+}
 
 // poolOf returns the pool of a check under acct, whose user's tier as
 // stored is base: the account's plan's pooled limits with its overrides.

@@ -32,7 +32,7 @@ func (s *Service) FinishCall(ctx context.Context, id string, tokens *int64) (Cal
 	if tokens != nil && (*tokens < 0 || *tokens > MaxLimit) {
 		return Call{}, Errorf(EINVALID, "tokens must be an integer from 0 to 2147483647")
 	}
-	if !ValidCallID(id) {
+	if !ValidCallID(id) || isPoolCallID(id) {
 		return Call{}, callNotFound(id)
 	}
 	return s.limiter.Store.FinishCall(ctx, id, tokens, s.now().Truncate(Resolution))
@@ -42,7 +42,7 @@ func (s *Service) FinishCall(ctx context.Context, id string, tokens *int64) (Cal
 // timeout and returns the call, so a long call keeps its slot. A finished or
 // expired call is ECONFLICT, an unknown id ENOTFOUND.
 func (s *Service) KeepAlive(ctx context.Context, id string) (Call, error) {
-	if !ValidCallID(id) {
+	if !ValidCallID(id) || isPoolCallID(id) {
 		return Call{}, callNotFound(id)
 	}
 	now := s.now().Truncate(Resolution)

@@ -2,6 +2,7 @@ package db_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -182,3 +183,34 @@ func TestAccountWriteByAnotherStoreAppliesToTheNextCheck(t *testing.T) {
 }
 
 var _ policy.AccountStore = (*db.Store)(nil)
+
+// BenchmarkMemberCheck is BenchmarkCheck's 10,000 users from 64
+// goroutines, in no account and as members of 100 accounts whose pooled
+// limits no check reaches: what the pool adds to a check.
+func BenchmarkMemberCheck(b *testing.B) {
+	ctx := context.Background()
+	for _, accounts := range []int{0, 100} {
+		f := newCheckFixture(b, 10_000, 10)
+		if accounts > 0 {
+			pooled := benchTier
+			pooled.Account = &policy.PoolLimits{}
+			pooled.Account.Set(&policy.LimitFields[0], ptr(policy.MaxLimit))
+			if _, err := f.store.UpdateTiers(ctx, policy.TierUpdate{Put: []policy.Tier{pooled}}); err != nil {
+				b.Fatal(err)
+			}
+			svc := policy.NewService(f.store, f.store, policy.WithUsers(f.store))
+			for i := range accounts {
+				if _, _, err := svc.PutAccount(ctx, policy.Account{AccountID: fmt.Sprintf("acct-%03d", i), Tier: pooled.Name}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for i, u := range f.users {
+				if _, _, err := svc.PutUser(ctx, policy.UserRecord{UserID: u, Account: fmt.Sprintf("acct-%03d", i%accounts)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			f.svc = policy.NewService(f.store, f.store, policy.WithUsers(f.store))
+		}
+		b.Run(fmt.Sprintf("accounts=%d/parallel", accounts), func(b *testing.B) { benchParallelChecks(b, f) })
+	}
+}

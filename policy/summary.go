@@ -31,6 +31,9 @@ func TierSummary(t *Tier) string {
 	if t.Shadow != nil {
 		shadow = "; shadow " + LimitsSummary(*t.Shadow)
 	}
+	if t.Account != nil {
+		shadow += "; account " + PoolSummary(t.Account)
+	}
 	requests, metering := limitWords(func(f *LimitField) (int64, bool) { return f.Value(t) })
 	if metering != "" {
 		// Only the metering limits a tier sets: the seeded tiers read as
@@ -117,10 +120,76 @@ func TierDiff(before, after *Tier) []string {
 	}; shadow(before) != shadow(after) {
 		out = append(out, fmt.Sprintf("shadow: %s → %s", shadow(before), shadow(after)))
 	}
+	out = append(out, poolDiff(before.Account, after.Account)...)
 	if len(out) == 0 {
 		out = append(out, "saved without a change")
 	}
 	return out
+}
+
+// poolDiff words a change of a tier's pooled limits: a line per limit
+// changed, named "account.requests_per_minute" as the API's field errors
+// name it, or one line when the tier gains or loses its account object
+// (which a line per limit could not tell from an object without limits).
+func poolDiff(before, after *PoolLimits) []string {
+	switch {
+	case before == nil && after == nil:
+		return nil
+	case before == nil:
+		return []string{"account: none → " + PoolSummary(after)}
+	case after == nil:
+		return []string{"account: " + PoolSummary(before) + " → none"}
+	}
+	var out []string
+	for i := range LimitFields {
+		f := &LimitFields[i]
+		if b, a := LimitText(before.Get(f)), LimitText(after.Get(f)); b != a {
+			out = append(out, fmt.Sprintf("account.%s: %s → %s", f.Name, b, a))
+		}
+	}
+	return out
+}
+
+// PoolSummary describes pooled limits in one line, in the words of a
+// tier's: "100/min, 5,000/day; 2,000,000 tokens/day, 10 concurrent calls",
+// or "no limits" when they set none.
+func PoolSummary(p *PoolLimits) string {
+	requests, metering := limitWords(func(f *LimitField) (int64, bool) {
+		if v := p.Get(f); v != nil {
+			return *v, true
+		}
+		return 0, false
+	})
+	switch {
+	case requests == "" && metering == "":
+		return "no limits"
+	case requests == "":
+		return metering
+	case metering == "":
+		return requests
+	}
+	return requests + "; " + metering
+}
+
+// AccountSummary says in words what an account sets, as UserSummary says
+// a record's: "tier team; requests_per_day 5,000; max_concurrent none".
+func AccountSummary(a *Account) string {
+	return strings.Join(overrideWords([]string{"tier " + a.Tier}, a.Limits.Values()), "; ")
+}
+
+// overrideWords appends to parts each override of values, in the order of
+// LimitNames: "requests_per_minute 5", "tokens_per_day none".
+func overrideWords(parts []string, values map[string]*int64) []string {
+	for _, name := range LimitNames {
+		switch v, ok := values[name]; {
+		case !ok:
+		case v == nil:
+			parts = append(parts, name+" none")
+		default:
+			parts = append(parts, name+" "+GroupDigits(*v))
+		}
+	}
+	return parts
 }
 
 // ModelsText words a tier's Models for a person: "any" for nil, "none" for
@@ -135,25 +204,18 @@ func ModelsText(models []string) string {
 	return "[" + strings.Join(models, ", ") + "]"
 }
 
-// UserSummary says in words what a record sets: "tier pro;
-// requests_per_minute 5; tokens_per_day none". The import report of
+// UserSummary says in words what a record sets: "tier pro; account
+// acme; requests_per_minute 5; tokens_per_day none". The import report of
 // "policyguard tiers import" words records the same way.
 func UserSummary(r *UserRecord) string {
 	parts := []string{"no tier assigned"}
 	if r.Tier != "" {
 		parts[0] = "tier " + r.Tier
 	}
-	values := r.Limits.Values()
-	for _, name := range LimitNames {
-		switch v, ok := values[name]; {
-		case !ok:
-		case v == nil:
-			parts = append(parts, name+" none")
-		default:
-			parts = append(parts, name+" "+GroupDigits(*v))
-		}
+	if r.Account != "" {
+		parts = append(parts, "account "+r.Account)
 	}
-	return strings.Join(parts, "; ")
+	return strings.Join(overrideWords(parts, r.Limits.Values()), "; ")
 }
 
 // LimitsSummary describes request limits in one line: "5/min (+0 burst),

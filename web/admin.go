@@ -72,23 +72,25 @@ func NewAdmin(cfg Config) *Admin {
 // fields besides the common ones.
 type adminView struct {
 	Title string
-	Nav   string // the current section: "tiers" or "usage"
+	Nav   string // the current section: "overview", "tiers", "usage" or "accounts"
 	CSRF  string // set when signed in; the header then shows the navigation
 	Flash string // what the last change did
 	Alert string // an error about the page as a whole
 
-	LoginError string            // login
-	Tiers      []adminTierRow    // tiers
-	Changes    []adminChangeRow  // tiers: the latest entries of the audit log
-	Form       *adminTierForm    // tiers (create), tier (edit)
-	Tier       string            // delete: the tier in question
-	CanDelete  bool              // delete
-	Usage      *adminUsageView   // usage
-	Overview   *adminOverview    // overview
-	Shadow     *adminShadowView  // tier: its shadow limits, when it has some
-	Preview    *adminPreviewView // tier: the figures of a preview
-	NewKey     *adminNewKey      // key: a key just made, with its secret
-	Message    string            // error
+	LoginError string             // login
+	Tiers      []adminTierRow     // tiers
+	Changes    []adminChangeRow   // tiers: the latest entries of the audit log
+	Form       *adminTierForm     // tiers (create), tier (edit)
+	Tier       string             // delete: the tier in question
+	CanDelete  bool               // delete
+	Usage      *adminUsageView    // usage
+	Overview   *adminOverview     // overview
+	Shadow     *adminShadowView   // tier: its shadow limits, when it has some
+	Preview    *adminPreviewView  // tier: the figures of a preview
+	NewKey     *adminNewKey       // key: a key just made, with its secret
+	Accounts   *adminAccountsView // accounts
+	Account    *adminAccountView  // account
+	Message    string             // error
 }
 
 // Register adds the admin page's routes to e, under the middleware e
@@ -112,6 +114,8 @@ func (a *Admin) Register(e *echo.Echo) {
 	g.GET("/tiers/:name/delete", a.handleDeletePage, signedIn...)
 	g.GET("/usage", a.handleUsagePage, signedIn...)
 	g.GET("/overview", a.handleOverviewPage, signedIn...)
+	g.GET("/accounts", a.handleAccountsPage, signedIn...)
+	g.GET("/account", a.handleAccountPage, signedIn...)
 
 	forms := []echo.MiddlewareFunc{a.requireSession, a.requireCSRF}
 	g.POST("/logout", a.handleLogout, forms...)
@@ -124,6 +128,10 @@ func (a *Admin) Register(e *echo.Echo) {
 	g.POST("/users/save", a.handleSaveRecord, forms...)
 	g.POST("/users/delete", a.handleDeleteRecord, forms...)
 	g.POST("/keys", a.handleCreateKey, forms...)
+	g.POST("/accounts", a.handleCreateAccount, forms...)
+	g.POST("/accounts/save", a.handleSaveAccount, forms...)
+	g.POST("/accounts/delete", a.handleDeleteAccount, forms...)
+	g.POST("/accounts/clear", a.handleClearAccount, forms...)
 	g.POST("/keys/:id/revoke", a.handleRevokeKey, forms...)
 }
 
@@ -141,8 +149,8 @@ func (a *Admin) headers(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// attribute records every tier change made through the admin page as such
-// in the audit log.
+// attribute records every change made through the admin page (to a tier,
+// a user record or an account) as such in the audit log.
 func (a *Admin) attribute(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()

@@ -638,12 +638,16 @@ func TestAdminPageLabels(t *testing.T) {
 	login := parsePage(t, e.do(pageRequest{method: http.MethodGet, path: "/admin/login"}), http.StatusOK)
 	b := e.signIn()
 	e.check("bob", "")
+	e.putAccount("acme", "pro")
+	e.putMember("carol", "acme", "")
 	pages := []*pageDoc{
 		login,
 		parsePage(t, b.get("/admin"), http.StatusOK),
 		parsePage(t, b.get("/admin/tiers/pro"), http.StatusOK),
 		parsePage(t, b.get("/admin/tiers/pro/delete"), http.StatusOK),
 		parsePage(t, b.get("/admin/usage?user_id=bob&tier=free"), http.StatusOK),
+		parsePage(t, b.get("/admin/accounts"), http.StatusOK),
+		parsePage(t, b.get("/admin/account?account_id=acme"), http.StatusOK),
 	}
 	labels, buttons := map[string]bool{}, map[string]bool{}
 	for _, doc := range pages {
@@ -666,12 +670,14 @@ func TestAdminPageLabels(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"Admin token", "Name", "Requests per minute", "Requests per hour", "Requests per day",
-		"Burst allowance", "Features", "Description", "User id"} {
+		"Burst allowance", "Features", "Description", "User id", "Account", "Pooled limits for accounts on this plan",
+		"Account: requests per minute", "Account id", "Plan"} {
 		if !labels[want] {
 			t.Errorf("no label reads %q; labels: %v", want, labels)
 		}
 	}
-	for _, want := range []string{"Sign in", "Save", "Create tier", "Delete", "Look up", "Clear history", "Sign out"} {
+	for _, want := range []string{"Sign in", "Save", "Create tier", "Delete", "Look up", "Clear history", "Sign out",
+		"Create account", "Save account", "Delete account", "Clear pooled history"} {
 		if !buttons[want] {
 			t.Errorf("no button reads %q; buttons: %v", want, buttons)
 		}

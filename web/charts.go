@@ -51,6 +51,7 @@ var refusalSeries = []chartSeries{
 	{Key: "day", Label: "Refused: per-day limit", Color: "#6b3fa0", Pattern: "vertical"},
 	{Key: "tokens", Label: "Refused: token limit", Color: "#00696b", Pattern: "dots"},
 	{Key: "concurrency", Label: "Refused: concurrent calls", Color: "#5c5c00", Pattern: "horizontal"},
+	{Key: "account", Label: "Refused: account's pooled limits", Color: "#166534", Pattern: "stripedots"},
 	{Key: "feature", Label: "Refused: feature not in tier", Color: "#a0105c", Pattern: "backdiagonal"},
 	{Key: "other", Label: "Refused: another guardrail", Color: "#4b5563", Pattern: "grid"},
 }
@@ -222,6 +223,8 @@ func (v chartView) Patterns() []chartPattern {
 			p.Stripe, p.CrossStripe = true, true
 		case "dots":
 			p.Dot = true
+		case "stripedots":
+			p.Rotate, p.Stripe, p.Dot = 45, true, true
 		}
 		out = append(out, p)
 	}

@@ -70,6 +70,7 @@ var refusalColumnLabels = map[string]string{
 	policy.CountDay:         "Per-day limit",
 	policy.CountTokens:      "Token limit",
 	policy.CountConcurrency: "Concurrent calls",
+	policy.CountAccount:     "Account's pooled limits",
 	policy.CountFeature:     "Feature",
 	policy.CountOther:       "Other guardrail",
 }

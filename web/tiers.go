@@ -79,6 +79,9 @@ type adminField struct {
 	Textarea  bool
 	ReadOnly  bool
 	Options   []adminOption // makes the control a select
+	// Checkbox makes the control a checkbox, sent as "on" when Checked.
+	Checkbox bool
+	Checked  bool
 }
 
 type adminOption struct {
@@ -132,14 +135,15 @@ func parseTierVersion(s string) (time.Time, bool) {
 
 // adminTierField is one field of the tier form.
 type adminTierField struct {
-	name, label, hint string
-	numeric, wide     bool
+	name, label, hint       string
+	numeric, wide, checkbox bool
 }
 
 // adminTierFields lists the tier form's fields in order, named as in the
 // JSON API, so that policy.FieldError.Field finds its field: the name,
 // every limit of policy.LimitFields, the features, models and description,
-// then the shadow limits.
+// the shadow limits, then the account object: its checkbox and its pooled
+// limits, one per row of policy.LimitFields.
 var adminTierFields = func() []adminTierField {
 	fields := []adminTierField{{name: "name", label: "Name", hint: "Lowercase letters, digits, - and _."}}
 	for i := range policy.LimitFields {
@@ -162,8 +166,18 @@ var adminTierFields = func() []adminTierField {
 		}
 		fields = append(fields, d)
 	}
+	fields = append(fields, adminTierField{name: accountField, label: "Pooled limits for accounts on this plan", checkbox: true, wide: true,
+		hint: "The members of an account on this plan share these limits, checked with each one's own. An empty field sets no pooled limit; an account may override each."})
+	for i := range policy.LimitFields {
+		f := &policy.LimitFields[i]
+		fields = append(fields, adminTierField{name: accountField + "." + f.Name, label: "Account: " + strings.ToLower(f.Label[:1]) + f.Label[1:], numeric: true})
+	}
 	return fields
 }()
+
+// accountField is the tier form's checkbox of the tier's account object,
+// and the prefix of its pooled limits' fields, as the API names them.
+const accountField = "account"
 
 // shadowFields are the form fields of a tier's shadow limits.
 var shadowFields = func() []string {
@@ -199,6 +213,8 @@ func newAdminTierForm(values, errs map[string]string, editing string) *adminTier
 			Error:    errs[d.name],
 			Wide:     d.wide,
 			Textarea: d.name == "description",
+			Checkbox: d.checkbox,
+			Checked:  d.checkbox && values[d.name] != "",
 		}
 		if d.numeric {
 			field.InputMode = "numeric"
@@ -226,6 +242,12 @@ func tierFormValues(t policy.Tier) map[string]string {
 		if t.Shadow != nil && f.InRequestLimits() {
 			v["shadow."+f.Name] = strconv.FormatInt(*f.RequestLimit(t.Shadow), 10)
 		}
+		if t.Account != nil {
+			v[accountField+"."+f.Name] = optionalLimit(t.Account.Get(f))
+		}
+	}
+	if t.Account != nil {
+		v[accountField] = "on"
 	}
 	return v
 }
@@ -276,6 +298,12 @@ func (a *Admin) tierFromForm(name string, values map[string]string) (policy.Tier
 			t.Shadow = &policy.RequestLimits{}
 		}
 	}
+	// The checkbox says whether the tier has an account object; limits
+	// typed without it would be dropped unseen, so they are refused.
+	pooled := values[accountField] != ""
+	if pooled {
+		t.Account = &policy.PoolLimits{}
+	}
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
 		f.Set(&t, parse(f.Name, f.Optional))
@@ -283,6 +311,13 @@ func (a *Admin) tierFromForm(name string, values map[string]string) (policy.Tier
 			if v := parse("shadow."+f.Name, false); v != nil {
 				*f.RequestLimit(t.Shadow) = *v
 			}
+		}
+		name := accountField + "." + f.Name
+		switch {
+		case pooled:
+			t.Account.Set(f, parse(name, true))
+		case strings.TrimSpace(values[name]) != "" && errs[accountField] == "":
+			errs[accountField] = "tick this box to give the tier pooled limits, or empty the account fields below"
 		}
 	}
 	for _, fe := range t.ValidateFields() {

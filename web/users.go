@@ -27,8 +27,11 @@ type adminRecordForm struct {
 	Summary   string // the record in words; empty when there is none
 	Note      string
 	UpdatedAt string
-	Fields    []adminField
-	Changes   []string // the latest changes of the record, newest first
+	// Account is the account the stored record names, and AccountHref
+	// its page; empty for none.
+	Account, AccountHref string
+	Fields               []adminField
+	Changes              []string // the latest changes of the record, newest first
 }
 
 // adminRecordRow is one user of the list of records.
@@ -38,7 +41,7 @@ type adminRecordRow struct {
 
 // recordForm returns the record section of the look-up page for user: the
 // stored record, or what the admin posted (form, with errs) when saving it
-// failed.
+// failed. Its Account field is there when the service keeps accounts.
 func (a *Admin) recordForm(ctx context.Context, user string, tiers []policy.Tier, form url.Values, errs map[string]string) (*adminRecordForm, error) {
 	f := &adminRecordForm{UserID: user}
 	r, err := a.svc.User(ctx, user)
@@ -46,11 +49,14 @@ func (a *Admin) recordForm(ctx context.Context, user string, tiers []policy.Tier
 	case err == nil:
 		f.Exists, f.Summary, f.Note = true, policy.UserSummary(&r), r.Note
 		f.UpdatedAt = r.UpdatedAt.UTC().Format("2006-01-02 15:04:05 UTC")
+		if r.Account != "" {
+			f.Account, f.AccountHref = r.Account, accountHref(r.Account)
+		}
 	case policy.ErrorCode(err) != policy.ENOTFOUND:
 		return nil, err
 	}
 	if form == nil { // the form shows the record as stored
-		form = url.Values{"tier": {r.Tier}, "note": {r.Note}}
+		form = url.Values{"tier": {r.Tier}, "account": {r.Account}, "note": {r.Note}}
 		values := r.Limits.Values()
 		for name, v := range values {
 			if v == nil {
@@ -60,12 +66,20 @@ func (a *Admin) recordForm(ctx context.Context, user string, tiers []policy.Tier
 			}
 		}
 	}
-	options := []adminOption{{Value: "", Label: "None: the tier the check names", Selected: form.Get("tier") == ""}}
+	none := "None: the tier the check names"
+	if a.svc.KeepsAccounts() {
+		none = "None: the account's plan, else the tier the check names"
+	}
+	options := []adminOption{{Value: "", Label: none, Selected: form.Get("tier") == ""}}
 	for _, t := range tiers {
 		options = append(options, adminOption{Value: t.Name, Label: t.Name, Selected: t.Name == form.Get("tier")})
 	}
 	f.Fields = append(f.Fields, adminField{ID: "record-tier", Name: "tier", Label: "Assigned tier", Options: options, Error: errs["tier"],
 		Hint: "Every check of this user is decided under this tier, whatever it names."})
+	if a.svc.KeepsAccounts() {
+		f.Fields = append(f.Fields, adminField{ID: "record-account", Name: "account", Label: "Account", Value: form.Get("account"), Error: errs["account"],
+			Hint: "The account whose pooled limits this user's checks also draw on; empty for none."})
+	}
 	for i, name := range policy.LimitNames {
 		hint := "Empty keeps the tier's limit."
 		if policy.LimitFields[i].Optional {
@@ -117,7 +131,8 @@ func (a *Admin) recordList(ctx context.Context, after string) ([]adminRecordRow,
 // recordFromForm reads the record form; errs holds a message per field.
 func (a *Admin) recordFromForm(user string, form url.Values) (policy.UserRecord, map[string]string) {
 	errs := map[string]string{}
-	r := policy.UserRecord{UserID: user, Tier: form.Get("tier"), Note: strings.ReplaceAll(form.Get("note"), "\r\n", "\n")}
+	r := policy.UserRecord{UserID: user, Tier: form.Get("tier"), Account: strings.TrimSpace(form.Get("account")),
+		Note: strings.ReplaceAll(form.Get("note"), "\r\n", "\n")}
 	values := map[string]*int64{}
 	for i, name := range policy.LimitNames {
 		raw := strings.TrimSpace(form.Get(name))
@@ -185,12 +200,25 @@ func (a *Admin) handleSaveRecord(c echo.Context) error {
 			a.flash(c, fmt.Sprintf("%s the record of user %s — %s; it applies to their next check", verb, user, policy.UserSummary(&r)))
 			return c.Redirect(http.StatusSeeOther, "/admin/usage?"+url.Values{"user_id": {user}}.Encode())
 		case policy.ErrorCode(err) == policy.EINVALID:
-			errs["tier"] = policy.ErrorMessage(err) // the form was checked: the tier is refused, or was changed meanwhile
+			// The form was checked: the store refused the account or the
+			// tier, as unknown, or one was changed meanwhile.
+			errs[a.refusedRecordField(ctx, &r)] = policy.ErrorMessage(err)
 		default:
 			return a.fail(c, err)
 		}
 	}
 	return a.renderUsage(c, user, "", true, usageForms{record: form, recordErrs: errs})
+}
+
+// refusedRecordField returns the field of r a store's refusal is about:
+// the account when it names one that does not exist, else the tier.
+func (a *Admin) refusedRecordField(ctx context.Context, r *policy.UserRecord) string {
+	if r.Account != "" {
+		if _, err := a.svc.Account(ctx, r.Account); policy.ErrorCode(err) == policy.ENOTFOUND {
+			return "account"
+		}
+	}
+	return "tier"
 }
 
 func (a *Admin) handleDeleteRecord(c echo.Context) error {

@@ -139,7 +139,7 @@ type adminTierField struct {
 // adminTierFields lists the tier form's fields in order, named as in the
 // JSON API, so that policy.FieldError.Field finds its field: the name,
 // every limit of policy.LimitFields, the features, models and description,
-// then the shadow limits.
+// then the shadow limits and the pooled shadow limits of accounts.
 var adminTierFields = func() []adminTierField {
 	fields := []adminTierField{{name: "name", label: "Name", hint: "Lowercase letters, digits, - and _."}}
 	for i := range policy.LimitFields {
@@ -162,18 +162,27 @@ var adminTierFields = func() []adminTierField {
 		}
 		fields = append(fields, d)
 	}
+	for i, name := range shadowAccountFields {
+		f, _ := policy.LimitFieldNamed(strings.TrimPrefix(name, "shadow.account."))
+		d := adminTierField{name: name, label: "Shadow, each account's pool: " + strings.ToLower(f.Label[:1]) + f.Label[1:], numeric: true}
+		if i == 0 {
+			d.hint = "Pooled shadow limits of every account on this plan, which need the shadow limits above; empty for no limit."
+		}
+		fields = append(fields, d)
+	}
 	return fields
 }()
 
-// shadowFields are the form fields of a tier's shadow limits.
-var shadowFields = func() []string {
-	var names []string
+// shadowFields are the form fields of a tier's shadow limits, and
+// shadowAccountFields those of its pooled shadow limits.
+var shadowFields, shadowAccountFields = func() (names, pooled []string) {
 	for i := range policy.LimitFields {
 		if f := &policy.LimitFields[i]; f.InRequestLimits() {
 			names = append(names, "shadow."+f.Name)
+			pooled = append(pooled, "shadow.account."+f.Name)
 		}
 	}
-	return names
+	return names, pooled
 }()
 
 // countWord spells a small count out: "four".
@@ -225,6 +234,9 @@ func tierFormValues(t policy.Tier) map[string]string {
 		v[f.Name] = optionalLimit(f.Get(&t))
 		if t.Shadow != nil && f.InRequestLimits() {
 			v["shadow."+f.Name] = strconv.FormatInt(*f.RequestLimit(t.Shadow), 10)
+			if t.Shadow.Account != nil {
+				v["shadow.account."+f.Name] = optionalLimit(t.Shadow.Account.Get(f))
+			}
 		}
 	}
 	return v
@@ -270,11 +282,20 @@ func (a *Admin) tierFromForm(name string, values map[string]string) (policy.Tier
 		}
 		return &v
 	}
-	// Shadow limits are all or none: empty fields mean none.
+	// Shadow limits are all or none: empty fields mean none. Pooled
+	// shadow limits are each optional, and all empty mean none; any of
+	// them asks for the shadow limits they belong to.
+	var pooled bool
+	for _, f := range shadowAccountFields {
+		pooled = pooled || strings.TrimSpace(values[f]) != ""
+	}
 	for _, f := range shadowFields {
-		if strings.TrimSpace(values[f]) != "" {
+		if pooled || strings.TrimSpace(values[f]) != "" {
 			t.Shadow = &policy.RequestLimits{}
 		}
+	}
+	if pooled {
+		t.Shadow.Account = &policy.PoolLimits{}
 	}
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
@@ -282,6 +303,9 @@ func (a *Admin) tierFromForm(name string, values map[string]string) (policy.Tier
 		if t.Shadow != nil && f.InRequestLimits() {
 			if v := parse("shadow."+f.Name, false); v != nil {
 				*f.RequestLimit(t.Shadow) = *v
+			}
+			if pooled {
+				t.Shadow.Account.Set(f, parse("shadow.account."+f.Name, true))
 			}
 		}
 	}

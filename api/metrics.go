@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,6 +63,8 @@ type Metrics struct {
 type shadowKey struct {
 	tier   string
 	window policy.Window
+	// account is set for the pooled shadow limits of an account.
+	account bool
 }
 
 // checkKey is one label set of policyguard_checks_total.
@@ -106,7 +109,7 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 		storageErrors: make(map[string]prometheus.Counter, len(storageOperations)),
 		shadow: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "policyguard_shadow_refusals_total",
-			Help: "Checks (not dry runs) a tier's shadow limits would have refused, by tier and the first window that was full under them. Shadow limits refuse nothing.",
+			Help: "Checks (not dry runs) a tier's shadow limits would have refused, by tier and the first window that was full under them (account for the pooled shadow limits of the member's account). Shadow limits refuse nothing.",
 		}, []string{"tier", "window"}),
 		failOpen: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "policyguard_fail_open_admissions_total",
@@ -293,7 +296,7 @@ func (m *Metrics) observeCheck(d *policy.Decision, err error, dryRun bool, took 
 	}
 	m.checkCounter(k).Inc()
 	if err == nil && !dryRun && d.Shadow != nil && !d.Shadow.Allowed {
-		m.observeShadowRefusal(d.Tier, d.Shadow.Blocked)
+		m.observeShadowRefusal(d.Tier, d.Shadow)
 	}
 	if dryRun {
 		m.checkDuration[1].Observe(took.Seconds())
@@ -335,12 +338,14 @@ type checkCounter struct {
 }
 
 // observeShadowRefusal counts one check the shadow limits of tier would
-// have refused in window w.
-func (m *Metrics) observeShadowRefusal(tier string, w policy.Window) {
-	k := shadowKey{tier, w}
+// have refused as sd says, under the window label the statistics count it
+// by (see policy.ShadowDecision.CountReason).
+func (m *Metrics) observeShadowRefusal(tier string, sd *policy.ShadowDecision) {
+	k := shadowKey{tier, sd.Blocked, sd.Account}
 	c, ok := m.shadowCounts.Load(k)
 	if !ok {
-		c, _ = m.shadowCounts.LoadOrStore(k, m.shadow.WithLabelValues(tier, w.String()))
+		window := strings.TrimPrefix(sd.CountReason(), policy.CountShadowPrefix)
+		c, _ = m.shadowCounts.LoadOrStore(k, m.shadow.WithLabelValues(tier, window))
 	}
 	c.(prometheus.Counter).Inc()
 }

@@ -21,6 +21,9 @@ type previewResponse struct {
 	RequestsRefused int64             `json:"requests_refused"`
 	RefusedByWindow refusedByWindow   `json:"refused_by_window"`
 	TopUsers        []topUserResponse `json:"top_users"`
+	// The pools of the tier's accounts, replayed apart from users.
+	AccountsRefused        int64           `json:"accounts_refused"`
+	RefusedByAccountWindow refusedByWindow `json:"refused_by_account_window"`
 }
 
 type refusedByWindow struct {
@@ -41,6 +44,9 @@ func previewToJSON(p *policy.Preview) previewResponse {
 		Users: p.Users, Requests: p.Requests, UsersRefused: p.UsersRefused, RequestsRefused: p.RequestsRefused,
 		RefusedByWindow: refusedByWindow{p.RefusedBy[policy.Minute], p.RefusedBy[policy.Hour], p.RefusedBy[policy.Day]},
 		TopUsers:        make([]topUserResponse, len(p.TopUsers)),
+		AccountsRefused: p.AccountsRefused,
+		RefusedByAccountWindow: refusedByWindow{p.RefusedByAccount[policy.Minute], p.RefusedByAccount[policy.Hour],
+			p.RefusedByAccount[policy.Day]},
 	}
 	for i, u := range p.TopUsers {
 		res.TopUsers[i] = topUserResponse{u.UserID, u.Requests, u.Refused}
@@ -49,8 +55,10 @@ func previewToJSON(p *policy.Preview) previewResponse {
 }
 
 // handlePreviewTier replays the tier's last day of requests through the
-// limits of the body, a tier as PUT /v1/tiers/{name} takes it. It changes
-// nothing; its only cost is one read of the requests table.
+// limits of the body, a tier as PUT /v1/tiers/{name} takes it: users'
+// through its request limits, accounts' pools through those of its
+// account object. It changes nothing; its cost is one read of the
+// requests table and one of each account whose pool it replays.
 func (s *Server) handlePreviewTier(c echo.Context) error {
 	name, err := pathParam(c, "name")
 	if err != nil {
@@ -64,7 +72,7 @@ func (s *Server) handlePreviewTier(c echo.Context) error {
 	if len(problems) > 0 {
 		return policy.Errorf(policy.EINVALID, "%s", problems[0])
 	}
-	p, err := s.svc.PreviewTier(c.Request().Context(), name, t.RequestLimits())
+	p, err := s.svc.PreviewTier(c.Request().Context(), name, t.PreviewLimits())
 	if err != nil {
 		return err
 	}

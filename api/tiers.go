@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,21 +59,36 @@ type poolJSON struct {
 	MaxConcurrent     *int64 `json:"max_concurrent"`
 }
 
-// limitsJSON is the request limits of a tier's shadow: all four required.
+// limitsJSON is the request limits of a tier's shadow: all four required,
+// and the pooled shadow limits of its accounts, left out when it has none.
 type limitsJSON struct {
 	RequestsPerMinute int64 `json:"requests_per_minute"`
 	RequestsPerHour   int64 `json:"requests_per_hour"`
 	RequestsPerDay    int64 `json:"requests_per_day"`
 	BurstAllowance    int64 `json:"burst_allowance"`
+	// Account is left out when the shadow has none; a body may send it
+	// null.
+	Account *shadowPoolJSON `json:"account,omitzero"`
 }
 
-// tierWire and shadowWire find each limit of policy.LimitFields in the
-// wire types by its JSON name, so that the conversions below walk the
-// table: a limit is added to a wire type as a field, and nowhere else here.
+// shadowPoolJSON is the pooled shadow limits of a tier's accounts: the
+// request limits of poolJSON, each optional.
+type shadowPoolJSON struct {
+	RequestsPerMinute *int64 `json:"requests_per_minute"`
+	RequestsPerHour   *int64 `json:"requests_per_hour"`
+	RequestsPerDay    *int64 `json:"requests_per_day"`
+	BurstAllowance    *int64 `json:"burst_allowance"`
+}
+
+// tierWire, shadowWire, poolWire and shadowPoolWire find each limit of
+// policy.LimitFields in the wire types by its JSON name, so that the
+// conversions below walk the table: a limit is added to a wire type as a
+// field, and nowhere else here.
 var (
-	tierWire   = bindWire[tierJSON](func(*policy.LimitField) bool { return true })
-	shadowWire = bindWire[limitsJSON]((*policy.LimitField).InRequestLimits)
-	poolWire   = bindWire[poolJSON](nil)
+	tierWire       = bindWire[tierJSON](func(*policy.LimitField) bool { return true })
+	shadowWire     = bindWire[limitsJSON]((*policy.LimitField).InRequestLimits)
+	poolWire       = bindWire[poolJSON](nil)
+	shadowPoolWire = bindPoolWire[shadowPoolJSON]((*policy.LimitField).InRequestLimits)
 )
 
 func tierToJSON(t policy.Tier) tierJSON {
@@ -82,9 +98,15 @@ func tierToJSON(t policy.Tier) tierJSON {
 	}
 	if l := t.Shadow; l != nil {
 		j.Shadow = &limitsJSON{}
+		if l.Account != nil {
+			j.Shadow.Account = &shadowPoolJSON{}
+		}
 		for i := range policy.LimitFields {
 			if p := policy.LimitFields[i].RequestLimit(l); p != nil {
 				shadowWire.set(j.Shadow, i, p)
+			}
+			if l.Account != nil {
+				shadowPoolWire.set(j.Shadow.Account, i, l.Account.Get(&policy.LimitFields[i]))
 			}
 		}
 	}
@@ -106,6 +128,12 @@ var tierFields = func() []string {
 			fields = append(fields, "shadow."+f.Name)
 		}
 	}
+	fields = append(fields, "shadow.account")
+	for i := range policy.LimitFields {
+		if f := &policy.LimitFields[i]; f.InRequestLimits() {
+			fields = append(fields, "shadow.account."+f.Name)
+		}
+	}
 	fields = append(fields, "account")
 	for _, name := range policy.LimitNames {
 		fields = append(fields, "account."+name)
@@ -125,6 +153,20 @@ type wireBinding struct{ field []int }
 // the wrong type, panics when the program starts, so that no test passes
 // while a wire type lacks a limit of the table.
 func bindWire[T any](want func(*policy.LimitField) bool) wireBinding {
+	if want == nil {
+		return bindWireOf[T](func(*policy.LimitField) bool { return true }, true)
+	}
+	return bindWireOf[T](want, false)
+}
+
+// bindPoolWire is bindWire for the limits of a pool that want reports,
+// each as *int64.
+func bindPoolWire[T any](want func(*policy.LimitField) bool) wireBinding {
+	return bindWireOf[T](want, true)
+}
+
+// bindWireOf binds the limits want reports, each as *int64 when pooled.
+func bindWireOf[T any](want func(*policy.LimitField) bool, pooled bool) wireBinding {
 	typ := reflect.TypeFor[T]()
 	byName := make(map[string]reflect.StructField)
 	for _, sf := range reflect.VisibleFields(typ) {
@@ -135,12 +177,12 @@ func bindWire[T any](want func(*policy.LimitField) bool) wireBinding {
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
 		b.field[i] = -1
-		if want != nil && !want(f) {
+		if !want(f) {
 			continue
 		}
 		sf, ok := byName[f.Name]
 		wantType := reflect.TypeFor[int64]()
-		if f.Optional || want == nil {
+		if f.Optional || pooled {
 			wantType = reflect.TypeFor[*int64]()
 		}
 		if !ok || sf.Type != wantType || len(sf.Index) != 1 {
@@ -197,11 +239,9 @@ func readTier(data []byte, pathName string) (policy.Tier, []string) {
 	// must reads a value of type T, or notes that its field must be one.
 	must := func(want string) func(*jsontext.Decoder, any) error {
 		return func(dec *jsontext.Decoder, v any) error {
-			p := dec.StackPointer()
-			field := p.LastToken()
-			if p.Parent() != "" { // in the shadow object
-				field = p.Parent().LastToken() + "." + field
-			}
+			// The field's path, "shadow.account.requests_per_minute"
+			// in nested objects.
+			field := strings.Join(slices.Collect(dec.StackPointer().Tokens()), ".")
 			val, err := dec.ReadValue()
 			if err != nil {
 				return err
@@ -269,6 +309,12 @@ func readTier(data []byte, pathName string) (policy.Tier, []string) {
 		*f.RequestLimit(t.Shadow) = *shadowWire.get(in.Shadow, i)
 		if field := "shadow." + f.Name; !present[field] {
 			problems[field] = append(problems[field], field+" is required")
+		}
+		if in.Shadow.Account != nil {
+			if t.Shadow.Account == nil {
+				t.Shadow.Account = &policy.PoolLimits{}
+			}
+			t.Shadow.Account.Set(f, shadowPoolWire.get(in.Shadow.Account, i))
 		}
 	}
 	for _, fe := range t.ValidateFields() {

@@ -257,10 +257,11 @@ func (s *Store) Stats(ctx context.Context, from, to time.Time, bucket time.Durat
 		return nil, unavailable(err)
 	}
 	// Tokens settled: the calls finished in each bucket (the tokens they
-	// count, including an excess reported after they expired).
+	// count, including an excess reported after they expired). A member's
+	// call is also open in its account's pool, and counts once.
 	rows, err = s.db.QueryContext(ctx, s.d.bind(`SELECT (finished_at / 1000000) / ?1, tier, CAST(SUM(tokens) AS BIGINT) FROM calls
-		WHERE finished_at >= ?2 AND finished_at < ?3 AND (?4 = '' OR tier = ?4)
-		GROUP BY (finished_at / 1000000) / ?1, tier`), secs, fromMin*60_000_000, toMin*60_000_000, tier)
+		WHERE finished_at >= ?2 AND finished_at < ?3 AND (?4 = '' OR tier = ?4) AND (user_id < ?5 OR user_id >= ?6)
+		GROUP BY (finished_at / 1000000) / ?1, tier`), secs, fromMin*60_000_000, toMin*60_000_000, tier, poolKeysFrom, poolKeysTo)
 	if err != nil {
 		return nil, unavailable(err)
 	}
@@ -297,6 +298,16 @@ func sortBuckets(bs []policy.StatsBucket) {
 		}
 	}
 }
+
+// poolKeysFrom and poolKeysTo bound the keys of accounts' pools
+// (policy.AccountKey) in key order, which the tables sort bytewise: a key
+// k is a pool's when poolKeysFrom <= k < poolKeysTo. Pools keep copies of
+// their members' requests and calls, which figures about users or calls
+// leave out.
+var (
+	poolKeysFrom = policy.AccountKeyPrefix
+	poolKeysTo   = policy.AccountKeyPrefix[:len(policy.AccountKeyPrefix)-1] + string(policy.AccountKeyPrefix[len(policy.AccountKeyPrefix)-1]+1)
+)
 
 // topUsersQuery visits each user once by seeking past the previous one in
 // the key (a skip scan), and counts a user's requests after each of two
@@ -336,6 +347,9 @@ func (s *Store) TopUsers(ctx context.Context, from []time.Time, n int) ([][]poli
 		)
 		if err := rows.Scan(&user, &last, &first1, &first2); err != nil {
 			return nil, unavailable(err)
+		}
+		if policy.IsAccountKey(user) {
+			continue // an account's pool, whose requests its members made
 		}
 		for i, first := range []int64{first1, first2}[:len(from)] {
 			if c := last - first + 1; c > 0 {
@@ -423,10 +437,11 @@ func (s *Store) UserRequests(ctx context.Context, user string, from, to time.Tim
 }
 
 // CallsInFlight implements policy.StatsStore: calls open and not yet
-// expired at now.
+// expired at now, a member's counted once (not again in its pool).
 func (s *Store) CallsInFlight(ctx context.Context, now time.Time) (map[string]int64, error) {
 	rows, err := s.db.QueryContext(ctx, s.d.bind(`SELECT tier, COUNT(*) FROM calls
-		WHERE finished_at IS NULL AND expires_at > ? GROUP BY tier`), now.UnixMicro())
+		WHERE finished_at IS NULL AND expires_at > ? AND (user_id < ? OR user_id >= ?) GROUP BY tier`),
+		now.UnixMicro(), poolKeysFrom, poolKeysTo)
 	if err != nil {
 		return nil, unavailable(err)
 	}

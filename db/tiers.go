@@ -55,12 +55,15 @@ type tierRow struct {
 }
 
 // limitsRow is the shadow column: the four request limits as a JSON
-// object with the API's field names, or NULL.
+// object with the API's field names, or NULL. Its account member, left
+// out when the shadow has none, holds the pooled shadow limits, each
+// request limit present (null: no limit).
 type limitsRow struct {
-	RequestsPerMinute int64 `json:"requests_per_minute"`
-	RequestsPerHour   int64 `json:"requests_per_hour"`
-	RequestsPerDay    int64 `json:"requests_per_day"`
-	BurstAllowance    int64 `json:"burst_allowance"`
+	RequestsPerMinute int64    `json:"requests_per_minute"`
+	RequestsPerHour   int64    `json:"requests_per_hour"`
+	RequestsPerDay    int64    `json:"requests_per_day"`
+	BurstAllowance    int64    `json:"burst_allowance"`
+	Account           *poolRow `json:"account,omitzero"`
 }
 
 // Scan implements sql.Scanner; database/sql sets a nil *limitsRow for NULL.
@@ -80,7 +83,16 @@ func rowOf(t *policy.Tier) tierRow {
 		r.Account = &p
 	}
 	if l := t.Shadow; l != nil {
-		r.Shadow = &limitsRow{l.RequestsPerMinute, l.RequestsPerHour, l.RequestsPerDay, l.BurstAllowance}
+		r.Shadow = &limitsRow{l.RequestsPerMinute, l.RequestsPerHour, l.RequestsPerDay, l.BurstAllowance, nil}
+		if a := l.Account; a != nil {
+			p := poolRow{}
+			for i := range policy.LimitFields {
+				if f := &policy.LimitFields[i]; f.InRequestLimits() {
+					p[f.Name] = a.Get(f)
+				}
+			}
+			r.Shadow.Account = &p
+		}
 	}
 	if !t.UpdatedAt.IsZero() {
 		r.UpdatedAt = t.UpdatedAt.UnixMicro()
@@ -107,6 +119,10 @@ func (r *tierRow) tier() policy.Tier {
 	if l := r.Shadow; l != nil {
 		t.Shadow = &policy.RequestLimits{RequestsPerMinute: l.RequestsPerMinute, RequestsPerHour: l.RequestsPerHour,
 			RequestsPerDay: l.RequestsPerDay, BurstAllowance: l.BurstAllowance}
+		if l.Account != nil {
+			p, _ := policy.PoolLimitsOf(*l.Account) // names unknown to this version are dropped
+			t.Shadow.Account = &p
+		}
 	}
 	if r.Account != nil {
 		p, _ := policy.PoolLimitsOf(*r.Account) // names unknown to this version are dropped

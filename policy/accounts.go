@@ -497,4 +497,7 @@ type pool struct {
 	key    string
 	limits PoolLimits
 	tier   Tier // limits as a tier (see PoolLimits.Tier)
+	// shadow is the pooled shadow limits of the account's plan as a tier
+	// (its Shadow's Account); nil when it has none.
+	shadow *Tier
 }

@@ -80,8 +80,9 @@ type Decision struct {
 	// Concurrency is the user's calls in flight against the tier's
 	// max_concurrent (counting the call opened); nil when the tier sets none.
 	Concurrency *ConcurrencyState
-	// Shadow is how the tier's shadow limits decided the check; nil when
-	// the tier has none.
+	// Shadow is how the tier's shadow limits decided the check, and for a
+	// member the pooled shadow limits of its account's plan (see
+	// ShadowDecision.Account); nil when there are none.
 	Shadow *ShadowDecision
 	// Account is the pooled state of the account a member's check drew
 	// on; nil for a user in no account.
@@ -239,7 +240,7 @@ func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 		poolOK, poolReason, poolRetry = a.poolVerdict()
 	}
 	admitted := ownOK && poolOK
-	d := Decision{Outcome: Admitted, Windows: &ev.Windows, Shadow: a.shadow}
+	d := Decision{Outcome: Admitted, Windows: &ev.Windows, Shadow: mergeShadow(a.shadow, a.poolShadow)}
 	switch {
 	case !ev.Allowed:
 		d.Outcome, d.Reason, d.RetryAfter = RateLimited, ev.Blocked.Reason(), ev.RetryAfter
@@ -287,6 +288,7 @@ type admission struct {
 	shadow            *ShadowDecision
 	m                 Metering
 	pev               Evaluation // the pool's, for a member's check
+	poolShadow        *ShadowDecision
 	pm                Metering
 	stale             bool
 	unconfirmable     bool

@@ -316,14 +316,26 @@ func (t *Tier) validateLimits() []FieldError {
 	return fieldErrors(limitProblems("", func(f *LimitField) (int64, bool) { return f.Value(t) }))
 }
 
-// validate returns the problems of l, naming each field with prefix.
+// validate returns the problems of l, naming each field with prefix, and
+// those of its Account with prefix+"account.": a limit RequestLimits does
+// not hold is one.
 func (l *RequestLimits) validate(prefix string) []FieldError {
-	return fieldErrors(limitProblems(prefix, func(f *LimitField) (int64, bool) {
+	errs := fieldErrors(limitProblems(prefix, func(f *LimitField) (int64, bool) {
 		if p := f.RequestLimit(l); p != nil {
 			return *p, true
 		}
 		return 0, false
 	}))
+	if a := l.Account; a != nil {
+		pre := prefix + "account."
+		for i := range LimitFields {
+			if f := &LimitFields[i]; !f.InRequestLimits() && a[i] != nil {
+				errs = append(errs, FieldError{pre + f.Name, pre + f.Name + " cannot be set: only request limits and the burst allowance are replayed and shadowed"})
+			}
+		}
+		errs = append(errs, a.ValidateFields(pre)...)
+	}
+	return errs
 }
 
 // sameValue reports whether a and b are both nil or point to equal values.

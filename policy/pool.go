@@ -32,6 +32,12 @@ func (s *Service) poolOf(ctx context.Context, acct *Account, base *Tier) (*pool,
 	}
 	p := &pool{account: acct, key: AccountKey(acct.AccountID), limits: acct.Pool(t)}
 	p.tier = p.limits.Tier(t.Name, t.ID)
+	if t.Shadow != nil && t.Shadow.Account != nil {
+		// As the tier sets them, without the account's overrides: a
+		// user's shadow limits take none of their record's either.
+		st := t.Shadow.Account.Tier(t.Name, t.ID)
+		p.shadow = &st
+	}
 	return p, nil
 }
 
@@ -91,6 +97,10 @@ func (a *admission) decidePool(h History, ownAdmits bool) (Admission, error) {
 	c, p := a.c, a.c.pool
 	var err error
 	if a.pev, err = Evaluate(h, &p.tier, c.Now); err != nil {
+		return Admission{}, err
+	}
+	// The same history, in the same admission, as the user's own.
+	if a.poolShadow, err = decidePoolShadow(h, p, c.Now); err != nil {
 		return Admission{}, err
 	}
 	if a.metered {

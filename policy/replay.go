@@ -15,6 +15,13 @@ const MaxTopUsers = 10
 
 // Preview is what replaying recorded requests through proposed limits
 // found: how many of them the limits would have refused, and whose.
+//
+// The pools of accounts (see AccountKey) are replayed apart from users,
+// through the pooled limits (RequestLimits.Account), and counted only in
+// AccountsRefused and RefusedByAccount: the other figures are users' own
+// requests, and no pool is a user. The two are replayed independently, as
+// advice: a request a pool would refuse still counts in its member's
+// windows, and the other way round.
 type Preview struct {
 	Tier string
 	// From and To bound the replayed requests: recorded strictly after
@@ -31,6 +38,11 @@ type Preview struct {
 	// TopUsers are up to MaxTopUsers users with the most refusals, most
 	// first, ties by user id.
 	TopUsers []UserPreview
+	// AccountsRefused counts the accounts whose pool had a request
+	// refused; RefusedByAccount counts the requests refused in pools by
+	// window, as RefusedBy does users'.
+	AccountsRefused  int64
+	RefusedByAccount [len(Windows)]int64
 }
 
 // UserPreview is one user's share of a Preview.
@@ -43,13 +55,21 @@ type UserPreview struct {
 // whether there are any. A nil LimitsLookup has none for anyone.
 type LimitsLookup func(userID string) (RequestLimits, bool)
 
+// AccountLookup returns the overrides of the pooled limits of the account
+// named id: the zero PoolOverrides for an account without any, or without
+// a record. An error stops the replay.
+type AccountLookup func(id string) (PoolOverrides, error)
+
 // Replayer replays recorded requests through limits, exactly as the
 // RateLimiter would decide them: a request is refused when a window already
 // holds its ceiling of the requests replayed before it and admitted, and a
 // refused request is not counted in any window. Requests must come grouped
 // by user and, within a user, in time order (requests at one instant
 // together), as a scan of
-// the requests table in key order gives them.
+// the requests table in key order gives them. The requests of an
+// account's pool, under AccountKey, are replayed through limits.Account
+// with the account's overrides (see SetAccounts), a window it leaves
+// unset refusing nothing.
 //
 // Each user's admitted requests are kept in one slice, with an index per
 // window to its oldest request still inside: a window only ever moves
@@ -59,10 +79,14 @@ type LimitsLookup func(userID string) (RequestLimits, bool)
 type Replayer struct {
 	limits   RequestLimits
 	override LimitsLookup
+	pool     PoolLimits    // limits.Account, or none
+	pooled   RequestLimits // pool as a pool is evaluated on it
+	accounts AccountLookup
 	from, to int64 // Unix microseconds
 
 	user     string
 	started  bool
+	isPool   bool // user is an account's pool
 	cur      RequestLimits
 	last     int64
 	admitted []int64
@@ -79,9 +103,20 @@ type Replayer struct {
 // returns for a user it has limits for (nil: no overrides).
 func NewReplayer(limits RequestLimits, from, to time.Time, override LimitsLookup) *Replayer {
 	from, to = from.Truncate(Resolution), to.Truncate(Resolution)
-	return &Replayer{limits: limits, override: override, from: from.UnixMicro(), to: to.UnixMicro(),
+	r := &Replayer{limits: limits, override: override, from: from.UnixMicro(), to: to.UnixMicro(),
 		res: Preview{From: from.UTC(), To: to.UTC()}}
+	if limits.Account != nil {
+		r.pool = *limits.Account
+	}
+	r.pooled = r.pool.requestLimits()
+	return r
 }
+
+// SetAccounts has each account's pool replayed through limits.Account
+// with the overrides lookup returns for the account, as a check decides
+// its members; without it, every pool is replayed through limits.Account
+// as it is.
+func (r *Replayer) SetAccounts(lookup AccountLookup) { r.accounts = lookup }
 
 // Add replays the request of userID recorded at at, in Unix microseconds.
 // A request outside the replayed time is ignored. Requests out of order
@@ -96,11 +131,9 @@ func (r *Replayer) Add(userID string, at int64) error {
 		}
 		r.endUser()
 		r.started, r.user = true, userID
-		r.cur = r.limits
-		if r.override != nil {
-			if l, ok := r.override(userID); ok {
-				r.cur = l
-			}
+		if err := r.limitsOf(userID); err != nil {
+			r.started = false
+			return err
 		}
 		r.admitted, r.heads, r.userReq, r.userRef = r.admitted[:0], [len(Windows)]int{}, 0, 0
 	} else if at < r.last {
@@ -117,7 +150,11 @@ func (r *Replayer) Add(userID string, at int64) error {
 		r.heads[w] = h
 		if int64(len(r.admitted)-h) >= r.cur.Ceiling(w) {
 			r.userRef++
-			r.res.RefusedBy[w]++
+			if r.isPool {
+				r.res.RefusedByAccount[w]++
+			} else {
+				r.res.RefusedBy[w]++
+			}
 			return nil
 		}
 	}
@@ -125,9 +162,41 @@ func (r *Replayer) Add(userID string, at int64) error {
 	return nil
 }
 
-// endUser adds the current user's figures to the result.
+// limitsOf sets the limits key, a user or an account's pool, is replayed
+// through.
+func (r *Replayer) limitsOf(key string) error {
+	r.isPool = IsAccountKey(key)
+	switch {
+	case r.isPool && r.accounts != nil:
+		o, err := r.accounts(key[len(AccountKeyPrefix):])
+		if err != nil {
+			return err
+		}
+		p := r.pool.WithOverrides(o)
+		r.cur = p.requestLimits()
+	case r.isPool:
+		r.cur = r.pooled
+	default:
+		r.cur = r.limits
+		if r.override != nil {
+			if l, ok := r.override(key); ok {
+				r.cur = l
+			}
+		}
+	}
+	return nil
+}
+
+// endUser adds the current user's figures to the result, or the current
+// pool's.
 func (r *Replayer) endUser() {
 	if !r.started || r.userReq == 0 {
+		return
+	}
+	if r.isPool {
+		if r.userRef > 0 {
+			r.res.AccountsRefused++
+		}
 		return
 	}
 	r.res.Users++
@@ -179,8 +248,10 @@ func WithReplays(r ReplayStore) Option { return func(s *Service) { s.replays = r
 
 // ShadowRefusals replays the requests recorded under the named tier through
 // its shadow limits, over the last hour and over the last day, in one read
-// of the stored requests. A tier without shadow limits replays nothing and
-// has zero of everything; an unknown one is ENOTFOUND.
+// of the stored requests: users' through the shadow's request limits, the
+// pools of its accounts through its Account (none refused when it has
+// none). A tier without shadow limits replays nothing and has zero of
+// everything; an unknown one is ENOTFOUND.
 func (s *Service) ShadowRefusals(ctx context.Context, name string) (hour, day Preview, err error) {
 	t, err := s.tiers.Tier(ctx, name)
 	if err != nil || t.Shadow == nil {
@@ -203,8 +274,12 @@ func (s *Service) ShadowRefusals(ctx context.Context, name string) (hour, day Pr
 }
 
 // PreviewTier replays the requests recorded under the named tier in the
-// last PreviewWindow through proposed, user by user, and reports what they
-// would have refused. It changes nothing. An unknown tier is ENOTFOUND.
+// last PreviewWindow through proposed, user by user, and the pools of the
+// accounts on the tier through proposed.Account (see Tier.PreviewLimits)
+// with each account's overrides, and reports what they would have refused.
+// A pool whose account has no record any more is replayed through
+// proposed.Account as it is. It changes nothing. An unknown tier is
+// ENOTFOUND.
 func (s *Service) PreviewTier(ctx context.Context, name string, proposed RequestLimits) (Preview, error) {
 	if errs := proposed.validate(""); len(errs) > 0 {
 		return Preview{}, &Error{Code: EINVALID, Message: errs[0].Message}
@@ -215,6 +290,7 @@ func (s *Service) PreviewTier(ctx context.Context, name string, proposed Request
 	}
 	now := s.now()
 	r := NewReplayer(proposed, now.Add(-PreviewWindow), now, s.overrides(proposed))
+	r.SetAccounts(s.accountOverrides(ctx))
 	if err := s.replay(ctx, &t, now.Add(-PreviewWindow), now, r.Add); err != nil {
 		return Preview{}, err
 	}
@@ -240,6 +316,22 @@ func (s *Service) overrides(base RequestLimits) LimitsLookup {
 		}
 		u := t.WithOverrides(rec.Limits)
 		return u.RequestLimits(), true
+	}
+}
+
+// accountOverrides returns the overrides of each account's pooled limits
+// as stored, none for an account without a record; nil when the service
+// keeps no accounts. Each pool is read once, as its requests come.
+func (s *Service) accountOverrides(ctx context.Context) AccountLookup {
+	if s.accounts == nil {
+		return nil
+	}
+	return func(id string) (PoolOverrides, error) {
+		a, err := s.accounts.Account(ctx, id)
+		if ErrorCode(err) == ENOTFOUND {
+			return PoolOverrides{}, nil
+		}
+		return a.Limits, err
 	}
 }
 

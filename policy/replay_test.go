@@ -21,7 +21,11 @@ type replayRow struct {
 // referenceReplay replays rows as the RateLimiter decides checks: through
 // Evaluate on an in-memory History, one request at a time, recording each
 // admitted one. It is the definition Replayer must match, figure by figure.
-func referenceReplay(t *testing.T, rows []replayRow, l policy.RequestLimits, from, to time.Time, override policy.LimitsLookup) policy.Preview {
+// An account's pool is replayed as a member's check decides it: on the
+// tier its pooled limits make (policy.PoolLimits.Tier), with the
+// account's overrides applied.
+func referenceReplay(t *testing.T, rows []replayRow, l policy.RequestLimits, from, to time.Time, override policy.LimitsLookup,
+	accounts policy.AccountLookup) policy.Preview {
 	t.Helper()
 	p := policy.Preview{From: from.UTC(), To: to.UTC(), TopUsers: []policy.UserPreview{}}
 	byUser := map[string][]int64{}
@@ -39,6 +43,21 @@ func referenceReplay(t *testing.T, rows []replayRow, l policy.RequestLimits, fro
 			}
 		}
 		tier := (&policy.Tier{Name: "ref"}).WithLimits(lim)
+		pool := policy.IsAccountKey(user)
+		if pool {
+			var pooled policy.PoolLimits
+			if l.Account != nil {
+				pooled = *l.Account
+			}
+			if accounts != nil {
+				o, err := accounts(strings.TrimPrefix(user, policy.AccountKeyPrefix))
+				if err != nil {
+					t.Fatal(err)
+				}
+				pooled = pooled.WithOverrides(o)
+			}
+			tier = pooled.Tier("ref", 0)
+		}
 		var h memHistory
 		u := policy.UserPreview{UserID: user}
 		for _, at := range ats {
@@ -56,7 +75,17 @@ func referenceReplay(t *testing.T, rows []replayRow, l policy.RequestLimits, fro
 				continue
 			}
 			u.Refused++
-			p.RefusedBy[ev.Blocked]++
+			if pool {
+				p.RefusedByAccount[ev.Blocked]++
+			} else {
+				p.RefusedBy[ev.Blocked]++
+			}
+		}
+		if pool {
+			if u.Refused > 0 {
+				p.AccountsRefused++
+			}
+			continue
 		}
 		p.Users++
 		p.Requests += u.Requests
@@ -107,9 +136,13 @@ func randomRows(rng *rand.Rand, users int, to time.Time) []replayRow {
 	return rows
 }
 
-func replay(t *testing.T, rows []replayRow, l policy.RequestLimits, from, to time.Time, override policy.LimitsLookup) policy.Preview {
+func replay(t *testing.T, rows []replayRow, l policy.RequestLimits, from, to time.Time, override policy.LimitsLookup,
+	accounts ...policy.AccountLookup) policy.Preview {
 	t.Helper()
 	r := policy.NewReplayer(l, from, to, override)
+	for _, a := range accounts {
+		r.SetAccounts(a)
+	}
 	for _, row := range rows {
 		if err := r.Add(row.user, row.at); err != nil {
 			t.Fatal(err)
@@ -137,7 +170,7 @@ func TestReplayMatchesEvaluate(t *testing.T) {
 			override = func(user string) (policy.RequestLimits, bool) { return special, strings.HasSuffix(user, "1") }
 		}
 		got := replay(t, rows, l, from, to, override)
-		want := referenceReplay(t, rows, l, from, to, override)
+		want := referenceReplay(t, rows, l, from, to, override, nil)
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("seed %d, case %d, limits %+v:\nreplay    %+v\nreference %+v", seed, i, l, got, want)
 		}
@@ -172,5 +205,117 @@ func TestReplayEdges(t *testing.T) {
 	}
 	if err := r.Add("a", at(3*us)); policy.ErrorCode(err) != policy.EINTERNAL {
 		t.Fatalf("a user out of order: %v, want EINTERNAL", err)
+	}
+}
+
+// randomPools returns the rows of pools accounts' pools as randomRows
+// does users', each under its AccountKey: they sort before every user.
+func randomPools(rng *rand.Rand, pools int, to time.Time) []replayRow {
+	rows := randomRows(rng, pools, to)
+	for i := range rows {
+		rows[i].user = policy.AccountKey("acct-" + rows[i].user)
+	}
+	return rows
+}
+
+// randomPool returns pooled request limits, each unset one time in three.
+func randomPool(rng *rand.Rand) *policy.PoolLimits {
+	var p policy.PoolLimits
+	for i := range policy.LimitFields {
+		f := &policy.LimitFields[i]
+		if f.InRequestLimits() && rng.IntN(3) > 0 {
+			v := []int64{20, 150, 500}[f.Window]
+			if f.Kind == policy.KindBurst {
+				v = 5
+			}
+			p.Set(f, lim64(rng.Int64N(v)))
+		}
+	}
+	return &p
+}
+
+// TestReplayPoolsMatchEvaluate replays random pools beside random users
+// and compares every figure with the reference: users' figures are as if
+// no pool had been replayed, and each pool is decided on its pooled limits
+// with its account's overrides.
+func TestReplayPoolsMatchEvaluate(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 2))
+	to := t0.Add(36 * time.Hour)
+	from := to.Add(-policy.PreviewWindow)
+	for i := range 200 {
+		users := randomRows(rng, 1+rng.IntN(10), to)
+		rows := append(randomPools(rng, 1+rng.IntN(10), to), users...)
+		l := policy.RequestLimits{RequestsPerMinute: rng.Int64N(15), RequestsPerHour: rng.Int64N(120), RequestsPerDay: rng.Int64N(400)}
+		if i%4 > 0 {
+			l.Account = randomPool(rng)
+		}
+		var accounts policy.AccountLookup
+		if i%2 == 0 {
+			special := *randomPool(rng)
+			accounts = func(id string) (policy.PoolOverrides, error) {
+				var o policy.PoolOverrides
+				if strings.HasSuffix(id, "1") {
+					for j := range special {
+						o[j] = policy.Override{Set: true, Limit: special[j]}
+					}
+				}
+				return o, nil
+			}
+		}
+		got := replay(t, rows, l, from, to, nil, accounts)
+		want := referenceReplay(t, rows, l, from, to, nil, accounts)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("seed %d, case %d, limits %+v, pool %v:\nreplay    %+v\nreference %+v", seed, i, l, l.Account, got, want)
+		}
+		alone := replay(t, users, l, from, to, nil)
+		alone.AccountsRefused, alone.RefusedByAccount = got.AccountsRefused, got.RefusedByAccount
+		if !reflect.DeepEqual(got, alone) {
+			t.Fatalf("seed %d, case %d: users' figures with pools %+v, without %+v", seed, i, got, alone)
+		}
+	}
+}
+
+// A pool is never a user, a pool without pooled limits refuses nothing,
+// and an account's overrides apply to its pool alone.
+func TestReplayPools(t *testing.T) {
+	to := t0
+	from := to.Add(-policy.PreviewWindow)
+	at := func(d time.Duration) int64 { return from.Add(d).UnixMicro() }
+	acme, beta := policy.AccountKey("acme"), policy.AccountKey("beta")
+	var rows []replayRow
+	for _, key := range []string{acme, beta, "u"} {
+		for k := range 3 {
+			rows = append(rows, replayRow{key, at(time.Duration(k+1) * time.Second)})
+		}
+	}
+	l := policy.RequestLimits{RequestsPerMinute: 100, RequestsPerHour: 100, RequestsPerDay: 100}
+	got := replay(t, rows, l, from, to, nil)
+	if got.Users != 1 || got.Requests != 3 || got.UsersRefused != 0 || len(got.TopUsers) != 0 || got.AccountsRefused != 0 || got.RefusedByAccount != [3]int64{} {
+		t.Fatalf("pools without pooled limits: %+v", got)
+	}
+	l.Account = pooledRequests(-1, -1, 2)
+	got = replay(t, rows, l, from, to, nil)
+	if got.Users != 1 || got.Requests != 3 || got.RequestsRefused != 0 || got.AccountsRefused != 2 || got.RefusedByAccount != [3]int64{0, 0, 2} {
+		t.Fatalf("pools of two a day: %+v", got)
+	}
+	// beta's record raises its pool's day; acme has none any more.
+	lookups := 0
+	accounts := func(id string) (policy.PoolOverrides, error) {
+		lookups++
+		if id == "beta" {
+			return policy.PoolOverrides{2: policy.To(10)}, nil
+		}
+		return policy.PoolOverrides{}, nil
+	}
+	got = replay(t, rows, l, from, to, nil, accounts)
+	if got.AccountsRefused != 1 || got.RefusedByAccount != [3]int64{0, 0, 1} || lookups != 2 {
+		t.Fatalf("with beta's override: %+v after %d look-ups, want acme's one refusal and each account read once", got, lookups)
+	}
+	failed := policy.Errorf(policy.EUNAVAILABLE, "accounts unreadable")
+	r := policy.NewReplayer(l, from, to, nil)
+	r.SetAccounts(func(string) (policy.PoolOverrides, error) { return policy.PoolOverrides{}, failed })
+	if err := r.Add(acme, at(time.Second)); err != failed {
+		t.Fatalf("Add with an account that cannot be read: %v, want its error", err)
 	}
 }

@@ -194,7 +194,7 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 			return Decision{}, err
 		}
 		d.Windows, d.Concurrency = &u.Windows, unconsumed(&u, tier)
-		if d.Shadow, err = s.limiter.shadowView(ctx, c.UserID, tier, c.Now); err != nil {
+		if d.Shadow, err = s.limiter.shadowView(ctx, c); err != nil {
 			return Decision{}, err
 		}
 		if c.pool != nil {
@@ -206,7 +206,7 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 	if s.counter != nil && !dryRun {
 		s.counter.CountCheck(c.Now, req.UserID, tier.Name, CountReason(&d))
 		if d.Shadow != nil && !d.Shadow.Allowed {
-			s.counter.CountCheck(c.Now, req.UserID, tier.Name, ShadowReason(d.Shadow.Blocked))
+			s.counter.CountCheck(c.Now, req.UserID, tier.Name, d.Shadow.CountReason())
 		}
 	}
 	return d, nil

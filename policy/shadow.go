@@ -13,6 +13,13 @@ type RequestLimits struct {
 	RequestsPerDay    int64
 	// BurstAllowance widens only the minute window, as a tier's does.
 	BurstAllowance int64
+	// Account, when set, holds request limits of the pool of each account
+	// on the tier's plan: the rows of PoolLimits that RequestLimits holds
+	// (see LimitField.InRequestLimits), each nil for none, and no other.
+	// On a tier's Shadow they are the pooled shadow limits its accounts'
+	// pools are also decided against; in a preview, the pooled limits
+	// proposed for them. nil sets none. A user's limits have none.
+	Account *PoolLimits
 }
 
 // Ceiling returns the number of admitted requests window w may hold.
@@ -27,13 +34,45 @@ func (l *RequestLimits) Ceiling(w Window) int64 {
 	}
 }
 
-// RequestLimits returns t's request limits.
+// RequestLimits returns t's request limits, without its Account's.
 func (t *Tier) RequestLimits() RequestLimits {
-	return RequestLimits{t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay, t.BurstAllowance}
+	return RequestLimits{RequestsPerMinute: t.RequestsPerMinute, RequestsPerHour: t.RequestsPerHour,
+		RequestsPerDay: t.RequestsPerDay, BurstAllowance: t.BurstAllowance}
 }
 
-// WithLimits returns a copy of t whose request limits are l; everything
-// else, shadow limits included, is t's.
+// PreviewLimits returns what a preview of t replays: its request limits
+// for users, and the request limits of its Account, when it has one, for
+// the pools of its accounts.
+func (t *Tier) PreviewLimits() RequestLimits {
+	l := t.RequestLimits()
+	if t.Account != nil {
+		p := t.Account.requestPart()
+		l.Account = &p
+	}
+	return l
+}
+
+// requestPart returns the limits of p that RequestLimits holds, the
+// others unset.
+func (p PoolLimits) requestPart() PoolLimits {
+	for i := range LimitFields {
+		if !LimitFields[i].InRequestLimits() {
+			p[i] = nil
+		}
+	}
+	return p
+}
+
+// requestLimits returns the request limits of p as a pool is evaluated on
+// them: a window without a limit admits more than any window holds (see
+// PoolLimits.Tier).
+func (p *PoolLimits) requestLimits() RequestLimits {
+	t := p.Tier("", 0)
+	return t.RequestLimits()
+}
+
+// WithLimits returns a copy of t whose request limits are l (l.Account
+// aside); everything else, shadow limits included, is t's.
 func (t *Tier) WithLimits(l RequestLimits) Tier {
 	c := *t
 	for i := range LimitFields {
@@ -45,13 +84,27 @@ func (t *Tier) WithLimits(l RequestLimits) Tier {
 }
 
 // Promoted returns a copy of t whose shadow limits are its real limits and
-// which has no shadow limits. A tier without shadow limits is EINVALID.
+// which has no shadow limits: the shadow's Account, when set, replaces the
+// request limits of t's Account (whose token and concurrency limits stay).
+// A tier without shadow limits is EINVALID.
 func (t *Tier) Promoted() (Tier, error) {
 	if t.Shadow == nil {
 		return Tier{}, Errorf(EINVALID, "tier %s has no shadow limits to promote", Quote(t.Name))
 	}
 	p := t.WithLimits(*t.Shadow)
 	p.Shadow = nil
+	if sa := t.Shadow.Account; sa != nil {
+		var pool PoolLimits // a new one: t's may be shared
+		if t.Account != nil {
+			pool = *t.Account
+		}
+		for i := range LimitFields {
+			if LimitFields[i].InRequestLimits() {
+				pool[i] = sa[i]
+			}
+		}
+		p.Account = &pool
+	}
 	return p, nil
 }
 
@@ -59,7 +112,15 @@ func sameShadow(a, b *Tier) bool {
 	if a.Shadow == nil || b.Shadow == nil {
 		return a.Shadow == b.Shadow
 	}
-	return *a.Shadow == *b.Shadow
+	return a.Shadow.Equal(b.Shadow)
+}
+
+// Equal reports whether l and m set the same limits, their Accounts
+// included.
+func (l *RequestLimits) Equal(m *RequestLimits) bool {
+	x, y := *l, *m
+	x.Account, y.Account = nil, nil
+	return x == y && (l.Account == nil) == (m.Account == nil) && (l.Account == nil || l.Account.Equal(m.Account))
 }
 
 // ShadowDecision is how a tier's shadow limits would have decided a check.
@@ -69,15 +130,39 @@ type ShadowDecision struct {
 	// Blocked is the first window at or over its shadow ceiling, when
 	// !Allowed.
 	Blocked Window
+	// Account reports whether Blocked is a window of the pooled shadow
+	// limits of the member's account (the Account of its plan's shadow
+	// limits) rather than of the user's own.
+	Account bool
+	// retry is the wait the refusal would have given (see mergeShadow).
+	retry int64
 }
 
 // Reason returns the refusal reason the shadow limits would have given,
-// or "" when they allow the request.
+// or "" when they allow the request: an account's is worded as a check's
+// refusal by its account is ("account per-minute limit exceeded").
 func (s *ShadowDecision) Reason() string {
-	if s.Allowed {
+	switch {
+	case s.Allowed:
 		return ""
+	case s.Account:
+		return AccountReasonPrefix + s.Blocked.Reason()
 	}
 	return s.Blocked.Reason()
+}
+
+// CountReason returns the reason a check the shadow limits would have
+// refused is counted under beside its answer: ShadowReason of the blocked
+// window, or ShadowAccountReason for an account's pooled shadow limits.
+// It is "" when they allow the request.
+func (s *ShadowDecision) CountReason() string {
+	switch {
+	case s.Allowed:
+		return ""
+	case s.Account:
+		return ShadowAccountReason
+	}
+	return ShadowReason(s.Blocked)
 }
 
 // decideShadow evaluates t's shadow limits over h at now, or returns nil
@@ -89,27 +174,71 @@ func decideShadow(h History, t *Tier, now time.Time) (*ShadowDecision, error) {
 		return nil, nil
 	}
 	st := t.WithLimits(*t.Shadow)
-	ev, err := Evaluate(h, &st, now)
+	return shadowOf(h, &st, now, false)
+}
+
+// decidePoolShadow evaluates the pooled shadow limits of p over h, the
+// pool's history, at now; nil when its plan shadows none. It reads what
+// Evaluate with the pool's real limits just read.
+func decidePoolShadow(h History, p *pool, now time.Time) (*ShadowDecision, error) {
+	if p == nil || p.shadow == nil {
+		return nil, nil
+	}
+	return shadowOf(h, p.shadow, now, true)
+}
+
+// shadowOf evaluates the shadow limits st over h at now.
+func shadowOf(h History, st *Tier, now time.Time, account bool) (*ShadowDecision, error) {
+	ev, err := Evaluate(h, st, now)
 	if err != nil {
 		return nil, err
 	}
-	return &ShadowDecision{Allowed: ev.Allowed, Blocked: ev.Blocked}, nil
+	return &ShadowDecision{Allowed: ev.Allowed, Blocked: ev.Blocked, Account: account, retry: ev.RetryAfter}, nil
 }
 
-// shadowView decides t's shadow limits for userID at now on a read-only
-// view, for a check refused before the RateLimiter ran; nil when t has
-// none, which reads nothing.
-func (r *RateLimiter) shadowView(ctx context.Context, userID string, t *Tier, now time.Time) (*ShadowDecision, error) {
-	if t.Shadow == nil {
-		return nil, nil
+// mergeShadow returns the shadow verdict of a check from its user's own
+// (nil when the tier has no shadow limits) and its pool's (nil when the
+// check draws on no pool with shadow limits), chosen as a real refusal
+// is: the pool's when only it refuses, or when both do and it would make
+// the caller wait longer.
+func mergeShadow(own, pool *ShadowDecision) *ShadowDecision {
+	switch {
+	case pool == nil:
+		return own
+	case own == nil || own.Allowed && !pool.Allowed:
+		return pool
+	case !own.Allowed && !pool.Allowed && pool.retry > own.retry:
+		return pool
 	}
-	var sd *ShadowDecision
-	err := r.Store.View(ctx, userID, func(h History) error {
-		var err error
-		sd, err = decideShadow(h, t, now)
-		return err
-	})
-	return sd, err
+	return own
+}
+
+// shadowView decides the shadow limits of c, its tier's and its pool's,
+// on read-only views, for a check refused before the RateLimiter ran; nil
+// when there are none, which reads nothing.
+func (r *RateLimiter) shadowView(ctx context.Context, c *Check) (*ShadowDecision, error) {
+	var own, pooled *ShadowDecision
+	if c.Tier.Shadow != nil {
+		err := r.Store.View(ctx, c.UserID, func(h History) error {
+			var err error
+			own, err = decideShadow(h, c.Tier, c.Now)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if p := c.pool; p != nil && p.shadow != nil {
+		err := r.Store.View(ctx, p.key, func(h History) error {
+			var err error
+			pooled, err = decidePoolShadow(h, p, c.Now)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return mergeShadow(own, pooled), nil
 }
 
 // PromoteShadow makes the shadow limits of the named tier its real limits

@@ -16,7 +16,7 @@ func TestShadowValidation(t *testing.T) {
 	}{
 		{"none", nil, ""},
 		{"zeros", &policy.RequestLimits{}, ""},
-		{"max", &policy.RequestLimits{policy.MaxLimit, policy.MaxLimit, policy.MaxLimit, policy.MaxLimit}, ""},
+		{"max", &policy.RequestLimits{RequestsPerMinute: policy.MaxLimit, RequestsPerHour: policy.MaxLimit, RequestsPerDay: policy.MaxLimit, BurstAllowance: policy.MaxLimit}, ""},
 		{"minute negative", &policy.RequestLimits{RequestsPerMinute: -1}, "shadow.requests_per_minute"},
 		{"hour too big", &policy.RequestLimits{RequestsPerHour: policy.MaxLimit + 1}, "shadow.requests_per_hour"},
 		{"day negative", &policy.RequestLimits{RequestsPerDay: -5}, "shadow.requests_per_day"},

@@ -30,6 +30,11 @@ const (
 // shadow_refused.
 func ShadowReason(w Window) string { return CountShadowPrefix + w.String() }
 
+// ShadowAccountReason is the reason a check is counted under when the
+// pooled shadow limits of its account would have refused it, whichever
+// window (as CountAccount counts real refusals by an account).
+const ShadowAccountReason = CountShadowPrefix + CountAccount
+
 // RefusalReasons lists the reasons of refusals in the order pages show them.
 var RefusalReasons = [...]string{CountMinute, CountHour, CountDay, CountTokens, CountConcurrency, CountAccount, CountFeature, CountOther}
 
@@ -80,7 +85,7 @@ type StatsBucket struct {
 	// refused, by window (the reason without CountShadowPrefix).
 	Shadow map[string]int64
 	// TokensSettled is the tokens of the tier's calls finished in the
-	// interval.
+	// interval, a member's counted once, not again as its pool's.
 	TokensSettled int64
 }
 
@@ -100,12 +105,14 @@ type StatsStore interface {
 	Stats(ctx context.Context, from, to time.Time, bucket time.Duration, tier string) ([]StatsBucket, error)
 	// TopUsers returns, for each of one or two cutoffs in from, the n
 	// users with the most requests recorded after it, most first: both
-	// lists from one pass over the users.
+	// lists from one pass over the users. An account's pool (AccountKey)
+	// is no user.
 	TopUsers(ctx context.Context, from []time.Time, n int) ([][]UserRequests, error)
 	// UserRequests returns user's requests recorded from from (inclusive)
 	// to to (exclusive) counted per bucket, oldest first.
 	UserRequests(ctx context.Context, user string, from, to time.Time, bucket time.Duration) ([]int64, error)
-	// CallsInFlight returns the calls open at now per tier.
+	// CallsInFlight returns the calls open at now per tier, a member's
+	// counted once, not again as its pool's.
 	CallsInFlight(ctx context.Context, now time.Time) (map[string]int64, error)
 	// LastTier returns the tier of user's newest recorded request; ok is
 	// false when none is recorded with its tier.

@@ -219,7 +219,9 @@ func UserSummary(r *UserRecord) string {
 }
 
 // LimitsSummary describes request limits in one line: "5/min (+0 burst),
-// 100/hour, 1,000/day".
+// 100/hour, 1,000/day", and then their Account's, when set: "and account
+// pools 50/min, 5,000/day" ("and account pools unlimited" when it sets
+// none).
 func LimitsSummary(l RequestLimits) string {
 	requests, _ := limitWords(func(f *LimitField) (int64, bool) {
 		if p := f.RequestLimit(&l); p != nil {
@@ -227,6 +229,18 @@ func LimitsSummary(l RequestLimits) string {
 		}
 		return 0, false
 	})
+	if a := l.Account; a != nil {
+		pooled, _ := limitWords(func(f *LimitField) (int64, bool) {
+			if v := a.Get(f); v != nil && f.InRequestLimits() {
+				return *v, true
+			}
+			return 0, false
+		})
+		if pooled == "" {
+			pooled = "unlimited"
+		}
+		requests += " and account pools " + pooled
+	}
 	return requests
 }
 

@@ -18,9 +18,19 @@ type adminShadowView struct {
 	RefusedDay  string
 	CheckedHour string
 	CheckedDay  string
+	// Pooled is set when the shadow limits hold accounts' pooled limits:
+	// what they would have refused in the pools, which are no users.
+	Pooled *adminShadowPools
 	// Version is the tier's UpdatedAt as the page read it: promoting
 	// refuses a tier changed since, as saving does.
 	Version string
+}
+
+// adminShadowPools is what the pooled shadow limits of a tier would have
+// refused in its accounts' pools.
+type adminShadowPools struct {
+	RefusedHour, AccountsHour string
+	RefusedDay, AccountsDay   string
 }
 
 // adminPreviewView is the figures of a preview, as the edit page shows
@@ -32,6 +42,9 @@ type adminPreviewView struct {
 	RefusedMinute, RefusedHour    string
 	RefusedDay                    string
 	TopUsers                      []adminPreviewUser
+	// The pools of the tier's accounts, replayed apart from users.
+	AccountsRefused                                             string
+	AccountRefusedMinute, AccountRefusedHour, AccountRefusedDay string
 }
 
 type adminPreviewUser struct {
@@ -45,7 +58,11 @@ func previewView(p *policy.Preview, l policy.RequestLimits) *adminPreviewView {
 		Users: policy.GroupDigits(p.Users), Requests: policy.GroupDigits(p.Requests),
 		UsersRefused: policy.GroupDigits(p.UsersRefused), RequestsRefused: policy.GroupDigits(p.RequestsRefused),
 		RefusedMinute: policy.GroupDigits(p.RefusedBy[policy.Minute]), RefusedHour: policy.GroupDigits(p.RefusedBy[policy.Hour]),
-		RefusedDay: policy.GroupDigits(p.RefusedBy[policy.Day]),
+		RefusedDay:           policy.GroupDigits(p.RefusedBy[policy.Day]),
+		AccountsRefused:      policy.GroupDigits(p.AccountsRefused),
+		AccountRefusedMinute: policy.GroupDigits(p.RefusedByAccount[policy.Minute]),
+		AccountRefusedHour:   policy.GroupDigits(p.RefusedByAccount[policy.Hour]),
+		AccountRefusedDay:    policy.GroupDigits(p.RefusedByAccount[policy.Day]),
 	}
 	for _, u := range p.TopUsers {
 		v.TopUsers = append(v.TopUsers, adminPreviewUser{u.UserID, policy.GroupDigits(u.Requests), policy.GroupDigits(u.Refused)})
@@ -63,12 +80,27 @@ func (a *Admin) shadowView(c echo.Context, t *policy.Tier) (*adminShadowView, er
 	if err != nil {
 		return nil, err
 	}
-	return &adminShadowView{
+	v := &adminShadowView{
 		Limits:      policy.LimitsSummary(*t.Shadow),
 		RefusedHour: policy.GroupDigits(hour.RequestsRefused), CheckedHour: policy.GroupDigits(hour.Requests),
 		RefusedDay: policy.GroupDigits(day.RequestsRefused), CheckedDay: policy.GroupDigits(day.Requests),
 		Version: tierVersion(*t),
-	}, nil
+	}
+	if t.Shadow.Account != nil {
+		v.Pooled = &adminShadowPools{
+			RefusedHour: policy.GroupDigits(sumCounts(hour.RefusedByAccount[:])), AccountsHour: policy.GroupDigits(hour.AccountsRefused),
+			RefusedDay: policy.GroupDigits(sumCounts(day.RefusedByAccount[:])), AccountsDay: policy.GroupDigits(day.AccountsRefused),
+		}
+	}
+	return v, nil
+}
+
+func sumCounts(ns []int64) int64 {
+	var total int64
+	for _, n := range ns {
+		total += n
+	}
+	return total
 }
 
 // handlePreviewTier shows what the limits typed into the edit form would
@@ -100,11 +132,11 @@ func (a *Admin) handlePreviewTier(c echo.Context) error {
 		v.Alert = "Nothing was previewed: correct the fields marked below."
 		return a.render(c, http.StatusBadRequest, "tier", v)
 	}
-	p, err := a.svc.PreviewTier(ctx, name, t.RequestLimits())
+	p, err := a.svc.PreviewTier(ctx, name, t.PreviewLimits())
 	if err != nil {
 		return a.fail(c, err)
 	}
-	v.Preview = previewView(&p, t.RequestLimits())
+	v.Preview = previewView(&p, t.PreviewLimits())
 	return a.render(c, http.StatusOK, "tier", v)
 }
 

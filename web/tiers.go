@@ -142,8 +142,9 @@ type adminTierField struct {
 // adminTierFields lists the tier form's fields in order, named as in the
 // JSON API, so that policy.FieldError.Field finds its field: the name,
 // every limit of policy.LimitFields, the features, models and description,
-// the shadow limits, then the account object: its checkbox and its pooled
-// limits, one per row of policy.LimitFields.
+// the shadow limits and the pooled shadow limits of accounts, then the
+// account object: its checkbox and its pooled limits, one per row of
+// policy.LimitFields.
 var adminTierFields = func() []adminTierField {
 	fields := []adminTierField{{name: "name", label: "Name", hint: "Lowercase letters, digits, - and _."}}
 	for i := range policy.LimitFields {
@@ -166,6 +167,14 @@ var adminTierFields = func() []adminTierField {
 		}
 		fields = append(fields, d)
 	}
+	for i, name := range shadowAccountFields {
+		f, _ := policy.LimitFieldNamed(strings.TrimPrefix(name, "shadow.account."))
+		d := adminTierField{name: name, label: "Shadow, each account's pool: " + strings.ToLower(f.Label[:1]) + f.Label[1:], numeric: true}
+		if i == 0 {
+			d.hint = "Pooled shadow limits of every account on this plan, which need the shadow limits above; empty for no limit."
+		}
+		fields = append(fields, d)
+	}
 	fields = append(fields, adminTierField{name: accountField, label: "Pooled limits for accounts on this plan", checkbox: true, wide: true,
 		hint: "The members of an account on this plan share these limits, checked with each one's own. An empty field sets no pooled limit; an account may override each."})
 	for i := range policy.LimitFields {
@@ -179,15 +188,16 @@ var adminTierFields = func() []adminTierField {
 // and the prefix of its pooled limits' fields, as the API names them.
 const accountField = "account"
 
-// shadowFields are the form fields of a tier's shadow limits.
-var shadowFields = func() []string {
-	var names []string
+// shadowFields are the form fields of a tier's shadow limits, and
+// shadowAccountFields those of its pooled shadow limits.
+var shadowFields, shadowAccountFields = func() (names, pooled []string) {
 	for i := range policy.LimitFields {
 		if f := &policy.LimitFields[i]; f.InRequestLimits() {
 			names = append(names, "shadow."+f.Name)
+			pooled = append(pooled, "shadow.account."+f.Name)
 		}
 	}
-	return names
+	return names, pooled
 }()
 
 // countWord spells a small count out: "four".
@@ -241,6 +251,9 @@ func tierFormValues(t policy.Tier) map[string]string {
 		v[f.Name] = optionalLimit(f.Get(&t))
 		if t.Shadow != nil && f.InRequestLimits() {
 			v["shadow."+f.Name] = strconv.FormatInt(*f.RequestLimit(t.Shadow), 10)
+			if t.Shadow.Account != nil {
+				v["shadow.account."+f.Name] = optionalLimit(t.Shadow.Account.Get(f))
+			}
 		}
 		if t.Account != nil {
 			v[accountField+"."+f.Name] = optionalLimit(t.Account.Get(f))
@@ -292,11 +305,20 @@ func (a *Admin) tierFromForm(name string, values map[string]string) (policy.Tier
 		}
 		return &v
 	}
-	// Shadow limits are all or none: empty fields mean none.
+	// Shadow limits are all or none: empty fields mean none. Pooled
+	// shadow limits are each optional, and all empty mean none; any of
+	// them asks for the shadow limits they belong to.
+	var pooledShadow bool
+	for _, f := range shadowAccountFields {
+		pooledShadow = pooledShadow || strings.TrimSpace(values[f]) != ""
+	}
 	for _, f := range shadowFields {
-		if strings.TrimSpace(values[f]) != "" {
+		if pooledShadow || strings.TrimSpace(values[f]) != "" {
 			t.Shadow = &policy.RequestLimits{}
 		}
+	}
+	if pooledShadow {
+		t.Shadow.Account = &policy.PoolLimits{}
 	}
 	// The checkbox says whether the tier has an account object; limits
 	// typed without it would be dropped unseen, so they are refused.
@@ -310,6 +332,9 @@ func (a *Admin) tierFromForm(name string, values map[string]string) (policy.Tier
 		if t.Shadow != nil && f.InRequestLimits() {
 			if v := parse("shadow."+f.Name, false); v != nil {
 				*f.RequestLimit(t.Shadow) = *v
+			}
+			if pooledShadow {
+				t.Shadow.Account.Set(f, parse("shadow.account."+f.Name, true))
 			}
 		}
 		name := accountField + "." + f.Name

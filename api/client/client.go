@@ -276,6 +276,18 @@ type Limits struct {
 	RequestsPerHour   int64 `json:"requests_per_hour"`
 	RequestsPerDay    int64 `json:"requests_per_day"`
 	BurstAllowance    int64 `json:"burst_allowance"`
+	// Account holds the pooled shadow limits of the accounts on the
+	// tier; nil for none.
+	Account *PoolRequestLimits `json:"account,omitzero"`
+}
+
+// PoolRequestLimits are the request limits of an account's pool, each nil
+// for no limit.
+type PoolRequestLimits struct {
+	RequestsPerMinute *int64 `json:"requests_per_minute"`
+	RequestsPerHour   *int64 `json:"requests_per_hour"`
+	RequestsPerDay    *int64 `json:"requests_per_day"`
+	BurstAllowance    *int64 `json:"burst_allowance"`
 }
 
 // Preview is what replaying a tier's last day of requests through proposed
@@ -294,6 +306,15 @@ type Preview struct {
 		Day    int64 `json:"day"`
 	} `json:"refused_by_window"`
 	TopUsers []PreviewUser `json:"top_users"`
+	// AccountsRefused counts the accounts whose pool had a request
+	// refused, RefusedByAccountWindow those requests by window: the
+	// figures above are users' own.
+	AccountsRefused        int64 `json:"accounts_refused"`
+	RefusedByAccountWindow struct {
+		Minute int64 `json:"minute"`
+		Hour   int64 `json:"hour"`
+		Day    int64 `json:"day"`
+	} `json:"refused_by_account_window"`
 }
 
 // PreviewUser is one user's share of a Preview.

@@ -6,15 +6,17 @@ import (
 	"strings"
 )
 
-// The wording of tiers, user records and their changes, shared by every
-// place that shows them to a person: the admin page's tiers page and
-// audit log, and the import report of "policyguard tiers import".
+// The wording of tiers, accounts, user records and their changes, shared
+// by every place that shows them to a person: the admin page's tiers page
+// and audit log, and the import report of "policyguard tiers import".
 
 // TierSummary describes a tier's limits, features and models in one line,
 // as the admin page's audit log and the import report of "policyguard
 // tiers import" word a tier that was created or deleted: "5/min (+0
-// burst), 50/hour, 500/day; chat; models gpt-4o*". A tier that allows
-// every model does not say so, so the seeded tiers read as they always did.
+// burst), 50/hour, 500/day; chat; models gpt-4o*; account 600/min,
+// 2,000,000 tokens/day". A tier that allows every model, or sets no pooled
+// limits for accounts, does not say so, so the seeded tiers read as they
+// always did.
 func TierSummary(t *Tier) string {
 	features := "no features"
 	if len(t.Features) > 0 {
@@ -37,7 +39,30 @@ func TierSummary(t *Tier) string {
 		// they always did.
 		metering = "; " + metering
 	}
-	return requests + metering + "; " + features + shadow
+	account := ""
+	if t.Account != nil {
+		account = "; account " + PoolSummary(t.Account)
+	}
+	return requests + metering + "; " + features + shadow + account
+}
+
+// PoolSummary describes an account's pooled limits in one line, those it
+// sets in the order of LimitFields: "600/min (+0 burst), 2,000,000
+// tokens/day, 10 concurrent calls"; "no limits" when it sets none.
+func PoolSummary(p *PoolLimits) string {
+	requests, metering := limitWords(func(f *LimitField) (int64, bool) {
+		if v := p.Get(f); v != nil {
+			return *v, true
+		}
+		return 0, false
+	})
+	switch {
+	case requests == "" && metering == "":
+		return "no limits"
+	case requests == "" || metering == "":
+		return requests + metering
+	}
+	return requests + ", " + metering
 }
 
 // limitWords words the limits value reads (ok false for one unset), in
@@ -117,8 +142,41 @@ func TierDiff(before, after *Tier) []string {
 	}; shadow(before) != shadow(after) {
 		out = append(out, fmt.Sprintf("shadow: %s → %s", shadow(before), shadow(after)))
 	}
+	out = append(out, poolDiff(before.Account, after.Account)...)
 	if len(out) == 0 {
 		out = append(out, "saved without a change")
+	}
+	return out
+}
+
+// poolDiff lists how a tier's pooled limits for accounts changed, field by
+// field as "account.requests_per_minute: none → 600" (a tier without them
+// limits nothing), or as "account: none → no limits" when only their
+// presence did.
+func poolDiff(before, after *PoolLimits) []string {
+	var none PoolLimits
+	b, a := before, after
+	if b == nil {
+		b = &none
+	}
+	if a == nil {
+		a = &none
+	}
+	var out []string
+	for i := range LimitFields {
+		f := &LimitFields[i]
+		if bv, av := LimitText(b.Get(f)), LimitText(a.Get(f)); bv != av {
+			out = append(out, fmt.Sprintf("account.%s: %s → %s", f.Name, bv, av))
+		}
+	}
+	if len(out) == 0 && (before == nil) != (after == nil) {
+		words := func(p *PoolLimits) string {
+			if p == nil {
+				return "none"
+			}
+			return PoolSummary(p)
+		}
+		out = append(out, fmt.Sprintf("account: %s → %s", words(before), words(after)))
 	}
 	return out
 }
@@ -135,7 +193,7 @@ func ModelsText(models []string) string {
 	return "[" + strings.Join(models, ", ") + "]"
 }
 
-// UserSummary says in words what a record sets: "tier pro;
+// UserSummary says in words what a record sets: "tier pro; account acme;
 // requests_per_minute 5; tokens_per_day none". The import report of
 // "policyguard tiers import" words records the same way.
 func UserSummary(r *UserRecord) string {
@@ -143,7 +201,23 @@ func UserSummary(r *UserRecord) string {
 	if r.Tier != "" {
 		parts[0] = "tier " + r.Tier
 	}
-	values := r.Limits.Values()
+	if r.Account != "" {
+		parts = append(parts, "account "+r.Account)
+	}
+	return strings.Join(overrideWords(parts, r.Limits.Values()), "; ")
+}
+
+// AccountSummary says in words what an account sets: its plan and the
+// pooled limits it overrides, "tier team; requests_per_minute 100;
+// max_concurrent none", as UserSummary words a record.
+func AccountSummary(a *Account) string {
+	return strings.Join(overrideWords([]string{"tier " + a.Tier}, a.Limits.Values()), "; ")
+}
+
+// overrideWords appends to parts the overrides values sets, in the order
+// of LimitNames: "requests_per_minute 5", "tokens_per_day none" for a
+// limit removed.
+func overrideWords(parts []string, values map[string]*int64) []string {
 	for _, name := range LimitNames {
 		switch v, ok := values[name]; {
 		case !ok:
@@ -153,7 +227,7 @@ func UserSummary(r *UserRecord) string {
 			parts = append(parts, name+" "+GroupDigits(*v))
 		}
 	}
-	return strings.Join(parts, "; ")
+	return parts
 }
 
 // LimitsSummary describes request limits in one line: "5/min (+0 burst),

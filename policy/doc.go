@@ -14,9 +14,10 @@
 // (package api) and the admin page (package web), must say and decide
 // alike, so that neither imports the other: the admin token's gate and its
 // throttle (AdminGate, Secret), the session records of the admin page
-// (SessionStore), the wording of tiers, records and their changes
-// (TierSummary, TierDiff, UserSummary), the reading of a limit typed as
-// text (ParseLimit), and the HTTP status of each error code (HTTPStatus).
+// (SessionStore), the wording of tiers, accounts, records and their
+// changes (TierSummary, TierDiff, UserSummary, AccountSummary), the
+// reading of a limit typed as text (ParseLimit), and the HTTP status of
+// each error code (HTTPStatus).
 // TestClock, the clock that moves only when told, serves every package's
 // tests and the service's -test-clock.
 //

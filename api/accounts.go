@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -99,8 +100,8 @@ func (s *Server) handleListAccounts(c echo.Context) error {
 		limit = n
 	}
 	after := c.QueryParam("after")
-	if err := policy.ValidateUserID(after); err != nil {
-		return policy.Errorf(policy.EINVALID, "after: %s", policy.ErrorMessage(err))
+	if err := policy.ValidateUserID(after); err != nil { // account ids follow the rules of user ids
+		return policy.Errorf(policy.EINVALID, "after: %s", strings.Replace(policy.ErrorMessage(err), "user_id", "account_id", 1))
 	}
 	accounts, err := s.svc.Accounts(c.Request().Context(), after, limit+1)
 	if err != nil {

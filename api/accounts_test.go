@@ -125,7 +125,7 @@ func TestAccountRoutes(t *testing.T) {
 		{"a control character", "GET", "/v1/accounts/a%01b", "", 400, `account_id must not contain control characters`},
 		{"delete an id too long", "DELETE", "/v1/accounts/" + long, "", 400, `account_id must be at most 256 bytes`},
 		{"a bad page size", "GET", "/v1/accounts?limit=0", "", 400, `limit must be an integer from 1 to 1000`},
-		{"a bad after", "GET", "/v1/accounts?after=" + long, "", 400, `after: user_id must be at most 256 bytes`},
+		{"a bad after", "GET", "/v1/accounts?after=" + long, "", 400, `after: account_id must be at most 256 bytes`},
 		{"read unknown", "GET", "/v1/accounts/umbrella", "", 404, `account \"umbrella\" not found`},
 		{"delete unknown", "DELETE", "/v1/accounts/umbrella", "", 404, `account \"umbrella\" not found`},
 		{"without the admin token", "GET", "/v1/accounts", "", 401, `admin token`},

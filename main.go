@@ -733,12 +733,14 @@ func runBackup(ctx context.Context, args []string, getenv func(string) string, s
 
 const tiersUsage = `usage:
   policyguard tiers export [-db FILE|URL]
-      writes every tier and user record as a tiers file (JSON) to stdout
+      writes every tier, account and user record as a tiers file (JSON)
+      to stdout
   policyguard tiers import [-db FILE|URL] [-default-tier NAME] [-prune] TIERS.json
-      checks the whole file, then creates and updates its tiers and user
-      records in one transaction and reports each change; with -prune it
-      also deletes the tiers the file does not list (never the default
-      tier, nor one a user record assigns); no record is ever deleted
+      checks the whole file, then creates and updates its tiers, accounts
+      and user records in one transaction and reports each change; with
+      -prune it also deletes the tiers the file does not list (never the
+      default tier, nor one a user record assigns or an account has as its
+      plan); no account or record is ever deleted
 
 A running service on the same database applies an import on its next check.
 -db defaults to GUARDRAIL_DB or guardrail.db, -default-tier to
@@ -801,19 +803,30 @@ func runTiers(ctx context.Context, args []string, getenv func(string) string, st
 		if err != nil {
 			return err
 		}
-		var users []policy.UserRecord
+		f := api.TiersFile{Tiers: tiers}
+		for after := ""; ; {
+			page, err := store.Accounts(ctx, after, 1000)
+			if err != nil {
+				return err
+			}
+			f.Accounts = append(f.Accounts, page...)
+			if len(page) < 1000 {
+				break
+			}
+			after = page[len(page)-1].AccountID
+		}
 		for after := ""; ; {
 			page, err := store.Users(ctx, after, 1000)
 			if err != nil {
 				return err
 			}
-			users = append(users, page...)
+			f.Users = append(f.Users, page...)
 			if len(page) < 1000 {
 				break
 			}
 			after = page[len(page)-1].UserID
 		}
-		if err := api.WriteTiersFile(stdout, tiers, users...); err != nil {
+		if err := f.Write(stdout); err != nil {
 			return err
 		}
 		return store.Close()
@@ -823,7 +836,7 @@ func runTiers(ctx context.Context, args []string, getenv func(string) string, st
 		fmt.Fprintln(stderr, tiersUsage)
 		return errors.New("tiers import: name exactly one tiers file (- reads stdin)")
 	}
-	tiers, users, err := readTiersFile(files[0])
+	f, err := readTiersFile(files[0])
 	if err != nil {
 		return err
 	}
@@ -833,17 +846,20 @@ func runTiers(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	defer store.Close()
 	svc := policy.NewService(store, store, policy.WithDefaultTier(*defaultTier), policy.WithUsers(store))
-	changes, userChanges, err := svc.Import(ctx, tiers, users, *prune)
+	changes, err := svc.Import(ctx, f.Tiers, f.Accounts, f.Users, *prune)
 	if err != nil {
 		return fmt.Errorf("%s: nothing imported: %s", files[0], policy.ErrorMessage(err))
 	}
-	for _, c := range changes {
+	for _, c := range changes.Tiers {
 		fmt.Fprintln(stdout, api.DescribeTierChange(c))
 	}
-	for _, c := range userChanges {
+	for _, c := range changes.Accounts {
+		fmt.Fprintln(stdout, api.DescribeAccountChange(c))
+	}
+	for _, c := range changes.Users {
 		fmt.Fprintln(stdout, api.DescribeUserChange(c))
 	}
-	switch n := len(changes) + len(userChanges); n {
+	switch n := changes.Len(); n {
 	case 0:
 		fmt.Fprintf(stdout, "no changes: %s already has the tiers of %s\n", *dbPath, files[0])
 	case 1:
@@ -855,25 +871,25 @@ func runTiers(ctx context.Context, args []string, getenv func(string) string, st
 }
 
 // readTiersFile reads and checks the tiers file at path, or stdin for "-".
-func readTiersFile(path string) ([]policy.Tier, []policy.UserRecord, error) {
+func readTiersFile(path string) (api.TiersFile, error) {
 	var r io.Reader = os.Stdin
 	if path != "-" {
 		f, err := os.Open(path)
 		if err != nil {
-			return nil, nil, err
+			return api.TiersFile{}, err
 		}
 		defer f.Close()
 		r = f
 	}
-	tiers, users, err := api.ReadTiersFileWithUsers(r)
+	f, err := api.ReadTiersFileAll(r)
 	if err != nil {
 		msg := " " + policy.ErrorMessage(err)
 		if strings.Contains(msg, "\n") { // one problem a line, indented
 			msg = strings.ReplaceAll("\n"+msg[1:], "\n", "\n  ")
 		}
-		return nil, nil, fmt.Errorf("%s: nothing imported:%s", path, msg)
+		return api.TiersFile{}, fmt.Errorf("%s: nothing imported:%s", path, msg)
 	}
-	return tiers, users, nil
+	return f, nil
 }
 
 // parseInterspersed parses flags wherever they stand among the arguments,

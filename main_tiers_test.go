@@ -293,6 +293,110 @@ func testTiersFileWithUsers(t *testing.T, dbPath string) {
 	}
 }
 
+// A tiers file may list accounts, and records may name them: a tier's
+// pooled limits, the accounts and the records' accounts are imported in one
+// transaction (tiers, then accounts, then records, then tier deletions),
+// exported back, and refused whole when one is wrong, a record naming an
+// unknown account included. The same file round-trips through a SQLite
+// file and a PostgreSQL database (skipped without one, except under
+// CI=true).
+func TestTiersFileWithAccounts(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) { testTiersFileWithAccounts(t, filepath.Join(t.TempDir(), "guardrail.db")) })
+	t.Run("postgres", func(t *testing.T) { testTiersFileWithAccounts(t, dbtest.Postgres(t)) })
+}
+
+func testTiersFileWithAccounts(t *testing.T, dbPath string) {
+	env := map[string]string{"GUARDRAIL_DB": dbPath}
+	team := `{"name": "team", "requests_per_minute": 5, "requests_per_hour": 50, "requests_per_day": 500, "burst_allowance": 0,
+		"account": {"requests_per_minute": 3, "tokens_per_day": 1000}}`
+	// The account on a tier the file creates, the records in an account
+	// it creates.
+	file := `{"tiers": [` + team + `],
+		"accounts": [{"account_id": "acme", "tier": "team", "limits": {"requests_per_minute": 2, "max_concurrent": null}, "note": "Acme"}],
+		"users": [{"user_id": "ann", "account": "acme"}, {"user_id": "bob", "tier": "free", "account": "acme"}]}`
+	out, _, err := tiersCmd(env, "import", writeFile(t, "accounts.json", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"created team: 5/min (+0 burst), 50/hour, 500/day; no features; account 3/min, 1,000 tokens/day\n",
+		"created account acme: tier team; requests_per_minute 2; max_concurrent none\n",
+		"created user ann: no tier assigned; account acme\n",
+		"created user bob: tier free; account acme\n",
+		"4 changes imported",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("import said:\n%s\nwant %q", out, want)
+		}
+	}
+	store, err := db.Open(context.Background(), dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := store.Account(context.Background(), "acme")
+	store.Close()
+	if err != nil || a.Tier != "team" || a.Note != "Acme" || *a.Limits.Values()["requests_per_minute"] != 2 {
+		t.Fatalf("the account as stored: %+v, %v", a, err)
+	}
+
+	exported, _, err := tiersCmd(env, "export")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"account": {
+        "requests_per_minute": 3,`, `"accounts": [
+    {
+      "account_id": "acme",`, `"account": "acme",`} {
+		if !strings.Contains(exported, want) {
+			t.Errorf("export:\n%s\nwant it to hold\n%s", exported, want)
+		}
+	}
+	if out, _, err := tiersCmd(env, "import", writeFile(t, "again.json", exported)); err != nil || !strings.Contains(out, "no changes") {
+		t.Fatalf("importing the export again: %v\n%s", err, out)
+	}
+
+	free := `{"name": "free", "requests_per_minute": 1, "requests_per_hour": 1, "requests_per_day": 1, "burst_allowance": 0}`
+	changedTeam := strings.Replace(team, `"requests_per_minute": 3`, `"requests_per_minute": 4`, 1)
+	for _, tc := range []struct{ name, file, want string }{
+		{"a record naming an unknown account", `{"tiers": [` + changedTeam + `], "users": [{"user_id": "cat", "account": "umbrella"}]}`, `unknown account "umbrella"`},
+		{"an account on an unknown tier", `{"tiers": [], "accounts": [{"account_id": "initech", "tier": "gold"}]}`, `unknown tier "gold"`},
+		{"an account listed twice", `{"tiers": [], "accounts": [{"account_id": "x", "tier": "team"}, {"account_id": "x", "tier": "team"}]}`, `account 2 ("x"): listed twice`},
+		{"pooled limits that cannot bind on the plan", `{"tiers": [], "accounts": [{"account_id": "acme", "tier": "team", "limits": {"requests_per_hour": 1}}]}`,
+			`account 1 ("acme"): limits.requests_per_hour (1) is below limits.requests_per_minute (3): the hour would refuse first`},
+		{"pooled limits that cannot bind on the plan as listed", `{"tiers": [` + strings.Replace(team, `"requests_per_minute": 3`, `"requests_per_minute": 30`, 1) + `],
+			"accounts": [{"account_id": "acme", "tier": "team", "limits": {"requests_per_hour": 20}}]}`, `limits.requests_per_hour (20) is below limits.requests_per_minute (30)`},
+		{"prune the plan of an account", `{"tiers": [` + free + `], "users": []}`, `tier "team" is the plan of 1 account`},
+	} {
+		args := []string{"import", writeFile(t, "bad.json", tc.file)}
+		if strings.Contains(tc.name, "prune") {
+			args = append(args, "-prune")
+		}
+		_, _, err := tiersCmd(env, args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+		if after, _, _ := tiersCmd(env, "export"); after != exported {
+			t.Errorf("%s: a refused import changed something:\n%s", tc.name, after)
+		}
+	}
+
+	// Moving the account to a plan the import creates, a record to an
+	// account it creates, and pruning the old plan is one import.
+	org := `{"name": "org", "requests_per_minute": 5, "requests_per_hour": 50, "requests_per_day": 500, "burst_allowance": 0, "account": {"requests_per_day": 100}}`
+	moved := `{"tiers": [` + free + `, ` + org + `],
+		"accounts": [{"account_id": "acme", "tier": "org", "note": "Acme"}, {"account_id": "initech", "tier": "org"}],
+		"users": [{"user_id": "cat", "account": "initech"}]}`
+	out, _, err = tiersCmd(env, "import", "-prune", writeFile(t, "moved.json", moved))
+	if err != nil {
+		t.Fatalf("move and prune: %v\n%s", err, out)
+	}
+	for _, want := range []string{"created org:", "updated account acme: tier org\n", "created account initech: tier org\n", "created user cat: no tier assigned; account initech\n", "deleted team\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("move and prune said:\n%s\nwant %q", out, want)
+		}
+	}
+}
+
 // policyguard -h lists the tiers command beside the flags, and starts
 // nothing.
 func TestHelpListsTiersCommand(t *testing.T) {

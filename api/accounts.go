@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -38,27 +39,37 @@ type accountBody struct {
 	UpdatedAt jsontext.Value            `json:"updated_at"`
 }
 
-// readAccount reads the body of PUT /v1/accounts/{id}.
+// readAccount reads data, the body of PUT /v1/accounts/{id} (pathID is
+// then the id from the path) or one entry of a tiers file's accounts
+// (pathID "", and the entry must hold an account_id), and returns the
+// account or the first problem with it, as an EINVALID error; the account
+// then carries its id, when there is one, to say which entry is wrong.
 func readAccount(data []byte, pathID string) (policy.Account, error) {
 	var in accountBody
 	if err := unmarshalObject(data, &in, strictOptions); err != nil {
 		return policy.Account{}, err
 	}
-	if in.AccountID != nil && *in.AccountID != pathID {
+	id := pathID
+	switch {
+	case pathID == "" && in.AccountID == nil:
+		return policy.Account{}, policy.Errorf(policy.EINVALID, "account_id is required")
+	case pathID == "":
+		id = *in.AccountID
+	case in.AccountID != nil && *in.AccountID != pathID:
 		return policy.Account{}, policy.Errorf(policy.EINVALID, "account_id %s in the body does not match %s in the path", policy.Quote(*in.AccountID), policy.Quote(pathID))
 	}
 	if in.Tier == nil || *in.Tier == "" {
-		return policy.Account{}, policy.Errorf(policy.EINVALID, "tier is required: the name of the account's plan")
+		return policy.Account{AccountID: id}, policy.Errorf(policy.EINVALID, "tier is required: the name of the account's plan")
 	}
 	values, err := readLimitValues(in.Limits, "limits")
 	if err != nil {
-		return policy.Account{}, err
+		return policy.Account{AccountID: id}, err
 	}
 	o, err := policy.PoolOverridesOf(values)
 	if err != nil {
-		return policy.Account{}, err
+		return policy.Account{AccountID: id}, err
 	}
-	a := policy.Account{AccountID: pathID, Tier: *in.Tier, Limits: o, Note: in.Note}
+	a := policy.Account{AccountID: id, Tier: *in.Tier, Limits: o, Note: in.Note}
 	return a, a.Validate()
 }
 
@@ -89,8 +100,8 @@ func (s *Server) handleListAccounts(c echo.Context) error {
 		limit = n
 	}
 	after := c.QueryParam("after")
-	if err := policy.ValidateUserID(after); err != nil {
-		return policy.Errorf(policy.EINVALID, "after: %s", policy.ErrorMessage(err))
+	if err := policy.ValidateUserID(after); err != nil { // account ids follow the rules of user ids
+		return policy.Errorf(policy.EINVALID, "after: %s", strings.Replace(policy.ErrorMessage(err), "user_id", "account_id", 1))
 	}
 	accounts, err := s.svc.Accounts(c.Request().Context(), after, limit+1)
 	if err != nil {
@@ -218,4 +229,15 @@ func (s *Server) handleDeleteAccountUsage(c echo.Context) error {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
+}
+
+// DescribeAccountChange says what an import did to an account in one line,
+// as the import report words it: "created account acme: tier team;
+// requests_per_minute 100".
+func DescribeAccountChange(c policy.AccountChange) string {
+	verb := "updated"
+	if c.Old == nil {
+		verb = "created"
+	}
+	return verb + " account " + c.AccountID + ": " + policy.AccountSummary(c.New)
 }

@@ -26,8 +26,33 @@ type decisionResponse struct {
 	// null otherwise.
 	CallID      *string              `json:"call_id"`
 	Concurrency *concurrencyResponse `json:"concurrency,omitzero"`
+	// Account is left out for a user in no account.
+	Account *accountResponse `json:"account,omitzero"`
 	// Shadow is left out when the tier has no shadow limits.
 	Shadow *shadowResponse `json:"shadow,omitzero"`
+}
+
+// accountResponse is the pooled state of a member's account, in the shape
+// of the user's own.
+type accountResponse struct {
+	ID          string                 `json:"id"`
+	Windows     accountWindowsResponse `json:"windows"`
+	Concurrency *concurrencyResponse   `json:"concurrency,omitzero"`
+}
+
+type accountWindowsResponse struct {
+	Minute accountWindowResponse `json:"minute"`
+	Hour   accountWindowResponse `json:"hour"`
+	Day    accountWindowResponse `json:"day"`
+}
+
+// accountWindowResponse is one pooled window: limit and remaining null
+// where the pool sets no request limit.
+type accountWindowResponse struct {
+	Limit     *int64          `json:"limit"`
+	Remaining *int64          `json:"remaining"`
+	Reset     int64           `json:"reset"`
+	Tokens    *tokensResponse `json:"tokens,omitzero"`
 }
 
 // concurrencyResponse is a user's calls in flight against max_concurrent.
@@ -88,6 +113,21 @@ func decisionBody(d *policy.Decision) decisionResponse {
 			Day:    windowOf(w[policy.Day]),
 		}
 	}
+	if a := d.Account; a != nil {
+		res.Account = &accountResponse{ID: a.ID}
+		window := func(w policy.Window) accountWindowResponse {
+			ws := a.Windows[w]
+			r := accountWindowResponse{Reset: ws.Reset, Tokens: windowOf(ws).Tokens}
+			if a.Limited(w) {
+				r.Limit, r.Remaining = &ws.Limit, &ws.Remaining
+			}
+			return r
+		}
+		res.Account.Windows = accountWindowsResponse{Minute: window(policy.Minute), Hour: window(policy.Hour), Day: window(policy.Day)}
+		if c := a.Concurrency; c != nil {
+			res.Account.Concurrency = &concurrencyResponse{Limit: c.Limit, InFlight: c.InFlight}
+		}
+	}
 	if sd := d.Shadow; sd != nil {
 		res.Shadow = &shadowResponse{Allowed: sd.Allowed}
 		if r := sd.Reason(); r != "" {
@@ -133,7 +173,40 @@ func decisionSamples() []policy.Decision {
 			Shadow: &policy.ShadowDecision{Blocked: policy.Hour}},
 		{Outcome: policy.Denied, Reason: "unknown tier", Tier: "q\"uote\\ <b>&amp; \u2028\x00\x1f\xff\xfe tab\t é 🙂", Guardrail: "tier"},
 		{Outcome: policy.Admitted, Tier: "", Guardrail: "", Windows: &[len(policy.Windows)]policy.WindowState{{Limit: -1, Remaining: -9223372036854775808, Reset: 9223372036854775807}}},
+		// Members of accounts: the pool limiting some windows' requests,
+		// some tokens, and calls; or nothing at all.
+		{Outcome: policy.Admitted, Tier: "team", Guardrail: "rate_limiter", Windows: windows(true), CallID: "0OmdGH_-Tk8Mdi6tqUt48L",
+			Concurrency: &policy.ConcurrencyState{Limit: 5, InFlight: 2}, Account: pooled("acme", true)},
+		{Outcome: policy.RateLimited, Reason: "account per-minute limit exceeded", RetryAfter: 41, Tier: "team", Guardrail: "rate_limiter",
+			Windows: windows(false), Account: pooled("q\"uote\\ <b>&amp; \u2028\x00\x1f\xff\xfe tab\t é 🙂", false),
+			Shadow: &policy.ShadowDecision{Blocked: policy.Minute}},
+		{Outcome: policy.Denied, Reason: "feature not included in tier", Tier: "team", Guardrail: "feature_gate", Windows: windows(false),
+			Account: &policy.AccountState{ID: "none", Windows: *windows(false)}},
 	}
+}
+
+// pooled is the state of the account id after a check: its minute and day
+// limited, its hour not; with metered, day tokens and calls limited too.
+func pooled(id string, metered bool) *policy.AccountState {
+	n := func(v int64) *int64 { return &v }
+	values := map[string]*int64{"requests_per_minute": n(600), "requests_per_day": n(100000)}
+	if metered {
+		values["tokens_per_day"], values["max_concurrent"] = n(2000000), n(10)
+	}
+	limits, err := policy.PoolLimitsOf(values)
+	if err != nil {
+		panic(err)
+	}
+	a := &policy.AccountState{ID: id, Limits: limits}
+	a.Windows[policy.Minute] = policy.WindowState{Count: 5, Limit: 600, Remaining: 595, Reset: 59}
+	a.Windows[policy.Hour] = policy.WindowState{Count: 7, Limit: 1 << 50, Remaining: 1<<50 - 7, Reset: 3599}
+	a.Windows[policy.Day] = policy.WindowState{Count: 9, Limit: 100000, Remaining: 99991, Reset: 86399}
+	if metered {
+		a.Windows[policy.Day].Tokens = &policy.TokenState{Limited: true, Limit: 2000000, Used: 1200, Remaining: 1998800, Reset: 17}
+		a.Windows[policy.Minute].Tokens = &policy.TokenState{Used: 1200} // counted but not limited: left out
+		a.Concurrency = &policy.ConcurrencyState{Limit: 10, InFlight: 3}
+	}
+	return a
 }
 
 func TestAppendDecisionMatchesTheLibrary(t *testing.T) {
@@ -149,13 +222,17 @@ func TestAppendDecisionMatchesTheLibrary(t *testing.T) {
 	}
 }
 
-// FuzzAppendDecision gives the strings of an answer any bytes.
+// FuzzAppendDecision gives the strings of an answer any bytes, the id of
+// a member's account among them.
 func FuzzAppendDecision(f *testing.F) {
-	f.Add("free", "rate_limiter", "per-minute limit exceeded", "abc")
-	f.Add("\xff<\u2028>", "", "", "")
-	f.Fuzz(func(t *testing.T, tier, guardrail, reason, callID string) {
-		d := decisionSamples()[3]
+	f.Add("free", "rate_limiter", "per-minute limit exceeded", "abc", "acme")
+	f.Add("\xff<\u2028>", "", "", "", "\x00\\\"")
+	f.Fuzz(func(t *testing.T, tier, guardrail, reason, callID, accountID string) {
+		d := decisionSamples()[9] // a member's, metered
 		d.Tier, d.Guardrail, d.Reason, d.CallID = tier, guardrail, reason, callID
+		a := *d.Account
+		a.ID = accountID
+		d.Account = &a
 		var want bytes.Buffer
 		if err := json.MarshalWrite(&want, decisionBody(&d), answerOptions); err != nil {
 			t.Fatal(err)
@@ -174,7 +251,7 @@ func BenchmarkDecisionBody(b *testing.B) {
 	for _, tc := range []struct {
 		name string
 		d    policy.Decision
-	}{{"unmetered", decisionSamples()[0]}, {"metered", decisionSamples()[3]}} {
+	}{{"unmetered", decisionSamples()[0]}, {"metered", decisionSamples()[3]}, {"member", decisionSamples()[9]}} {
 		b.Run(tc.name+"/library", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

@@ -455,16 +455,25 @@ func (x *exchange) accountOf(key policy.Key) (string, bool) {
 }
 
 // userTier returns the tier the user's checks are decided under: their
-// record's, else the default tier, never one the client names. It records
-// nothing; the check that follows confirms it (see metered).
+// record's, else their account's, else the default tier, never one the
+// client names. It records nothing; the check that follows confirms it
+// (see metered).
 func (x *exchange) userTier() (policy.Tier, error) {
 	t, err := x.s.svc.TierOf(x.req.Context(), x.user, x.account)
-	if policy.ErrorCode(err) == policy.EINVALID {
-		// The default tier went missing, or the record's tier was
-		// deleted a moment ago: not the client's doing.
-		return policy.Tier{}, policy.Errorf(policy.EUNAVAILABLE, "the tier of user %s is not found; try again", policy.Quote(x.user))
+	if policy.ErrorCode(err) != policy.EINVALID {
+		return t, err
 	}
-	return t, err
+	if x.account != "" {
+		// An account X-Guard-Account names that does not exist is the
+		// client's doing, as context.account_id's is a check's.
+		switch _, aerr := x.s.svc.Account(x.req.Context(), x.account); policy.ErrorCode(aerr) {
+		case policy.ENOTFOUND, policy.EINVALID:
+			return policy.Tier{}, policy.Errorf(policy.EINVALID, "%s: %s", headerGuardAccount, policy.ErrorMessage(err))
+		}
+	}
+	// The default tier went missing, or the record's tier was deleted a
+	// moment ago: not the client's doing.
+	return policy.Tier{}, policy.Errorf(policy.EUNAVAILABLE, "the tier of user %s is not found; try again", policy.Quote(x.user))
 }
 
 // windowHeaders sets the rate-limit fields of an answer decided before a

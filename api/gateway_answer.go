@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -148,8 +149,10 @@ func (x *exchange) rateLimited(d *policy.Decision) {
 	h.Set("Retry-After", strconv.FormatInt(wait, 10))
 	h.Set("Retry-After-Ms", strconv.FormatInt(wait*1000, 10))
 	kind := errRateLimit
+	// An account's pooled token limit refuses tokens too.
+	reason := strings.TrimPrefix(d.Reason, policy.AccountReasonPrefix)
 	for _, w := range policy.Windows {
-		if d.Reason == w.TokenReason() {
+		if reason == w.TokenReason() {
 			kind = errRateLimitTokens
 		}
 	}

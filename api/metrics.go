@@ -96,7 +96,7 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 		reg: reg,
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "policyguard_checks_total",
-			Help: "Checks answered, by tier, the guardrail that decided, outcome (admitted, rate_limited, denied, invalid, error), the window that was full when rate limited, and whether it was a dry run.",
+			Help: "Checks answered, by tier, the guardrail that decided, outcome (admitted, rate_limited, denied, invalid, error), the window that was full when rate limited (account when an account's pooled limits refused), and whether it was a dry run.",
 		}, []string{"tier", "guardrail", "outcome", "window", "dry_run"}),
 		rowsStored: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "policyguard_rows_stored_total",
@@ -354,16 +354,27 @@ func (m *Metrics) observeShadowRefusal(tier string, sd *policy.ShadowDecision) {
 var rateLimiterName = (*policy.RateLimiter)(nil).Name()
 
 // refusalWindows are the values of the window label of a rate-limited
-// check: the request windows, then the limits of metered tiers.
-var refusalWindows = [...]string{"minute", "hour", "day", "concurrency", "tokens_minute", "tokens_hour", "tokens_day"}
+// check: the request windows, then the limits of metered tiers, then any
+// of an account's pooled limits (the reason policy.CountAccount, as the
+// stats count it).
+var refusalWindows = [...]string{"minute", "hour", "day", "concurrency", "tokens_minute", "tokens_hour", "tokens_day", policy.CountAccount}
+
+// accountRefusal is the index of policy.CountAccount in refusalWindows.
+const accountRefusal = int8(len(refusalWindows) - 1)
 
 // blockedWindow returns the index in refusalWindows of the limit that
-// refused d: a metered limit by its reason, else the first request window,
-// in check order, with nothing remaining, as policy.Evaluate picks it. It
-// is -1 when another guardrail refused.
+// refused d: an account's pooled limits by the reason's prefix, a metered
+// limit by its reason, else the first request window, in check order,
+// with nothing remaining, as policy.Evaluate picks it. It is -1 when
+// another guardrail refused.
 func blockedWindow(d *policy.Decision) int8 {
 	if d.Guardrail != rateLimiterName || d.Windows == nil {
 		return -1
+	}
+	if strings.HasPrefix(d.Reason, policy.AccountReasonPrefix) {
+		// The member's own windows have room: without this it would
+		// count under no window, or a full one that did not refuse.
+		return accountRefusal
 	}
 	if d.Reason == policy.ConcurrencyReason {
 		return 3

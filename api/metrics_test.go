@@ -24,8 +24,9 @@ import (
 	"github.com/policyguard/policyguard/policy"
 )
 
-// newMetricsEnv is newEnv with its storage metered, as main wires it.
-func newMetricsEnv(t *testing.T) *env {
+// newMetricsEnv is newEnv with its storage metered, as main wires it, and
+// the service's further options, each made from the store.
+func newMetricsEnv(t *testing.T, opts ...func(*db.Store) policy.Option) *env {
 	t.Helper()
 	store, err := db.Open(context.Background(), dbtest.DSN(t, "test.db"))
 	if err != nil {
@@ -35,8 +36,12 @@ func newMetricsEnv(t *testing.T) *env {
 	clk := policy.NewTestClock(t0)
 	m := api.NewMetrics(nil)
 	tiers, requests := m.MeterStorage(store, store)
+	options := []policy.Option{policy.WithClock(clk.Now)}
+	for _, opt := range opts {
+		options = append(options, opt(store))
+	}
 	srv := api.NewServer(api.Config{
-		Service: policy.NewService(tiers, requests, policy.WithClock(clk.Now)),
+		Service: policy.NewService(tiers, requests, options...),
 		Health:  store.Ping,
 		Admin:   policy.NewAdminGate(adminToken),
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -202,6 +207,56 @@ func TestMetricsCountChecks(t *testing.T) {
 				t.Errorf("%s has a label from the request: %s", name, s)
 			}
 		}
+	}
+}
+
+// A check an account's pooled limits refused counts under the window
+// label "account", whichever pooled limit it was and however much room the
+// member's own windows have; a member refused by their own limit counts
+// under that limit's window, as any user does.
+func TestMetricsCountAccountRefusals(t *testing.T) {
+	e := newMetricsEnv(t, func(s *db.Store) policy.Option { return policy.WithUsers(s) })
+	e.putTier("team", `{"requests_per_minute":5,"requests_per_hour":50,"requests_per_day":500,"burst_allowance":0,`+
+		`"account":{"requests_per_minute":1,"tokens_per_day":100}}`)
+	e.putTier("lesson", `{"requests_per_minute":1,"requests_per_hour":50,"requests_per_day":500,"burst_allowance":0}`)
+	for _, step := range []struct {
+		method, path, body string
+		status             int
+		reason             string
+	}{
+		{"PUT", "/v1/accounts/acme", `{"tier":"team"}`, 201, ""},
+		{"PUT", "/v1/accounts/roomy", `{"tier":"team","limits":{"requests_per_minute":null}}`, 201, ""},
+		{"PUT", "/v1/users/solo", `{"tier":"lesson","account":"roomy"}`, 201, ""},
+		{"POST", "/v1/check", `{"context":{"user_id":"a1","account_id":"acme"},"tokens":10}`, 200, ""},
+		{"POST", "/v1/check", `{"context":{"user_id":"a2","account_id":"acme"},"tokens":10}`, 429, "account per-minute limit exceeded"},
+		{"POST", "/v1/check?dry_run=true", `{"context":{"user_id":"a2","account_id":"acme"}}`, 429, "account per-minute limit exceeded"},
+		{"POST", "/v1/check", `{"context":{"user_id":"r1","account_id":"roomy"},"tokens":200}`, 429, "account per-day token limit exceeded"},
+		{"POST", "/v1/check", `{"context":{"user_id":"solo"}}`, 200, ""},
+		{"POST", "/v1/check", `{"context":{"user_id":"solo"}}`, 429, "per-minute limit exceeded"},
+	} {
+		rec := e.do(step.method, step.path, step.body, true)
+		if rec.Code != step.status || step.reason != "" && decode[decision](t, rec).Reason == nil || step.reason != "" && *decode[decision](t, rec).Reason != step.reason {
+			t.Fatalf("%s %s %s: %d %s, want %d %q", step.method, step.path, step.body, rec.Code, rec.Body, step.status, step.reason)
+		}
+		e.clock.Advance(time.Millisecond)
+	}
+	m := scrape(t, e.srv)
+	for _, want := range []struct {
+		labels map[string]string
+		value  float64
+	}{
+		{checkLabels("team", "rate_limiter", "admitted", "", "false"), 1},
+		{checkLabels("team", "rate_limiter", "rate_limited", "account", "false"), 2},
+		{checkLabels("team", "rate_limiter", "rate_limited", "account", "true"), 1},
+		{checkLabels("lesson", "rate_limiter", "admitted", "", "false"), 1},
+		{checkLabels("lesson", "rate_limiter", "rate_limited", "minute", "false"), 1},
+	} {
+		if got, ok := m.value("policyguard_checks_total", want.labels); !ok || got != want.value {
+			t.Errorf("policyguard_checks_total%v = %v (present %v), want %v; series: %v", want.labels, got, ok, want.value, m.series("policyguard_checks_total"))
+		}
+	}
+	if got, want := len(m["policyguard_checks_total"].Metric), 5; got != want {
+		t.Errorf("%d series of policyguard_checks_total, want %d: %v", got, want, m.series("policyguard_checks_total"))
 	}
 }
 

@@ -269,7 +269,14 @@ func TestOpenAPICheckRequest(t *testing.T) {
 	e := newEnv(t)
 	s := loadSpec(t, e.srv)
 	sch := s.schema(t, pointer("components", "schemas", "CheckRequest"))
+	if rec := e.do(http.MethodPut, "/v1/accounts/acme", `{"tier":"pro"}`, true); rec.Code != http.StatusCreated {
+		t.Fatalf("put account: %d %s", rec.Code, rec.Body)
+	}
 	for _, body := range []string{
+		`{"context":{"user_id":"oa","account_id":"acme"}}`,
+		`{"context":{"user_id":"oa","account_id":null}}`,
+		`{"context":{"user_id":"oa","account_id":5}}`,
+		`{"account_id":"acme"}`,
 		`{}`,
 		`{"input_text":"hi","context":{"user_id":"oa","user_tier":"pro","feature":"search","session":{"id":1}},"tokens":10,"dry_run":true}`,
 		`{"input_text":null,"context":null,"dry_run":false}`,
@@ -325,6 +332,47 @@ func TestOpenAPIKeyRequest(t *testing.T) {
 		valid := sch.Validate(v) == nil
 		rec := e.do(http.MethodPost, "/v1/keys", body, true)
 		if taken := rec.Code == http.StatusCreated; valid != taken || !taken && rec.Code != http.StatusBadRequest {
+			t.Errorf("%.80s: valid by the description: %v; the service answers %d %s", body, valid, rec.Code, rec.Body)
+		}
+	}
+}
+
+// TestOpenAPIAccountRequest holds the description of a PUT
+// /v1/accounts/{account_id} body to what the service takes: valid by the
+// description exactly when the service creates or replaces the account.
+// (An unknown tier, an account_id other than the path's and pooled limits
+// that cannot all bind are refused too, which a schema cannot say.)
+func TestOpenAPIAccountRequest(t *testing.T) {
+	e := newEnv(t)
+	s := loadSpec(t, e.srv)
+	sch := s.schema(t, pointer("components", "schemas", "AccountInput"))
+	for _, body := range []string{
+		`{"tier":"pro"}`,
+		`{"tier":"pro","limits":{"requests_per_minute":5,"tokens_per_day":null,"max_concurrent":2},"note":"n"}`,
+		`{"account_id":"acme","tier":"pro","limits":null,"note":null,"updated_at":"2026-03-01T12:00:00Z"}`,
+		`{"tier":"pro","limits":{}}`,
+		`{}`,
+		`{"tier":null}`,
+		`{"tier":""}`,
+		`{"tier":"Pro"}`,
+		`{"tier":5}`,
+		`{"tier":"pro","limits":{"requests_per_minute":-1}}`,
+		`{"tier":"pro","limits":{"requests_per_minute":2147483648}}`,
+		`{"tier":"pro","limits":{"requests_per_minute":1.5}}`,
+		`{"tier":"pro","limits":{"requests_per_minute":"5"}}`,
+		`{"tier":"pro","limits":{"requests_per_second":5}}`,
+		`{"tier":"pro","limits":[]}`,
+		`{"tier":"pro","extra":1}`,
+		`{"tier":"pro","note":5}`,
+		`{"tier":"pro","note":"` + strings.Repeat("n", 1025) + `"}`,
+	} {
+		v, err := jsonschema.UnmarshalJSON(strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		valid := sch.Validate(v) == nil
+		rec := e.do(http.MethodPut, "/v1/accounts/acme", body, true)
+		if taken := rec.Code == http.StatusCreated || rec.Code == http.StatusOK; valid != taken || !taken && rec.Code != http.StatusBadRequest {
 			t.Errorf("%.80s: valid by the description: %v; the service answers %d %s", body, valid, rec.Code, rec.Body)
 		}
 	}
@@ -474,6 +522,54 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 		{"DELETE", "/v1/users/{user_id}", "/v1/users/" + strings.Repeat("u", 257), "", true, 400, nil, ""},
 		{"DELETE", "/v1/users/{user_id}", "/v1/users/ou", "", false, 401, nil, ""},
 		{"DELETE", "/v1/users/{user_id}", "/v1/users/ou", "", true, 429, nil, "throttled"},
+		// Accounts: a plan with pooled limits, accounts on it, members by
+		// their record and by the check's context, the pool's usage.
+		{"PUT", "/v1/tiers/{name}", "/v1/tiers/plan", `{` + limits + `,"account":{"requests_per_minute":2,"tokens_per_day":1000,"max_concurrent":1}}`, true, 201, nil, ""},
+		{"PUT", "/v1/tiers/{name}", "/v1/tiers/plan", `{` + limits + `,"account":{"requests_per_minute":2,"requests_per_hour":1}}`, true, 400, nil, ""},
+		{"GET", "/v1/tiers/{name}", "/v1/tiers/plan", "", true, 200, nil, ""},
+		{"PUT", "/v1/accounts/{account_id}", "/v1/accounts/acme", `{"tier":"plan","limits":{"requests_per_hour":50,"max_concurrent":null},"note":"Acme"}`, true, 201, nil, ""},
+		{"PUT", "/v1/accounts/{account_id}", "/v1/accounts/acme", `{"account_id":"acme","tier":"plan","limits":null,"note":"Acme","updated_at":"2026-03-01T12:00:00Z"}`, true, 200, nil, ""},
+		{"PUT", "/v1/accounts/{account_id}", "/v1/accounts/initech", `{"tier":"plan"}`, true, 201, nil, ""},
+		{"PUT", "/v1/accounts/{account_id}", "/v1/accounts/acme", `{"tier":"gold"}`, true, 400, nil, ""},
+		{"PUT", "/v1/accounts/{account_id}", "/v1/accounts/acme", `{"tier":"plan"}`, false, 401, nil, ""},
+		{"PUT", "/v1/accounts/{account_id}", "/v1/accounts/acme", big, true, 413, nil, ""},
+		{"PUT", "/v1/accounts/{account_id}", "/v1/accounts/acme", `{"tier":"plan"}`, true, 415, map[string]string{"Content-Type": "text/plain"}, ""},
+		{"PUT", "/v1/accounts/{account_id}", "/v1/accounts/acme", `{"tier":"plan"}`, true, 429, nil, "throttled"},
+		{"GET", "/v1/accounts/{account_id}", "/v1/accounts/acme", "", true, 200, nil, ""},
+		{"GET", "/v1/accounts/{account_id}", "/v1/accounts/" + strings.Repeat("a", 257), "", true, 400, nil, ""},
+		{"GET", "/v1/accounts/{account_id}", "/v1/accounts/acme", "", false, 401, nil, ""},
+		{"GET", "/v1/accounts/{account_id}", "/v1/accounts/nobody", "", true, 404, nil, ""},
+		{"GET", "/v1/accounts/{account_id}", "/v1/accounts/acme", "", true, 429, nil, "throttled"},
+		{"GET", "/v1/accounts", "/v1/accounts", "", true, 200, nil, ""},
+		{"GET", "/v1/accounts", "/v1/accounts?limit=1", "", true, 200, nil, ""},
+		{"GET", "/v1/accounts", "/v1/accounts?limit=1001", "", true, 400, nil, ""},
+		{"GET", "/v1/accounts", "/v1/accounts", "", false, 401, nil, ""},
+		{"GET", "/v1/accounts", "/v1/accounts", "", true, 429, nil, "throttled"},
+		{"PUT", "/v1/users/{user_id}", "/v1/users/am", `{"account":"acme","note":"member"}`, true, 201, nil, ""},
+		{"PUT", "/v1/users/{user_id}", "/v1/users/an", `{"account":"nobody"}`, true, 400, nil, ""},
+		{"GET", "/v1/users/{user_id}", "/v1/users/am", "", true, 200, nil, ""},
+		{"POST", "/v1/check", "/v1/check", `{"context":{"user_id":"am"},"tokens":10}`, false, 200, nil, ""},
+		{"POST", "/v1/check", "/v1/check", `{"context":{"user_id":"ac","account_id":"acme"},"tokens":10}`, false, 429, nil, ""}, // the pool's one call is open
+		{"POST", "/v1/check", "/v1/check?dry_run=true", `{"context":{"user_id":"ac","account_id":"acme"}}`, false, 429, nil, ""},
+		{"POST", "/v1/check", "/v1/check", `{"context":{"user_id":"ac","account_id":"nobody"}}`, false, 400, nil, ""},
+		{"POST", "/v1/check", "/v1/check", `{"context":{"user_id":"am","feature":"search"}}`, false, 403, nil, ""},
+		{"DELETE", "/v1/tiers/{name}", "/v1/tiers/plan", "", true, 409, nil, ""}, // the plan of two accounts
+		{"DELETE", "/v1/accounts/{account_id}", "/v1/accounts/acme", "", true, 409, nil, ""},
+		{"DELETE", "/v1/accounts/{account_id}", "/v1/accounts/initech", "", true, 204, nil, ""},
+		{"DELETE", "/v1/accounts/{account_id}", "/v1/accounts/initech", "", true, 404, nil, ""},
+		{"DELETE", "/v1/accounts/{account_id}", "/v1/accounts/" + strings.Repeat("a", 257), "", true, 400, nil, ""},
+		{"DELETE", "/v1/accounts/{account_id}", "/v1/accounts/acme", "", false, 401, nil, ""},
+		{"DELETE", "/v1/accounts/{account_id}", "/v1/accounts/acme", "", true, 429, nil, "throttled"},
+		{"GET", "/v1/accounts/{account_id}/usage", "/v1/accounts/acme/usage", "", true, 200, nil, ""},
+		{"GET", "/v1/accounts/{account_id}/usage", "/v1/accounts/nobody/usage", "", true, 404, nil, ""},
+		{"GET", "/v1/accounts/{account_id}/usage", "/v1/accounts/" + strings.Repeat("a", 257) + "/usage", "", true, 400, nil, ""},
+		{"GET", "/v1/accounts/{account_id}/usage", "/v1/accounts/acme/usage", "", false, 401, nil, ""},
+		{"GET", "/v1/accounts/{account_id}/usage", "/v1/accounts/acme/usage", "", true, 429, nil, "throttled"},
+		{"DELETE", "/v1/accounts/{account_id}/usage", "/v1/accounts/acme/usage", "", true, 204, nil, ""},
+		{"DELETE", "/v1/accounts/{account_id}/usage", "/v1/accounts/nobody/usage", "", true, 404, nil, ""},
+		{"DELETE", "/v1/accounts/{account_id}/usage", "/v1/accounts/" + strings.Repeat("a", 257) + "/usage", "", true, 400, nil, ""},
+		{"DELETE", "/v1/accounts/{account_id}/usage", "/v1/accounts/acme/usage", "", false, 401, nil, ""},
+		{"DELETE", "/v1/accounts/{account_id}/usage", "/v1/accounts/acme/usage", "", true, 429, nil, "throttled"},
 		// Gateway keys.
 		{"POST", "/v1/keys", "/v1/keys", `{"user_id":"ok","note":"laptop"}`, true, 201, nil, ""},
 		{"POST", "/v1/keys", "/v1/keys", `{"service":true}`, true, 201, nil, ""},
@@ -558,6 +654,8 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 		{"GET", "/v1/usage/{user_id}", "/v1/usage/oa", "", true, 503, nil, ""},
 		{"GET", "/v1/stats", "/v1/stats?period=day", "", true, 503, nil, ""},
 		{"DELETE", "/v1/usage/{user_id}", "/v1/usage/oa", "", true, 503, nil, ""},
+		{"GET", "/v1/accounts/{account_id}/usage", "/v1/accounts/acme/usage", "", true, 503, nil, ""},
+		{"DELETE", "/v1/accounts/{account_id}/usage", "/v1/accounts/acme/usage", "", true, 503, nil, ""},
 		{"GET", "/healthz", "/healthz", "", false, 503, nil, ""},
 	}
 	seen := map[string]bool{}

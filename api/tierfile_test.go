@@ -190,3 +190,127 @@ func TestTiersFileMeteringRoundTrip(t *testing.T) {
 		t.Fatalf("bad metering limits: %v", err)
 	}
 }
+
+// A tiers file carries a tier's pooled limits for accounts, the accounts
+// and the records' accounts: written in order, read back the same, and
+// each problem of an account entry listed with its position and id.
+func TestTiersFileAccountsRoundTrip(t *testing.T) {
+	n := func(v int64) *int64 { return &v }
+	pool, err := policy.PoolLimitsOf(map[string]*int64{"requests_per_minute": n(30), "tokens_per_day": n(2000000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	team := policy.Tier{Name: "team", RequestsPerMinute: 10, RequestsPerHour: 100, RequestsPerDay: 1000, Features: []string{}, Account: &pool}
+	overrides, err := policy.PoolOverridesOf(map[string]*int64{"requests_per_minute": n(60), "max_concurrent": nil})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := api.TiersFile{
+		Tiers: []policy.Tier{team},
+		Accounts: []policy.Account{
+			{AccountID: "zeta", Tier: "team", UpdatedAt: t0},
+			{AccountID: "acme", Tier: "team", Limits: overrides, Note: "Acme"},
+		},
+		Users: []policy.UserRecord{{UserID: "ann", Account: "acme"}, {UserID: "bob", Tier: "team"}},
+	}
+	var buf bytes.Buffer
+	if err := f.Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`"account": {
+        "requests_per_minute": 30,
+        "requests_per_hour": null,`,
+		`"tokens_per_day": 2000000,
+        "max_concurrent": null
+      }`,
+		`"accounts": [
+    {
+      "account_id": "acme",
+      "tier": "team",
+      "limits": {
+        "max_concurrent": null,
+        "requests_per_minute": 60
+      },
+      "note": "Acme"
+    },
+    {
+      "account_id": "zeta",
+      "tier": "team",
+      "limits": null,
+      "note": ""
+    }
+  ],
+  "users": [`,
+		`"user_id": "ann",
+      "tier": null,
+      "account": "acme",`,
+	} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("file:\n%s\nwant it to hold\n%s", buf.String(), want)
+		}
+	}
+	if strings.Contains(buf.String(), "updated_at") {
+		t.Errorf("file holds updated_at:\n%s", buf.String())
+	}
+	read, err := api.ReadTiersFileAll(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(read.Tiers) != 1 || !policy.SameLimits(&read.Tiers[0], &team) {
+		t.Errorf("tiers read back %+v, want %+v", read.Tiers, team)
+	}
+	if len(read.Accounts) != 2 || !policy.SameAccount(&read.Accounts[0], &f.Accounts[1]) || !policy.SameAccount(&read.Accounts[1], &f.Accounts[0]) {
+		t.Errorf("accounts read back %+v", read.Accounts)
+	}
+	if len(read.Users) != 2 || read.Users[0].Account != "acme" || read.Users[1].Account != "" || read.Users[1].Tier != "team" {
+		t.Errorf("users read back %+v", read.Users)
+	}
+
+	tier := `{"name":"t","requests_per_minute":5,"requests_per_hour":50,"requests_per_day":500,"burst_allowance":0`
+	_, err = api.ReadTiersFileAll(strings.NewReader(`{"tiers":[` + tier + `,"account":{"requests_per_minute":5,"requests_per_hour":1,"max_concurrent":-1}}],
+		"accounts":[{"tier":"t"},{"account_id":"a","tier":"t","plan":"x"},{"account_id":"b"},{"account_id":"c","tier":"t","limits":{"tokens_per_day":-1}},
+			{"account_id":"d","tier":"t"},{"account_id":"d","tier":"t"},5,{"account_id":"` + strings.Repeat("e", 257) + `","tier":"t"}],
+		"users":[{"user_id":"u","account":""}]}`))
+	for _, want := range []string{
+		`tier 1 ("t"): account.max_concurrent must be an integer from 0 to 2147483647`,
+		`account 1: account_id is required`,
+		`account 2: unknown field "plan"`,
+		`account 3 ("b"): tier is required`,
+		`account 4 ("c"): limits.tokens_per_day must be null or an integer from 0 to 2147483647`,
+		`account 6 ("d"): listed twice, first as account 5`,
+		`account 7: must be a JSON object`,
+		`account 8 ("eeee`, `..."): account_id must be at most 256 bytes`,
+		`user 1 ("u"): account must be null or an account id`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v\ndoes not say %q", err, want)
+		}
+	}
+	if _, err := api.ReadTiersFileAll(strings.NewReader(`{"tiers":[` + tier + `,"account":{"requests_per_minute":5,"requests_per_hour":1}}]}`)); err == nil ||
+		!strings.Contains(err.Error(), `tier 1 ("t"): account.requests_per_hour (1) is below account.requests_per_minute (5): the hour would refuse first`) {
+		t.Errorf("pooled limits that cannot bind: %v", err)
+	}
+}
+
+// The import report words an account it created or replaced with its plan
+// and overrides.
+func TestDescribeAccountChange(t *testing.T) {
+	n := int64(100)
+	o, err := policy.PoolOverridesOf(map[string]*int64{"requests_per_minute": &n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acme := policy.Account{AccountID: "acme", Tier: "team", Limits: o}
+	for _, tc := range []struct {
+		c    policy.AccountChange
+		want string
+	}{
+		{policy.AccountChange{AccountID: "acme", New: &acme}, "created account acme: tier team; requests_per_minute 100"},
+		{policy.AccountChange{AccountID: "acme", Old: &policy.Account{AccountID: "acme", Tier: "free"}, New: &acme}, "updated account acme: tier team; requests_per_minute 100"},
+	} {
+		if got := api.DescribeAccountChange(tc.c); got != tc.want {
+			t.Errorf("DescribeAccountChange = %q, want %q", got, tc.want)
+		}
+	}
+}

@@ -174,33 +174,70 @@ func (s *Store) PutAccount(ctx context.Context, a policy.Account) (created bool,
 		if err := tx.lockAdmin(); err != nil {
 			return err
 		}
-		var one int
-		err := tx.conn.QueryRowContext(tx.ctx, tx.d.bind(`SELECT 1 FROM tiers WHERE name = ?`), a.Tier).Scan(&one)
-		if errors.Is(err, sql.ErrNoRows) {
-			return policy.Errorf(policy.EINVALID, "unknown tier %s", policy.Quote(a.Tier))
-		} else if err != nil {
-			return unavailable(err)
-		}
-		err = tx.conn.QueryRowContext(tx.ctx, tx.d.bind(`SELECT 1 FROM accounts WHERE account_id = ?`), a.AccountID).Scan(&one)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			created = true
-		case err != nil:
-			return unavailable(err)
-		default:
-			created = false
-		}
-		_, err = tx.conn.ExecContext(tx.ctx, tx.d.bind(`INSERT INTO accounts (`+accountColumns+`) VALUES (?, ?, ?, ?, ?)
-			ON CONFLICT (account_id) DO UPDATE SET tier = excluded.tier, limits = excluded.limits,
-				note = excluded.note, updated_at = excluded.updated_at`), accountArgs(&a)...)
-		// The writer reads the account again at its pool's next admission.
-		tx.forgetUser(policy.AccountKey(a.AccountID))
-		return unavailable(err)
+		old, err := putAccountTx(tx, &a)
+		created = old == nil
+		return err
 	})
 	if err == nil {
 		s.accounts.Store(a.AccountID, a)
 	}
 	return created, err
+}
+
+// putAccountTx creates or replaces a in tx, its tier as tx sees it having
+// to exist, and returns the account it replaced; nil when it created one.
+func putAccountTx(tx *writeTx, a *policy.Account) (*policy.Account, error) {
+	var one int
+	err := tx.conn.QueryRowContext(tx.ctx, tx.d.bind(`SELECT 1 FROM tiers WHERE name = ?`), a.Tier).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, policy.Errorf(policy.EINVALID, "unknown tier %s", policy.Quote(a.Tier))
+	} else if err != nil {
+		return nil, unavailable(err)
+	}
+	old, err := accountInTx(tx, a.AccountID)
+	if err != nil {
+		return nil, err
+	}
+	_, err = tx.conn.ExecContext(tx.ctx, tx.d.bind(`INSERT INTO accounts (`+accountColumns+`) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (account_id) DO UPDATE SET tier = excluded.tier, limits = excluded.limits,
+			note = excluded.note, updated_at = excluded.updated_at`), accountArgs(a)...)
+	// The writer reads the account again at its pool's next admission.
+	tx.forgetUser(policy.AccountKey(a.AccountID))
+	return old, unavailable(err)
+}
+
+// accountInTx reads the account named id inside tx; nil when there is none.
+func accountInTx(tx *writeTx, id string) (*policy.Account, error) {
+	var r accountRow
+	err := tx.conn.QueryRowContext(tx.ctx, tx.d.bind(`SELECT `+accountColumns+` FROM accounts WHERE account_id = ?`), id).Scan(r.scanArgs()...)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, unavailable(err)
+	}
+	a, err := r.account()
+	return &a, err
+}
+
+// importAccountsTx puts the accounts of an import in tx, leaving alone
+// those already as listed, and appends what it changed to changes.
+func importAccountsTx(tx *writeTx, accounts []policy.Account, changes []policy.AccountChange) ([]policy.AccountChange, error) {
+	for i := range accounts {
+		a := accounts[i]
+		old, err := accountInTx(tx, a.AccountID)
+		if err != nil {
+			return nil, err
+		}
+		if old != nil && policy.SameAccount(old, &a) {
+			continue
+		}
+		if _, err := putAccountTx(tx, &a); err != nil {
+			return nil, err
+		}
+		changes = append(changes, policy.AccountChange{AccountID: a.AccountID, Old: old, New: &a})
+	}
+	return changes, nil
 }
 
 // DeleteAccount implements policy.AccountStore.

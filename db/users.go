@@ -406,60 +406,72 @@ func (s *Store) UserChanges(ctx context.Context, userID string, limit int) ([]po
 	return out, nil
 }
 
-// Import implements policy.Importer: tiers and user records in one writer
-// transaction, the tiers put first, then the records, then the tiers
-// deleted or pruned, so that records can move to a tier the same import
-// creates and off one it deletes.
-func (s *Store) Import(ctx context.Context, tu policy.TierUpdate, uu policy.UserUpdate) ([]policy.TierChange, []policy.UserChange, error) {
+// Import implements policy.Importer: tiers, accounts and user records in
+// one writer transaction, the tiers put first, then the accounts, then the
+// records, then the tiers deleted or pruned, so that accounts and records
+// can move to a tier the same import creates and off one it deletes, and
+// records to an account it creates.
+func (s *Store) Import(ctx context.Context, tu policy.TierUpdate, accounts []policy.Account, uu policy.UserUpdate) (policy.ImportChanges, error) {
 	listed := make(map[string]bool, len(tu.Put))
 	for i := range tu.Put {
 		if err := tu.Put[i].Validate(); err != nil {
-			return nil, nil, err
+			return policy.ImportChanges{}, err
 		}
 		if listed[tu.Put[i].Name] {
-			return nil, nil, policy.Errorf(policy.EINVALID, "tier %q is listed twice", tu.Put[i].Name)
+			return policy.ImportChanges{}, policy.Errorf(policy.EINVALID, "tier %q is listed twice", tu.Put[i].Name)
 		}
 		listed[tu.Put[i].Name] = true
+	}
+	seenAccount := make(map[string]bool, len(accounts))
+	for i := range accounts {
+		if err := accounts[i].Validate(); err != nil {
+			return policy.ImportChanges{}, err
+		}
+		if seenAccount[accounts[i].AccountID] {
+			return policy.ImportChanges{}, policy.Errorf(policy.EINVALID, "account %s is listed twice", policy.Quote(accounts[i].AccountID))
+		}
+		seenAccount[accounts[i].AccountID] = true
 	}
 	seen := make(map[string]bool, len(uu.Put))
 	for i := range uu.Put {
 		if err := uu.Put[i].Validate(); err != nil {
-			return nil, nil, err
+			return policy.ImportChanges{}, err
 		}
 		if seen[uu.Put[i].UserID] {
-			return nil, nil, policy.Errorf(policy.EINVALID, "user %s is listed twice", policy.Quote(uu.Put[i].UserID))
+			return policy.ImportChanges{}, policy.Errorf(policy.EINVALID, "user %s is listed twice", policy.Quote(uu.Put[i].UserID))
 		}
 		seen[uu.Put[i].UserID] = true
 	}
 	at := tu.At.UTC().Truncate(time.Microsecond)
-	var (
-		tierChanges []policy.TierChange
-		userChanges []policy.UserChange
-	)
+	var changes policy.ImportChanges
 	err := s.writer.do(ctx, func(tx *writeTx) error {
-		userChanges = userChanges[:0] // a job may run again after a neighbour failed
+		// A job may run again after a neighbour failed.
+		changes = policy.ImportChanges{}
 		if err := tx.lockAdmin(); err != nil {
 			return err
 		}
 		var err error
-		tierChanges, err = updateTiersTx(tx, tu, at, listed, func() error {
-			userChanges, err = updateUsersTx(tx, uu, at, userChanges)
+		changes.Tiers, err = updateTiersTx(tx, tu, at, listed, func() error {
+			if changes.Accounts, err = importAccountsTx(tx, accounts, nil); err != nil {
+				return err
+			}
+			changes.Users, err = updateUsersTx(tx, uu, at, nil)
 			return err
 		})
 		return err
 	})
 	if err != nil {
-		return nil, nil, err
+		return policy.ImportChanges{}, err
 	}
-	if len(tierChanges) > 0 {
+	if len(changes.Tiers) > 0 {
 		_ = s.reloadTiers(context.WithoutCancel(ctx), 0) // as UpdateTiers does
 	}
-	for _, c := range userChanges {
+	for _, c := range changes.Users {
 		if c.New == nil {
 			s.users.m.Delete(c.UserID)
 		} else {
 			s.users.m.Store(c.UserID, *c.New)
 		}
 	}
-	return tierChanges, userChanges, nil
+	return changes, nil
 }

@@ -383,9 +383,8 @@ func (s *Service) PutAccount(ctx context.Context, a Account) (Account, bool, err
 	if err != nil {
 		return Account{}, false, err
 	}
-	pool := a.Pool(&t)
-	if errs := pool.ValidateFields("limits."); len(errs) > 0 {
-		return Account{}, false, &Error{Code: EINVALID, Message: errs[0].Message}
+	if err := s.checkPool(ctx, &a, map[string]*Tier{t.Name: &t}); err != nil {
+		return Account{}, false, err
 	}
 	a.UpdatedAt = s.now().UTC().Truncate(Resolution)
 	created, err := s.accounts.PutAccount(ctx, a)
@@ -393,6 +392,42 @@ func (s *Service) PutAccount(ctx context.Context, a Account) (Account, bool, err
 		return Account{}, false, err
 	}
 	return a, created, nil
+}
+
+// checkPool refuses a, with EINVALID, when its pooled limits (its plan's
+// with its overrides) could not all bind: on its plan as listed, when
+// listed has it, or else as stored. A plan that does not exist is left to
+// the caller.
+func (s *Service) checkPool(ctx context.Context, a *Account, listed map[string]*Tier) error {
+	t, ok := listed[a.Tier]
+	if !ok {
+		stored, err := s.tiers.Tier(ctx, a.Tier)
+		switch {
+		case ErrorCode(err) == ENOTFOUND:
+			return nil
+		case err != nil:
+			return err
+		}
+		t = &stored
+	}
+	pool := a.Pool(t)
+	if errs := pool.ValidateFields("limits."); len(errs) > 0 {
+		return &Error{Code: EINVALID, Message: errs[0].Message}
+	}
+	return nil
+}
+
+// SameAccount reports whether a and b name the same plan with the same
+// overrides and note; UpdatedAt is not compared.
+func SameAccount(a, b *Account) bool {
+	return a.AccountID == b.AccountID && a.Tier == b.Tier && a.Note == b.Note && a.Limits.Equal(&b.Limits)
+}
+
+// AccountChange is one change an import made to an account: Old is nil
+// for an account it created.
+type AccountChange struct {
+	AccountID string
+	Old, New  *Account
 }
 
 // DeleteAccount removes the account named id; ECONFLICT while users

@@ -224,13 +224,13 @@ type importer struct {
 	tiers *memStore
 }
 
-func (s importer) Import(ctx context.Context, tu policy.TierUpdate, uu policy.UserUpdate) ([]policy.TierChange, []policy.UserChange, error) {
+func (s importer) Import(ctx context.Context, tu policy.TierUpdate, accounts []policy.Account, uu policy.UserUpdate) (policy.ImportChanges, error) {
 	tc, err := s.tiers.UpdateTiers(ctx, tu)
 	if err != nil {
-		return nil, nil, err
+		return policy.ImportChanges{}, err
 	}
 	uc, err := s.memUsers.UpdateUsers(ctx, uu)
-	return tc, uc, err
+	return policy.ImportChanges{Tiers: tc, Users: uc}, err
 }
 
 // A user record's limits are checked after merging with the tier it
@@ -289,12 +289,12 @@ func TestUserLimitsMustBindOnTheirTier(t *testing.T) {
 	// The tier listed beside the record is the one it is checked on...
 	faster := gold
 	faster.RequestsPerMinute = 30
-	_, _, err := svc.Import(ctx, []policy.Tier{faster}, []policy.UserRecord{rec}, false)
+	_, err := svc.Import(ctx, []policy.Tier{faster}, nil, []policy.UserRecord{rec}, false)
 	if want := `user 1 ("u"): requests_per_hour (20) is below requests_per_minute (30): the hour would refuse first`; policy.ErrorMessage(err) != want {
 		t.Fatalf("import on a faster gold: %v, want %q", err, want)
 	}
 	// ...and the stored one when the file does not list it.
-	if _, _, err := svc.Import(ctx, []policy.Tier{basic}, []policy.UserRecord{rec}, false); err != nil {
+	if _, err := svc.Import(ctx, []policy.Tier{basic}, nil, []policy.UserRecord{rec}, false); err != nil {
 		t.Fatalf("import on the stored gold: %v", err)
 	}
 	// A later edit of the tier is checked on its own.

@@ -6,15 +6,17 @@ import (
 	"strings"
 )
 
-// The wording of tiers, user records and their changes, shared by every
-// place that shows them to a person: the admin page's tiers page and
-// audit log, and the import report of "policyguard tiers import".
+// The wording of tiers, accounts, user records and their changes, shared
+// by every place that shows them to a person: the admin page's tiers page
+// and audit log, and the import report of "policyguard tiers import".
 
 // TierSummary describes a tier's limits, features and models in one line,
 // as the admin page's audit log and the import report of "policyguard
 // tiers import" word a tier that was created or deleted: "5/min (+0
-// burst), 50/hour, 500/day; chat; models gpt-4o*". A tier that allows
-// every model does not say so, so the seeded tiers read as they always did.
+// burst), 50/hour, 500/day; chat; models gpt-4o*; account 600/min,
+// 2,000,000 tokens/day". A tier that allows every model, or sets no pooled
+// limits for accounts, does not say so, so the seeded tiers read as they
+// always did.
 func TierSummary(t *Tier) string {
 	features := "no features"
 	if len(t.Features) > 0 {
@@ -31,16 +33,36 @@ func TierSummary(t *Tier) string {
 	if t.Shadow != nil {
 		shadow = "; shadow " + LimitsSummary(*t.Shadow)
 	}
-	if t.Account != nil {
-		shadow += "; account " + PoolSummary(t.Account)
-	}
 	requests, metering := limitWords(func(f *LimitField) (int64, bool) { return f.Value(t) })
 	if metering != "" {
 		// Only the metering limits a tier sets: the seeded tiers read as
 		// they always did.
 		metering = "; " + metering
 	}
-	return requests + metering + "; " + features + shadow
+	account := ""
+	if t.Account != nil {
+		account = "; account " + PoolSummary(t.Account)
+	}
+	return requests + metering + "; " + features + shadow + account
+}
+
+// PoolSummary describes an account's pooled limits in one line, those it
+// sets in the order of LimitFields: "600/min (+0 burst), 2,000,000
+// tokens/day, 10 concurrent calls"; "no limits" when it sets none.
+func PoolSummary(p *PoolLimits) string {
+	requests, metering := limitWords(func(f *LimitField) (int64, bool) {
+		if v := p.Get(f); v != nil {
+			return *v, true
+		}
+		return 0, false
+	})
+	switch {
+	case requests == "" && metering == "":
+		return "no limits"
+	case requests == "" || metering == "":
+		return requests + metering
+	}
+	return requests + ", " + metering
 }
 
 // limitWords words the limits value reads (ok false for one unset), in
@@ -127,69 +149,36 @@ func TierDiff(before, after *Tier) []string {
 	return out
 }
 
-// poolDiff words a change of a tier's pooled limits: a line per limit
-// changed, named "account.requests_per_minute" as the API's field errors
-// name it, or one line when the tier gains or loses its account object
-// (which a line per limit could not tell from an object without limits).
+// poolDiff lists how a tier's pooled limits for accounts changed, field by
+// field as "account.requests_per_minute: none → 600" (a tier without them
+// limits nothing), or as "account: none → no limits" when only their
+// presence did.
 func poolDiff(before, after *PoolLimits) []string {
-	switch {
-	case before == nil && after == nil:
-		return nil
-	case before == nil:
-		return []string{"account: none → " + PoolSummary(after)}
-	case after == nil:
-		return []string{"account: " + PoolSummary(before) + " → none"}
+	var none PoolLimits
+	b, a := before, after
+	if b == nil {
+		b = &none
+	}
+	if a == nil {
+		a = &none
 	}
 	var out []string
 	for i := range LimitFields {
 		f := &LimitFields[i]
-		if b, a := LimitText(before.Get(f)), LimitText(after.Get(f)); b != a {
-			out = append(out, fmt.Sprintf("account.%s: %s → %s", f.Name, b, a))
+		if bv, av := LimitText(b.Get(f)), LimitText(a.Get(f)); bv != av {
+			out = append(out, fmt.Sprintf("account.%s: %s → %s", f.Name, bv, av))
 		}
+	}
+	if len(out) == 0 && (before == nil) != (after == nil) {
+		words := func(p *PoolLimits) string {
+			if p == nil {
+				return "none"
+			}
+			return PoolSummary(p)
+		}
+		out = append(out, fmt.Sprintf("account: %s → %s", words(before), words(after)))
 	}
 	return out
-}
-
-// PoolSummary describes pooled limits in one line, in the words of a
-// tier's: "100/min, 5,000/day; 2,000,000 tokens/day, 10 concurrent calls",
-// or "no limits" when they set none.
-func PoolSummary(p *PoolLimits) string {
-	requests, metering := limitWords(func(f *LimitField) (int64, bool) {
-		if v := p.Get(f); v != nil {
-			return *v, true
-		}
-		return 0, false
-	})
-	switch {
-	case requests == "" && metering == "":
-		return "no limits"
-	case requests == "":
-		return metering
-	case metering == "":
-		return requests
-	}
-	return requests + "; " + metering
-}
-
-// AccountSummary says in words what an account sets, as UserSummary says
-// a record's: "tier team; requests_per_day 5,000; max_concurrent none".
-func AccountSummary(a *Account) string {
-	return strings.Join(overrideWords([]string{"tier " + a.Tier}, a.Limits.Values()), "; ")
-}
-
-// overrideWords appends to parts each override of values, in the order of
-// LimitNames: "requests_per_minute 5", "tokens_per_day none".
-func overrideWords(parts []string, values map[string]*int64) []string {
-	for _, name := range LimitNames {
-		switch v, ok := values[name]; {
-		case !ok:
-		case v == nil:
-			parts = append(parts, name+" none")
-		default:
-			parts = append(parts, name+" "+GroupDigits(*v))
-		}
-	}
-	return parts
 }
 
 // ModelsText words a tier's Models for a person: "any" for nil, "none" for
@@ -204,8 +193,8 @@ func ModelsText(models []string) string {
 	return "[" + strings.Join(models, ", ") + "]"
 }
 
-// UserSummary says in words what a record sets: "tier pro; account
-// acme; requests_per_minute 5; tokens_per_day none". The import report of
+// UserSummary says in words what a record sets: "tier pro; account acme;
+// requests_per_minute 5; tokens_per_day none". The import report of
 // "policyguard tiers import" words records the same way.
 func UserSummary(r *UserRecord) string {
 	parts := []string{"no tier assigned"}
@@ -216,6 +205,29 @@ func UserSummary(r *UserRecord) string {
 		parts = append(parts, "account "+r.Account)
 	}
 	return strings.Join(overrideWords(parts, r.Limits.Values()), "; ")
+}
+
+// AccountSummary says in words what an account sets: its plan and the
+// pooled limits it overrides, "tier team; requests_per_minute 100;
+// max_concurrent none", as UserSummary words a record.
+func AccountSummary(a *Account) string {
+	return strings.Join(overrideWords([]string{"tier " + a.Tier}, a.Limits.Values()), "; ")
+}
+
+// overrideWords appends to parts the overrides values sets, in the order
+// of LimitNames: "requests_per_minute 5", "tokens_per_day none" for a
+// limit removed.
+func overrideWords(parts []string, values map[string]*int64) []string {
+	for _, name := range LimitNames {
+		switch v, ok := values[name]; {
+		case !ok:
+		case v == nil:
+			parts = append(parts, name+" none")
+		default:
+			parts = append(parts, name+" "+GroupDigits(*v))
+		}
+	}
+	return parts
 }
 
 // LimitsSummary describes request limits in one line: "5/min (+0 burst),

@@ -51,9 +51,6 @@ func TestUserSummary(t *testing.T) {
 		{policy.UserRecord{Tier: "pro"}, "tier pro"},
 		{policy.UserRecord{Tier: "pro", Limits: policy.Limits{RequestsPerMinute: &five, TokensPerDay: policy.Unlimited}},
 			"tier pro; requests_per_minute 5; tokens_per_day none"},
-		{policy.UserRecord{Account: "acme"}, "no tier assigned; account acme"},
-		{policy.UserRecord{Tier: "pro", Account: "acme", Limits: policy.Limits{RequestsPerMinute: &five}},
-			"tier pro; account acme; requests_per_minute 5"},
 	} {
 		if got := policy.UserSummary(&tc.r); got != tc.want {
 			t.Errorf("UserSummary(%+v) = %q, want %q", tc.r, got, tc.want)
@@ -61,59 +58,66 @@ func TestUserSummary(t *testing.T) {
 	}
 }
 
-// poolOf returns pooled limits setting each named limit to its value.
-func poolOf(t *testing.T, values map[string]int64) *policy.PoolLimits {
-	t.Helper()
-	m := make(map[string]*int64, len(values))
-	for name, v := range values {
-		m[name] = &v
+// A tier's pooled limits for accounts are in its summary and in the words
+// of a change: field by field, named as a refusal names them, or by their
+// presence alone when no limit differs.
+func TestSummaryOfPooledLimits(t *testing.T) {
+	n := func(v int64) *int64 { return &v }
+	pool := func(values map[string]*int64) *policy.PoolLimits {
+		p, err := policy.PoolLimitsOf(values)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &p
 	}
-	p, err := policy.PoolLimitsOf(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &p
-}
+	base := policy.Tier{Name: "team", RequestsPerMinute: 5, RequestsPerHour: 50, RequestsPerDay: 500}
+	with := func(p *policy.PoolLimits) *policy.Tier { t := base; t.Account = p; return &t }
+	big := pool(map[string]*int64{"requests_per_minute": n(600), "burst_allowance": n(10), "tokens_per_day": n(2000000), "max_concurrent": n(10)})
 
-// A tier's pooled limits are worded with its own: the summary names them
-// after the tier's, and a change lists each pooled limit that changed
-// under the name the API's errors give it, or says that the tier gained
-// or lost its account object.
-func TestTierWordsAccount(t *testing.T) {
-	base := policy.Tier{Name: "team", RequestsPerMinute: 10, RequestsPerHour: 100, RequestsPerDay: 1000}
-	pool := poolOf(t, map[string]int64{"requests_per_minute": 100, "tokens_per_day": 2000000, "max_concurrent": 8})
-	withPool := base
-	withPool.Account = pool
-	if got, want := policy.TierSummary(&withPool), "; account 100/min; 2,000,000 tokens/day, 8 concurrent calls"; !strings.HasSuffix(got, want) {
-		t.Errorf("TierSummary = %q, want it to end %q", got, want)
-	}
-	empty := base
-	empty.Account = &policy.PoolLimits{}
-	if got := policy.TierSummary(&empty); !strings.HasSuffix(got, "; account no limits") {
-		t.Errorf("TierSummary of an account object without limits = %q", got)
-	}
-	changed := base
-	changed.Account = poolOf(t, map[string]int64{"requests_per_minute": 50, "requests_per_day": 5000, "max_concurrent": 8})
 	for _, tc := range []struct {
-		before, after *policy.Tier
+		tier *policy.Tier
+		want string
+	}{
+		{with(nil), "5/min (+0 burst), 50/hour, 500/day; no features"},
+		{with(big), "5/min (+0 burst), 50/hour, 500/day; no features; account 600/min (+10 burst), 2,000,000 tokens/day, 10 concurrent calls"},
+		{with(pool(map[string]*int64{"tokens_per_minute": n(1000)})), "5/min (+0 burst), 50/hour, 500/day; no features; account 1,000 tokens/min"},
+		{with(pool(nil)), "5/min (+0 burst), 50/hour, 500/day; no features; account no limits"},
+	} {
+		if got := policy.TierSummary(tc.tier); got != tc.want {
+			t.Errorf("TierSummary = %q, want %q", got, tc.want)
+		}
+	}
+
+	for _, tc := range []struct {
+		before, after *policy.PoolLimits
 		want          string
 	}{
-		{&base, &withPool, "account: none → 100/min; 2,000,000 tokens/day, 8 concurrent calls"},
-		{&withPool, &base, "account: 100/min; 2,000,000 tokens/day, 8 concurrent calls → none"},
-		{&base, &empty, "account: none → no limits"},
-		{&withPool, &changed, "account.requests_per_minute: 100 → 50; account.requests_per_day: none → 5,000; account.tokens_per_day: 2,000,000 → none"},
-		{&withPool, &withPool, "saved without a change"},
+		{nil, big, "account.requests_per_minute: none → 600; account.burst_allowance: none → 10; account.tokens_per_day: none → 2,000,000; account.max_concurrent: none → 10"},
+		{big, pool(map[string]*int64{"requests_per_minute": n(600), "burst_allowance": n(10), "tokens_per_day": n(1000000), "max_concurrent": n(10)}),
+			"account.tokens_per_day: 2,000,000 → 1,000,000"},
+		{big, nil, "account.requests_per_minute: 600 → none; account.burst_allowance: 10 → none; account.tokens_per_day: 2,000,000 → none; account.max_concurrent: 10 → none"},
+		{nil, pool(nil), "account: none → no limits"},
+		{pool(nil), nil, "account: no limits → none"},
+		{big, big, "saved without a change"},
 	} {
-		if got := strings.Join(policy.TierDiff(tc.before, tc.after), "; "); got != tc.want {
+		if got := strings.Join(policy.TierDiff(with(tc.before), with(tc.after)), "; "); got != tc.want {
 			t.Errorf("TierDiff = %q, want %q", got, tc.want)
 		}
 	}
 }
 
-// An account's summary names its plan and each override, "none" for a
-// pooled limit it removes.
-func TestAccountSummary(t *testing.T) {
-	o, err := policy.PoolOverridesOf(map[string]*int64{"requests_per_day": new(int64(5000)), "max_concurrent": nil})
+// A record's summary names its account after its tier; an account's names
+// its plan and the pooled limits it overrides, as a record's does.
+func TestAccountSummaries(t *testing.T) {
+	five := int64(5)
+	if got, want := policy.UserSummary(&policy.UserRecord{Account: "acme"}), "no tier assigned; account acme"; got != want {
+		t.Errorf("UserSummary = %q, want %q", got, want)
+	}
+	r := policy.UserRecord{Tier: "pro", Account: "acme", Limits: policy.Limits{RequestsPerMinute: &five}}
+	if got, want := policy.UserSummary(&r), "tier pro; account acme; requests_per_minute 5"; got != want {
+		t.Errorf("UserSummary = %q, want %q", got, want)
+	}
+	o, err := policy.PoolOverridesOf(map[string]*int64{"tokens_per_day": nil, "requests_per_minute": &five})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,10 +126,10 @@ func TestAccountSummary(t *testing.T) {
 		want string
 	}{
 		{policy.Account{AccountID: "acme", Tier: "team"}, "tier team"},
-		{policy.Account{AccountID: "acme", Tier: "team", Limits: o}, "tier team; requests_per_day 5,000; max_concurrent none"},
+		{policy.Account{AccountID: "acme", Tier: "team", Limits: o, Note: "not worded"}, "tier team; requests_per_minute 5; tokens_per_day none"},
 	} {
 		if got := policy.AccountSummary(&tc.a); got != tc.want {
-			t.Errorf("AccountSummary(%+v) = %q, want %q", tc.a, got, tc.want)
+			t.Errorf("AccountSummary = %q, want %q", got, tc.want)
 		}
 	}
 }

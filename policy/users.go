@@ -317,34 +317,54 @@ func (s *Service) DeleteUser(ctx context.Context, userID string) error {
 	return err
 }
 
-// Importer is implemented by a store that applies a tier update and a
-// user update in one transaction: the tiers put, then the records, then
-// the tiers deleted or pruned.
+// Importer is implemented by a store that applies a tiers file in one
+// transaction: the tiers put, then the accounts, then the user records,
+// then the tiers deleted or pruned, so that an account can move to a
+// plan the same import creates, a record to an account it creates, and
+// both off a tier it deletes. Accounts already as listed (SameAccount)
+// are left alone.
 type Importer interface {
-	Import(ctx context.Context, tiers TierUpdate, users UserUpdate) ([]TierChange, []UserChange, error)
+	Import(ctx context.Context, tiers TierUpdate, accounts []Account, users UserUpdate) (ImportChanges, error)
 }
 
-// Import is ImportTiers for a tiers file that also lists user records: in
-// one transaction it creates or replaces the tiers and the records listed
-// (leaving alone those already as listed) and, with prune, deletes the
-// tiers not listed, all recorded with SourceImport. It never deletes a
-// record; a tier that records still assign cannot be pruned (ECONFLICT).
-func (s *Service) Import(ctx context.Context, tiers []Tier, records []UserRecord, prune bool) ([]TierChange, []UserChange, error) {
-	if len(records) == 0 {
+// ImportChanges are the changes an import made, each in the order made.
+type ImportChanges struct {
+	Tiers    []TierChange
+	Accounts []AccountChange
+	Users    []UserChange
+}
+
+// Len returns how many changes c holds.
+func (c *ImportChanges) Len() int { return len(c.Tiers) + len(c.Accounts) + len(c.Users) }
+
+// Import is ImportTiers for a tiers file that also lists accounts and user
+// records: in one transaction it creates or replaces the tiers, the
+// accounts and the records listed (leaving alone those already as listed)
+// and, with prune, deletes the tiers not listed, all recorded with
+// SourceImport. It never deletes an account or a record; a tier that
+// records assign, or that is the plan of an account, cannot be pruned
+// (ECONFLICT), and a record naming an account that neither the file nor
+// the store holds is refused (EINVALID), changing nothing.
+func (s *Service) Import(ctx context.Context, tiers []Tier, accounts []Account, records []UserRecord, prune bool) (ImportChanges, error) {
+	if len(records) == 0 && len(accounts) == 0 {
 		changes, err := s.ImportTiers(ctx, tiers, prune)
-		return changes, nil, err
+		return ImportChanges{Tiers: changes}, err
 	}
 	imp, ok := s.users.(Importer)
 	if !ok {
-		return nil, nil, Errorf(EINTERNAL, "this service's store cannot import user records with tiers")
+		return ImportChanges{}, Errorf(EINTERNAL, "this service's store cannot import accounts and user records with tiers")
 	}
 	tu, err := s.tierImport(tiers, prune)
 	if err != nil {
-		return nil, nil, err
+		return ImportChanges{}, err
 	}
 	listed := make(map[string]*Tier, len(tu.Put))
 	for i := range tu.Put {
 		listed[tu.Put[i].Name] = &tu.Put[i]
+	}
+	putAccounts, err := s.accountImport(ctx, accounts, listed, tu.At)
+	if err != nil {
+		return ImportChanges{}, err
 	}
 	seen := make(map[string]bool, len(records))
 	put := make([]UserRecord, len(records))
@@ -354,18 +374,48 @@ func (s *Service) Import(ctx context.Context, tiers []Tier, records []UserRecord
 			err = s.checkOverrides(ctx, &r, listed)
 		}
 		if ErrorCode(err) == EINVALID {
-			return nil, nil, Errorf(EINVALID, "user %d (%s): %s", i+1, Quote(r.UserID), ErrorMessage(err))
+			return ImportChanges{}, Errorf(EINVALID, "user %d (%s): %s", i+1, Quote(r.UserID), ErrorMessage(err))
 		} else if err != nil {
-			return nil, nil, err
+			return ImportChanges{}, err
 		}
 		if seen[r.UserID] {
-			return nil, nil, Errorf(EINVALID, "user %s is listed twice", Quote(r.UserID))
+			return ImportChanges{}, Errorf(EINVALID, "user %s is listed twice", Quote(r.UserID))
 		}
 		seen[r.UserID] = true
 		r.UpdatedAt = tu.At
 		put[i] = r
 	}
-	return imp.Import(ctx, tu, UserUpdate{At: tu.At, Source: SourceImport, Put: put, SkipUnchanged: true})
+	return imp.Import(ctx, tu, putAccounts, UserUpdate{At: tu.At, Source: SourceImport, Put: put, SkipUnchanged: true})
+}
+
+// accountImport checks the accounts of an import, as PutAccount does, their
+// pooled limits on their plan as listed, when listed has it, or else as
+// stored (a plan in neither is left to the store, which refuses it), and
+// returns them stamped with at.
+func (s *Service) accountImport(ctx context.Context, accounts []Account, listed map[string]*Tier, at time.Time) ([]Account, error) {
+	if len(accounts) > 0 && s.accounts == nil {
+		return nil, errNoAccounts()
+	}
+	seen := make(map[string]bool, len(accounts))
+	put := make([]Account, len(accounts))
+	for i, a := range accounts {
+		err := a.Validate()
+		if err == nil {
+			err = s.checkPool(ctx, &a, listed)
+		}
+		if ErrorCode(err) == EINVALID {
+			return nil, Errorf(EINVALID, "account %d (%s): %s", i+1, Quote(a.AccountID), ErrorMessage(err))
+		} else if err != nil {
+			return nil, err
+		}
+		if seen[a.AccountID] {
+			return nil, Errorf(EINVALID, "account %s is listed twice", Quote(a.AccountID))
+		}
+		seen[a.AccountID] = true
+		a.UpdatedAt = at
+		put[i] = a
+	}
+	return put, nil
 }
 
 // UserChanges returns the latest changes to userID's record (every user's

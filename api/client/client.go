@@ -1,5 +1,5 @@
 // Package client is a typed Go client for the policyguard HTTP API: checks,
-// metered calls, tiers, user records, gateway keys and usage. It uses only the standard library and imports nothing
+// metered calls, tiers, user records, accounts, gateway keys and usage. It uses only the standard library and imports nothing
 // else of this module, so a program that only calls the service does not
 // compile the service in.
 //
@@ -42,7 +42,8 @@ type Option func(*Client)
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
 
 // WithAdminToken sets the bearer token of the admin API, which Tiers, Tier,
-// PutTier, DeleteTier, Usage and ForgetUser need.
+// PutTier, DeleteTier, Usage, ForgetUser, the record methods and the
+// account methods need.
 func WithAdminToken(token string) Option { return func(c *Client) { c.adminToken = token } }
 
 // WithAPIToken sets the bearer token checks carry, for a service started
@@ -99,6 +100,11 @@ type CheckRequest struct {
 	UserID  string
 	Tier    string
 	Feature string
+	// AccountID names the account of a user whose record names none: the
+	// check must then also pass the account's pooled limits. An unknown
+	// account is an *Error with status 400; a service started with
+	// -trust-client-tier=false ignores it.
+	AccountID string
 	// InputText is the prompt. The service neither stores nor logs it.
 	InputText string
 	// Tokens is the most tokens the call may use (prompt plus the
@@ -132,6 +138,10 @@ type Decision struct {
 	// Shadow is how the tier's shadow limits decided the request; nil when
 	// the tier has none. They never refuse anything.
 	Shadow *ShadowDecision `json:"shadow,omitzero"`
+	// Account is the pooled state of the account a member's check drew
+	// on; nil for a user in no account. A refusal by the account's pooled
+	// limits has a Reason beginning "account ".
+	Account *AccountState `json:"account,omitzero"`
 	// StatusCode is the answer's status: 200 admitted, 429 rate-limited,
 	// 403 not in the plan.
 	StatusCode int `json:"-"`
@@ -200,10 +210,11 @@ func (c *Client) CheckDryRun(ctx context.Context, req CheckRequest) (Decision, e
 }
 
 func (c *Client) check(ctx context.Context, req CheckRequest, dryRun bool) (Decision, error) {
-	body := map[string]any{
-		"input_text": req.InputText,
-		"context":    map[string]string{"user_id": req.UserID, "user_tier": req.Tier, "feature": req.Feature},
+	cx := map[string]string{"user_id": req.UserID, "user_tier": req.Tier, "feature": req.Feature}
+	if req.AccountID != "" {
+		cx["account_id"] = req.AccountID
 	}
+	body := map[string]any{"input_text": req.InputText, "context": cx}
 	if req.Tokens != 0 {
 		body["tokens"] = req.Tokens
 	}
@@ -268,6 +279,9 @@ type Tier struct {
 	// Shadow holds limits every check under the tier is also decided
 	// against and never refused by; nil for none.
 	Shadow *Limits `json:"shadow,omitzero"`
+	// Account holds the pooled limits of an account on this plan, which
+	// every member's check must also pass; nil for none.
+	Account *PoolLimits `json:"account,omitzero"`
 }
 
 // Limits are the request limits of a tier's shadow.

@@ -14,6 +14,10 @@ type User struct {
 	UserID string
 	// Tier is the assigned tier; empty assigns none.
 	Tier string
+	// Account names the account the user belongs to, whose pooled limits
+	// every check of theirs must also pass; empty for none. A member
+	// without a Tier is checked under the account's.
+	Account string
 	// Limits holds the overridden limits by their API names
 	// (requests_per_minute, ..., tokens_per_day, max_concurrent); a limit
 	// left out keeps the tier's value, and a nil token limit or
@@ -29,13 +33,14 @@ type User struct {
 type userWire struct {
 	UserID    string            `json:"user_id"`
 	Tier      *string           `json:"tier"`
+	Account   string            `json:"account,omitempty"`
 	Limits    map[string]*int64 `json:"limits"`
 	Note      string            `json:"note"`
 	UpdatedAt *time.Time        `json:"updated_at,omitempty"`
 }
 
 func (w *userWire) user() User {
-	u := User{UserID: w.UserID, Limits: w.Limits, Note: w.Note}
+	u := User{UserID: w.UserID, Account: w.Account, Limits: w.Limits, Note: w.Note}
 	if w.Tier != nil {
 		u.Tier = *w.Tier
 	}
@@ -50,9 +55,10 @@ func Limit(v int64) *int64 { return &v }
 
 // PutUser creates or replaces u.UserID's record and returns it as stored
 // and whether it was created. The change applies to the very next check.
-// A tier that does not exist is refused (400) and changes nothing.
+// A tier or an account that does not exist is refused (400) and changes
+// nothing.
 func (c *Client) PutUser(ctx context.Context, u User) (User, bool, error) {
-	in := userWire{UserID: u.UserID, Limits: u.Limits, Note: u.Note}
+	in := userWire{UserID: u.UserID, Account: u.Account, Limits: u.Limits, Note: u.Note}
 	if u.Tier != "" {
 		in.Tier = &u.Tier
 	}

@@ -123,12 +123,12 @@ func New(t testing.TB, opts ...Option) *Guard {
 	svc := policy.NewService(store, store, policy.WithDefaultTier(o.defaultTier), policy.WithClock(clock.Now),
 		policy.WithCallTimeout(o.callTimeout), policy.WithUsers(store), policy.WithTrustClientTier(!o.distrustClientTier),
 		policy.WithKeys(store))
-	tiers, users, err := o.readTiers()
+	f, err := o.readTiers()
 	if err != nil {
 		t.Fatalf("guardtest: %v", err)
 	}
-	if len(tiers) > 0 || len(users) > 0 {
-		if _, _, err := svc.Import(ctx, tiers, users, false); err != nil {
+	if len(f.Tiers) > 0 || len(f.Accounts) > 0 || len(f.Users) > 0 {
+		if _, err := svc.Import(ctx, f.Tiers, f.Accounts, f.Users, false); err != nil {
 			t.Fatalf("guardtest: tiers: %s", policy.ErrorMessage(err))
 		}
 	}
@@ -165,10 +165,9 @@ func New(t testing.TB, opts ...Option) *Guard {
 // read by api.ReadTiersFile, the reader of "policyguard tiers import", so
 // they are checked by the same rules as a tiers file.
 //
-// The user records a tiers file lists are imported too.
-func (o *options) readTiers() ([]policy.Tier, []policy.UserRecord, error) {
-	var all []policy.Tier
-	var users []policy.UserRecord
+// The accounts and user records a tiers file lists are imported too.
+func (o *options) readTiers() (api.TiersFile, error) {
+	var all api.TiersFile
 	if len(o.tiers) > 0 {
 		file := struct {
 			Tiers []client.Tier `json:"tiers"`
@@ -181,28 +180,29 @@ func (o *options) readTiers() ([]policy.Tier, []policy.UserRecord, error) {
 		}
 		data, err := json.Marshal(file)
 		if err != nil {
-			return nil, nil, err
+			return api.TiersFile{}, err
 		}
 		tiers, err := api.ReadTiersFile(bytes.NewReader(data))
 		if err != nil {
-			return nil, nil, tierError("WithTiers", err)
+			return api.TiersFile{}, tierError("WithTiers", err)
 		}
-		all = append(all, tiers...)
+		all.Tiers = append(all.Tiers, tiers...)
 	}
 	for _, path := range o.tierFiles {
 		f, err := os.Open(path)
 		if err != nil {
-			return nil, nil, err
+			return api.TiersFile{}, err
 		}
-		tiers, records, err := api.ReadTiersFileWithUsers(f)
+		read, err := api.ReadTiersFileAll(f)
 		f.Close()
-		users = append(users, records...)
 		if err != nil {
-			return nil, nil, tierError(path, err)
+			return api.TiersFile{}, tierError(path, err)
 		}
-		all = append(all, tiers...)
+		all.Tiers = append(all.Tiers, read.Tiers...)
+		all.Accounts = append(all.Accounts, read.Accounts...)
+		all.Users = append(all.Users, read.Users...)
 	}
-	return all, users, nil
+	return all, nil
 }
 
 // tierError reports every problem the tiers file reader found, one a line.

@@ -350,7 +350,7 @@ func TestAdminPageTierAccountFields(t *testing.T) {
 			t.Errorf("edit form %s %q, want %q", label, got, want)
 		}
 	}
-	if page := b.get("/admin").Body.String(); !strings.Contains(page, "account: none → 100/min; 2,000,000 tokens/day") {
+	if page := b.get("/admin").Body.String(); !strings.Contains(page, "account.requests_per_minute: none → 100") || !strings.Contains(page, "account.tokens_per_day: none → 2,000,000") {
 		t.Error("the audit log does not word the new account object")
 	}
 
@@ -390,7 +390,7 @@ func TestAdminPageTierAccountFields(t *testing.T) {
 		t.Fatalf("unticked, the tier keeps account %v", got)
 	}
 	page := b.get("/admin").Body.String()
-	for _, want := range []string{"account.requests_per_minute: 100 → 80", "account: 80/min; 2,000,000 tokens/day → none"} {
+	for _, want := range []string{"account.requests_per_minute: 100 → 80", "account.requests_per_minute: 80 → none", "account.tokens_per_day: 2,000,000 → none"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the audit log does not say %q", want)
 		}

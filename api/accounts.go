@@ -3,8 +3,6 @@ package api
 import (
 	"io"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -91,17 +89,9 @@ func readLimitValues(raw map[string]jsontext.Value, prefix string) (map[string]*
 }
 
 func (s *Server) handleListAccounts(c echo.Context) error {
-	limit := DefaultUsersPage
-	if v := c.QueryParam("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxUsersPage {
-			return policy.Errorf(policy.EINVALID, "limit must be an integer from 1 to %d", MaxUsersPage)
-		}
-		limit = n
-	}
-	after := c.QueryParam("after")
-	if err := policy.ValidateUserID(after); err != nil { // account ids follow the rules of user ids
-		return policy.Errorf(policy.EINVALID, "after: %s", strings.Replace(policy.ErrorMessage(err), "user_id", "account_id", 1))
+	limit, after, err := pageQuery(c, "account_id")
+	if err != nil {
+		return err
 	}
 	accounts, err := s.svc.Accounts(c.Request().Context(), after, limit+1)
 	if err != nil {
@@ -190,30 +180,12 @@ func (s *Server) handleGetAccountUsage(c echo.Context) error {
 		return err
 	}
 	st := policy.AccountState{Limits: u.Limits}
-	win := func(w policy.Window) usageWindow {
-		ws := u.Windows[w]
-		out := usageWindow{Count: ws.Count}
-		if st.Limited(w) {
-			out.Limit, out.Remaining, out.Reset = &ws.Limit, &ws.Remaining, &ws.Reset
-		}
-		if t := ws.Tokens; t != nil {
-			out.Tokens.Used = t.Used
-			if t.Limited {
-				out.Tokens.Limit, out.Tokens.Remaining, out.Tokens.Reset = &t.Limit, &t.Remaining, &t.Reset
-			}
-		}
-		return out
-	}
 	return c.JSON(http.StatusOK, accountUsageResponse{
 		AccountID:     id,
 		Tier:          u.Account.Tier,
 		Limits:        u.Limits.Values(),
 		CallsInFlight: u.CallsInFlight,
-		Windows: usageWindowsReponse{
-			Minute: win(policy.Minute),
-			Hour:   win(policy.Hour),
-			Day:    win(policy.Day),
-		},
+		Windows:       usageWindowsOf(&u.Windows, st.Limited),
 	})
 }
 

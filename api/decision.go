@@ -86,28 +86,12 @@ func appendDecision(b []byte, d *policy.Decision) []byte {
 		b = strconv.AppendInt(b, ws.Remaining, 10)
 		b = append(b, `,"reset":`...)
 		b = strconv.AppendInt(b, ws.Reset, 10)
-		if t := ws.Tokens; t != nil && t.Limited {
-			b = append(b, `,"tokens":{"limit":`...)
-			b = strconv.AppendInt(b, t.Limit, 10)
-			b = append(b, `,"used":`...)
-			b = strconv.AppendInt(b, t.Used, 10)
-			b = append(b, `,"remaining":`...)
-			b = strconv.AppendInt(b, t.Remaining, 10)
-			b = append(b, `,"reset":`...)
-			b = strconv.AppendInt(b, t.Reset, 10)
-			b = append(b, '}')
-		}
+		b = appendTokens(b, ws.Tokens)
 		b = append(b, '}')
 	}
 	b = append(b, `},"call_id":`...)
 	b = appendNullString(b, d.CallID)
-	if c := d.Concurrency; c != nil {
-		b = append(b, `,"concurrency":{"limit":`...)
-		b = strconv.AppendInt(b, c.Limit, 10)
-		b = append(b, `,"in_flight":`...)
-		b = strconv.AppendInt(b, c.InFlight, 10)
-		b = append(b, '}')
-	}
+	b = appendConcurrency(b, d.Concurrency)
 	if a := d.Account; a != nil {
 		b = appendAccount(b, a)
 	}
@@ -145,27 +129,40 @@ func appendAccount(b []byte, a *policy.AccountState) []byte {
 		}
 		b = append(b, `,"reset":`...)
 		b = strconv.AppendInt(b, ws.Reset, 10)
-		if t := ws.Tokens; t != nil && t.Limited {
-			b = append(b, `,"tokens":{"limit":`...)
-			b = strconv.AppendInt(b, t.Limit, 10)
-			b = append(b, `,"used":`...)
-			b = strconv.AppendInt(b, t.Used, 10)
-			b = append(b, `,"remaining":`...)
-			b = strconv.AppendInt(b, t.Remaining, 10)
-			b = append(b, `,"reset":`...)
-			b = strconv.AppendInt(b, t.Reset, 10)
-			b = append(b, '}')
-		}
+		b = appendTokens(b, ws.Tokens)
 		b = append(b, '}')
 	}
 	b = append(b, '}')
-	if c := a.Concurrency; c != nil {
-		b = append(b, `,"concurrency":{"limit":`...)
-		b = strconv.AppendInt(b, c.Limit, 10)
-		b = append(b, `,"in_flight":`...)
-		b = strconv.AppendInt(b, c.InFlight, 10)
-		b = append(b, '}')
+	b = appendConcurrency(b, a.Concurrency)
+	return append(b, '}')
+}
+
+// appendTokens appends a window's tokens member, when the window's tokens
+// are limited.
+func appendTokens(b []byte, t *policy.TokenState) []byte {
+	if t == nil || !t.Limited {
+		return b
 	}
+	b = append(b, `,"tokens":{"limit":`...)
+	b = strconv.AppendInt(b, t.Limit, 10)
+	b = append(b, `,"used":`...)
+	b = strconv.AppendInt(b, t.Used, 10)
+	b = append(b, `,"remaining":`...)
+	b = strconv.AppendInt(b, t.Remaining, 10)
+	b = append(b, `,"reset":`...)
+	b = strconv.AppendInt(b, t.Reset, 10)
+	return append(b, '}')
+}
+
+// appendConcurrency appends the concurrency member, when c is set.
+func appendConcurrency(b []byte, c *policy.ConcurrencyState) []byte {
+	if c == nil {
+		return b
+	}
+	b = append(b, `,"concurrency":{"limit":`...)
+	b = strconv.AppendInt(b, c.Limit, 10)
+	b = append(b, `,"in_flight":`...)
+	b = strconv.AppendInt(b, c.InFlight, 10)
 	return append(b, '}')
 }
 

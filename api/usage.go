@@ -50,13 +50,24 @@ func (s *Server) handleGetUsage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	states := report.Windows
-	win := func(w policy.WindowState) usageWindow {
-		u := usageWindow{Count: w.Count}
-		if tier != "" {
-			u.Limit, u.Remaining, u.Reset = &w.Limit, &w.Remaining, &w.Reset
+	return c.JSON(http.StatusOK, usageResponse{
+		UserID:        user,
+		Tier:          tier,
+		CallsInFlight: report.CallsInFlight,
+		Windows:       usageWindowsOf(&report.Windows, func(policy.Window) bool { return tier != "" }),
+	})
+}
+
+// usageWindowsOf returns windows on the wire, each with its limit,
+// remaining and reset where limited says the window has a limit.
+func usageWindowsOf(windows *[len(policy.Windows)]policy.WindowState, limited func(policy.Window) bool) usageWindowsReponse {
+	win := func(w policy.Window) usageWindow {
+		ws := windows[w]
+		u := usageWindow{Count: ws.Count}
+		if limited(w) {
+			u.Limit, u.Remaining, u.Reset = &ws.Limit, &ws.Remaining, &ws.Reset
 		}
-		if t := w.Tokens; t != nil {
+		if t := ws.Tokens; t != nil {
 			u.Tokens.Used = t.Used
 			if t.Limited {
 				u.Tokens.Limit, u.Tokens.Remaining, u.Tokens.Reset = &t.Limit, &t.Remaining, &t.Reset
@@ -64,16 +75,7 @@ func (s *Server) handleGetUsage(c echo.Context) error {
 		}
 		return u
 	}
-	return c.JSON(http.StatusOK, usageResponse{
-		UserID:        user,
-		Tier:          tier,
-		CallsInFlight: report.CallsInFlight,
-		Windows: usageWindowsReponse{
-			Minute: win(states[policy.Minute]),
-			Hour:   win(states[policy.Hour]),
-			Day:    win(states[policy.Day]),
-		},
-	})
+	return usageWindowsReponse{Minute: win(policy.Minute), Hour: win(policy.Hour), Day: win(policy.Day)}
 }
 
 func (s *Server) handleDeleteUsage(c echo.Context) error {

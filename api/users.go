@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -118,18 +119,28 @@ func readUser(data []byte, pathID string) (policy.UserRecord, error) {
 	return r, nil
 }
 
-func (s *Server) handleListUsers(c echo.Context) error {
-	limit := DefaultUsersPage
+// pageQuery reads a listing's ?limit= and ?after=, an id of the kind
+// named (user_id, account_id), which follows the rules of user ids.
+func pageQuery(c echo.Context, kind string) (limit int, after string, err error) {
+	limit = DefaultUsersPage
 	if v := c.QueryParam("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > MaxUsersPage {
-			return policy.Errorf(policy.EINVALID, "limit must be an integer from 1 to %d", MaxUsersPage)
+			return 0, "", policy.Errorf(policy.EINVALID, "limit must be an integer from 1 to %d", MaxUsersPage)
 		}
 		limit = n
 	}
-	after := c.QueryParam("after")
+	after = c.QueryParam("after")
 	if err := policy.ValidateUserID(after); err != nil {
-		return policy.Errorf(policy.EINVALID, "after: %s", policy.ErrorMessage(err))
+		return 0, "", policy.Errorf(policy.EINVALID, "after: %s", strings.Replace(policy.ErrorMessage(err), "user_id", kind, 1))
+	}
+	return limit, after, nil
+}
+
+func (s *Server) handleListUsers(c echo.Context) error {
+	limit, after, err := pageQuery(c, "user_id")
+	if err != nil {
+		return err
 	}
 	// One more than asked, to know whether there is a next page.
 	records, err := s.svc.Users(c.Request().Context(), after, limit+1)

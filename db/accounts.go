@@ -272,20 +272,7 @@ func (s *Store) DeleteAccount(ctx context.Context, id string) error {
 
 // Members implements policy.AccountStore: a range of users_account.
 func (s *Store) Members(ctx context.Context, id, after string, limit int) ([]policy.UserRecord, error) {
-	rows, err := s.db.QueryContext(ctx, s.d.bind(`SELECT `+userColumns+` FROM users WHERE account = ? AND user_id > ? ORDER BY user_id LIMIT ?`), id, after, limit)
-	if err != nil {
-		return nil, unavailable(err)
-	}
-	defer rows.Close()
-	out := []policy.UserRecord{}
-	for rows.Next() {
-		var r userRow
-		if err := rows.Scan(r.scanArgs()...); err != nil {
-			return nil, unavailable(err)
-		}
-		out = append(out, r.record())
-	}
-	return out, unavailable(rows.Err())
+	return s.queryUsers(ctx, `WHERE account = ? AND user_id > ? ORDER BY user_id LIMIT ?`, id, after, limit)
 }
 
 // accountsOnTier returns how many accounts have tier name as their plan.

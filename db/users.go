@@ -156,7 +156,13 @@ func (s *Store) User(ctx context.Context, userID string) (policy.UserRecord, err
 
 // Users implements policy.UserStore.
 func (s *Store) Users(ctx context.Context, after string, limit int) ([]policy.UserRecord, error) {
-	rows, err := s.db.QueryContext(ctx, s.d.bind(`SELECT `+userColumns+` FROM users WHERE user_id > ? ORDER BY user_id LIMIT ?`), after, limit)
+	return s.queryUsers(ctx, `WHERE user_id > ? ORDER BY user_id LIMIT ?`, after, limit)
+}
+
+// queryUsers reads the records that where (a WHERE clause and what
+// follows) selects.
+func (s *Store) queryUsers(ctx context.Context, where string, args ...any) ([]policy.UserRecord, error) {
+	rows, err := s.db.QueryContext(ctx, s.d.bind(`SELECT `+userColumns+` FROM users `+where), args...)
 	if err != nil {
 		return nil, unavailable(err)
 	}

@@ -270,7 +270,16 @@ func (s *Service) replay(ctx context.Context, t *Tier, from, to time.Time, fn fu
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return s.replays.ReplayRequests(ctx, t.ID, from, to, fn)
+	// An account's pool records its members' requests under its plan's
+	// tier too, but it is no user: previews and shadow replays are of the
+	// users' own limits, and a pool replayed through them would count as
+	// one more user refused.
+	return s.replays.ReplayRequests(ctx, t.ID, from, to, func(userID string, at int64) error {
+		if IsAccountKey(userID) {
+			return nil
+		}
+		return fn(userID, at)
+	})
 }
 
 // replaySlot admits one replay at a time in the process.

@@ -126,6 +126,13 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 			return Decision{}, err
 		}
 		acct, err := s.accountOf(ctx, &req, rec)
+		if err != nil && recCached {
+			// The record from memory may lag behind one that now names
+			// an account, which the check's own would not override: an
+			// error is an answer too, so it is given on the record as
+			// stored.
+			continue
+		}
 		if err != nil {
 			return Decision{}, err
 		}

@@ -210,6 +210,19 @@ func (tx *writeTx) lockedCall(id string) (callRow, error) {
 	return getCall(tx, id)
 }
 
+// callerCall is lockedCall for a call its caller names: ENOTFOUND for the
+// copy of a member's call in its account's pool (policy.PoolCallID), which
+// is finished and kept alive with the call and never alone. Finished
+// alone, say with no tokens, it would free the pool's slot and budget
+// while the call went on.
+func (tx *writeTx) callerCall(id string) (callRow, error) {
+	r, err := tx.lockedCall(id)
+	if err == nil && policy.IsAccountKey(r.user) {
+		return callRow{}, policy.Errorf(policy.ENOTFOUND, "call %q not found", id)
+	}
+	return r, err
+}
+
 func (r *callRow) call(id string) policy.Call {
 	c := policy.Call{
 		ID: id, UserID: r.user, Tier: r.tier, Reserved: r.reserved,
@@ -234,12 +247,12 @@ func (s *Store) FinishCall(ctx context.Context, id string, tokens *int64, now ti
 	var c policy.Call
 	err := s.writer.do(ctx, func(tx *writeTx) error {
 		var err error
-		if c, err = tx.finishCall(id, tokens, now.UnixMicro()); err != nil || c.Account == "" {
+		if c, err = tx.finishCall(id, tokens, now.UnixMicro(), tx.callerCall); err != nil || c.Account == "" {
 			return err
 		}
 		// The same call in its account's pool, whose lock lockedCall
 		// took: finished with it, unless the pool was forgotten.
-		_, err = tx.finishCall(policy.PoolCallID(id), tokens, now.UnixMicro())
+		_, err = tx.finishCall(policy.PoolCallID(id), tokens, now.UnixMicro(), tx.lockedCall)
 		if policy.ErrorCode(err) == policy.ENOTFOUND {
 			err = nil
 		}
@@ -248,8 +261,9 @@ func (s *Store) FinishCall(ctx context.Context, id string, tokens *int64, now ti
 	return c, err
 }
 
-func (tx *writeTx) finishCall(id string, tokens *int64, now int64) (policy.Call, error) {
-	r, err := tx.lockedCall(id)
+// finishCall finishes the call named id, read (and locked) by read.
+func (tx *writeTx) finishCall(id string, tokens *int64, now int64, read func(id string) (callRow, error)) (policy.Call, error) {
+	r, err := read(id)
 	if err != nil {
 		return policy.Call{}, err
 	}
@@ -314,7 +328,7 @@ func (tx *writeTx) finishCall(id string, tokens *int64, now int64) (policy.Call,
 func (s *Store) KeepAlive(ctx context.Context, id string, now, expiresAt time.Time) (policy.Call, error) {
 	var c policy.Call
 	err := s.writer.do(ctx, func(tx *writeTx) error {
-		r, err := tx.lockedCall(id)
+		r, err := tx.callerCall(id)
 		if err != nil {
 			return err
 		}

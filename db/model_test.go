@@ -19,9 +19,10 @@ import (
 
 // The model test runs random sequences of operations against the real
 // service on a SQLite file and against refModel, a reference written here
-// from the README's rules alone: a list of timestamps per user, counted by
-// scanning. The reference shares no code with policy.Evaluate or the store,
-// so a mistake in either shows up as a disagreement.
+// from the README's rules alone: a list of timestamps per user, and per
+// account's pool (see model_accounts_test.go), counted by scanning. The
+// reference shares no code with policy.Evaluate or the store, so a mistake
+// in either shows up as a disagreement.
 
 var (
 	modelSeqs = flag.Int("model.seqs", 150, "random operation sequences TestModel runs against the store (a tenth under -race)")
@@ -45,6 +46,10 @@ type refLimits struct {
 	// shadow, when set, is shadow limits: per minute, burst, per hour, per
 	// day. A user's overrides never change them.
 	shadow *[4]int64
+	// pool, when set, is the tier's account object: the pooled limits of
+	// an account on this plan, in the order of policy.LimitNames, -1 for
+	// none.
+	pool *[8]int64
 }
 
 // metered reports whether a check the tier admits opens a call.
@@ -59,37 +64,60 @@ func (l refLimits) ceilings() [3]int64 {
 }
 
 // refUser is a user record as the README describes it: tier is the
-// assigned tier ("" for none), and over holds an override per limit in the
+// assigned tier ("" for none), over holds an override per limit in the
 // order of policy.LimitNames: refInherit keeps the tier's, -1 (for the
-// token limits and max_concurrent) removes it.
+// token limits and max_concurrent) removes it; account names the account
+// the user belongs to ("" for none).
 type refUser struct {
-	tier string
-	over [8]int64
+	tier    string
+	over    [8]int64
+	account string
 }
 
 const refInherit = -2
 
-// limits returns the name and limits of the tier a check of user naming
-// tier is decided under: the assigned tier, else the named one when it is
-// believed, else the default; with the user's overrides.
-func (m *refModel) limits(user, tier string, trusted bool, defaultTier string) (string, refLimits) {
+// resolve returns what a check of user naming tier and account is decided
+// under: the name and limits of its tier, with the user's overrides, and
+// the pool it draws on besides (nil for none); or the code of the error
+// that refuses to decide it. The account is the record's, else the named
+// one when the check is believed; one named that does not exist is
+// invalid. The tier is the assigned one, else the account's plan, else the
+// named one when it is believed, else the default.
+func (m *refModel) resolve(user, tier, account string, trusted bool, defaultTier string) (name string, l refLimits, pool *refPool, code string) {
+	u, ok := m.users[user]
+	id := ""
+	switch {
+	case ok && u.account != "":
+		id = u.account
+	case trusted:
+		id = account
+	}
+	acct, exists := m.accounts[id]
+	switch {
+	case id != "" && !exists:
+		return "", refLimits{}, nil, policy.EINVALID
+	case id != "":
+		pool = &refPool{id: id, tier: acct.tier, limits: m.poolLimits(acct)}
+	}
 	if !trusted {
 		tier = defaultTier
 	}
-	u, ok := m.users[user]
-	if ok && u.tier != "" {
+	switch {
+	case ok && u.tier != "":
 		tier = u.tier
+	case id != "":
+		tier = acct.tier
 	}
-	l := m.tiers[tier]
+	l = m.tiers[tier]
 	if !ok {
-		return tier, l
+		return tier, l, pool, ""
 	}
 	for i, p := range []*int64{&l.perMinute, &l.perHour, &l.perDay, &l.burst, &l.tokens[0], &l.tokens[1], &l.tokens[2], &l.maxConcurrent} {
 		if u.over[i] != refInherit {
 			*p = u.over[i]
 		}
 	}
-	return tier, l
+	return tier, l, pool, ""
 }
 
 // refRecord is one admitted request, the ceilings it was admitted under
@@ -103,10 +131,18 @@ type refRecord struct {
 // refModel is the reference implementation.
 type refModel struct {
 	tiers map[string]refLimits
-	// users are the user records: an assigned tier and overrides.
+	// users are the user records: an assigned tier, overrides and an
+	// account.
 	users map[string]refUser
-	hist  map[string][]refRecord // by user, in the order admitted
-	// The calls, and each user's finished tokens in the order counted.
+	// accounts are the accounts that exist, by id.
+	accounts map[string]refAccount
+	// hist holds the admitted requests by user, in the order admitted,
+	// and each account's pool by policy.AccountKey: every request of its
+	// members admitted while they belonged to it.
+	hist map[string][]refRecord
+	// The calls, and each user's (or pool's) finished tokens in the
+	// order counted. A member's call is in its pool too, as
+	// policy.PoolCallID(id).
 	calls   map[string]*refCall
 	tokens  map[string][]refTokens
 	timeout time.Duration
@@ -117,6 +153,7 @@ type refModel struct {
 // refCall is one call as the README describes it.
 type refCall struct {
 	id, user   string
+	account    string // whose pool holds the call too; "" for none
 	reserved   int64
 	expires    time.Time
 	finished   bool
@@ -158,6 +195,21 @@ type refDecision struct {
 	// shadow is set when the tier has shadow limits: whether they admit
 	// the request, and the reason they would refuse it with.
 	shadow *refShadow
+	// account is the pool's state after a member's check; nil for a
+	// user in no account. ownRefused and poolRefused say which refused it.
+	account                 *refPoolState
+	ownRefused, poolRefused bool
+}
+
+// refPoolState is an account's pool after a member's check, as the
+// user's windows are the user's.
+type refPoolState struct {
+	id      string
+	limits  [8]int64 // as policy.LimitNames; -1 for none
+	windows [3]refWindowState
+	tokens  [3]refTokenState
+	// maxConcurrent is -1 when the pool sets none.
+	maxConcurrent, inFlight int64
 }
 
 type refShadow struct {
@@ -278,17 +330,79 @@ func inWindow(recs []refRecord, w refWindow, now time.Time) []time.Time {
 	return out
 }
 
-// check decides one request under tier, whose limits with the user's
-// overrides are l, the way the README says, and records it (with its call,
-// named id) unless refused or a dry run. A check that is not a dry run of a
-// metered tier first finishes the calls that expired; a dry run counts them
-// as finished without changing anything. The tier's shadow limits, which
-// no override changes, are decided over the same history.
-func (m *refModel) check(user, tier string, l refLimits, tokens int64, now time.Time, dryRun bool, id string) refDecision {
+// check decides one request of user under tier, whose limits with the
+// user's overrides are l, and of its account's pool when it draws on one,
+// the way the README says, and records it (with its call, named id)
+// unless refused or a dry run. A check that is not a dry run and meters
+// calls (its tier or its pool does) first finishes the calls that
+// expired, its user's and its pool's; a dry run counts them as finished
+// without changing anything. The tier's shadow limits, which no override
+// changes, are decided over the user's history.
+//
+// A member's check is admitted only when both its own limits and its
+// pool's admit it; nothing is recorded otherwise, in either history. It
+// is refused for the user's reason, unless only the pool refuses, or both
+// do and the pool's wait is the longer; when both refuse, retry_after is
+// the longer wait.
+func (m *refModel) check(user, tier string, l refLimits, pool *refPool, tokens int64, now time.Time, dryRun bool, id string) refDecision {
 	now = now.Truncate(time.Microsecond) // timestamps are stored in microseconds
+	metered := l.metered()
+	var pl refLimits
+	if pool != nil {
+		pl = poolTier(pool.limits)
+		metered = metered || pl.metered()
+	}
+	view := m
+	if metered {
+		if dryRun {
+			view = m.clone()
+		}
+		view.expire(user, now)
+		if pool != nil {
+			view.expire(pool.key(), now)
+		}
+	}
+	d := view.verdict(user, l, tokens, now, metered)
+	admitted := d.allowed
+	if pool != nil {
+		p := view.verdict(pool.key(), pl, tokens, now, metered)
+		admitted = d.allowed && p.allowed
+		d.ownRefused, d.poolRefused = !d.allowed, !p.allowed
+		if !p.allowed && (d.allowed || p.retryAfter > d.retryAfter) {
+			d.reason, d.retryAfter = policy.AccountReasonPrefix+p.reason, max(d.retryAfter, p.retryAfter)
+		}
+		d.allowed = admitted
+		d.zeroBlocked = d.zeroBlocked || p.zeroBlocked
+		s := refPoolState{id: pool.id, limits: pool.limits, maxConcurrent: pl.maxConcurrent}
+		s.windows, s.tokens, s.inFlight = view.state(pool.key(), pl, tokens, now, admitted)
+		d.account = &s
+	}
+	d.windows, d.tokens, d.inFlight = view.state(user, l, tokens, now, admitted)
+	if admitted && !dryRun {
+		m.record(user, tier, l.ceilings(), now)
+		if metered {
+			m.calls[id] = &refCall{id: id, user: user, reserved: tokens, expires: now.Add(m.timeout), reported: -1}
+		}
+		if pool != nil {
+			m.record(pool.key(), pool.tier, pl.ceilings(), now)
+			if metered {
+				m.calls[id].account = pool.id
+				pid := policy.PoolCallID(id)
+				m.calls[pid] = &refCall{id: pid, user: pool.key(), reserved: tokens, expires: now.Add(m.timeout), reported: -1}
+			}
+		}
+	}
+	return d
+}
+
+// verdict decides a check of tokens at now against the history of key (a
+// user's or a pool's) under l: whether it admits it, why not and when to
+// retry. Expired calls were finished already. metered says the check
+// meters calls, which l may not.
+func (m *refModel) verdict(key string, l refLimits, tokens int64, now time.Time, metered bool) refDecision {
 	c := l.ceilings()
-	recs := m.hist[user]
-	d := refDecision{allowed: true}
+	recs := m.hist[key]
+	d := refDecision{allowed: true, metered: metered, maxConcurrent: l.maxConcurrent}
 	if sl := l.shadow; sl != nil {
 		reason := blocked(recs, [3]int64{sl[0] + sl[1], sl[2], sl[3]}, now)
 		d.shadow = &refShadow{allowed: reason == "", reason: reason}
@@ -313,82 +427,58 @@ func (m *refModel) check(user, tier string, l refLimits, tokens int64, now time.
 		}
 		d.retryAfter = max(d.retryAfter, refCeilSeconds(wait))
 	}
-	view := m
-	if l.metered() {
-		d.metered, d.maxConcurrent = true, l.maxConcurrent
-		if dryRun {
-			view = m.clone()
-		}
-		view.expire(user, now)
-		refuse := func(reason string, retry int64) {
-			if d.allowed {
-				d.allowed, d.reason = false, reason
-			}
-			d.retryAfter = max(d.retryAfter, retry)
-		}
-		open, reserved := view.inFlight(user)
-		if l.maxConcurrent >= 0 && open >= l.maxConcurrent {
-			refuse("concurrent call limit exceeded", 1)
-			d.zeroBlocked = true
-		}
-		for i, w := range refWindows {
-			limit := l.tokens[i]
-			finished, _ := view.tokensAfter(user, now.Add(-w.length))
-			if limit < 0 || finished+reserved+tokens <= limit {
-				continue
-			}
-			// Wait until the tokens finished after some counted instant
-			// fit beside the reservations: the oldest such instant, plus
-			// the window.
-			budget := limit - reserved - tokens
-			if budget < 0 {
-				refuse("per-"+w.name+" token limit exceeded", refCeilSeconds(w.length))
-				d.zeroBlocked = true
-				continue
-			}
-			for _, r := range view.tokens[user] {
-				if after, _ := view.tokensAfter(user, r.at); after <= budget {
-					refuse("per-"+w.name+" token limit exceeded", refCeilSeconds(r.at.Add(w.length).Sub(now)))
-					break
-				}
-			}
-		}
-		var mine, calls int64
+	if !metered {
+		return d
+	}
+	refuse := func(reason string, retry int64) {
 		if d.allowed {
-			mine, calls = tokens, 1
+			d.allowed, d.reason = false, reason
 		}
-		d.inFlight = open + calls
-		for i, w := range refWindows {
-			if l.tokens[i] < 0 {
-				continue
+		d.retryAfter = max(d.retryAfter, retry)
+	}
+	open, reserved := m.inFlight(key)
+	if l.maxConcurrent >= 0 && open >= l.maxConcurrent {
+		refuse("concurrent call limit exceeded", 1)
+		d.zeroBlocked = true
+	}
+	for i, w := range refWindows {
+		limit := l.tokens[i]
+		finished, _ := m.tokensAfter(key, now.Add(-w.length))
+		if limit < 0 || finished+reserved+tokens <= limit {
+			continue
+		}
+		// Wait until the tokens finished after some counted instant
+		// fit beside the reservations: the oldest such instant, plus
+		// the window.
+		budget := limit - reserved - tokens
+		if budget < 0 {
+			refuse("per-"+w.name+" token limit exceeded", refCeilSeconds(w.length))
+			d.zeroBlocked = true
+			continue
+		}
+		for _, r := range m.tokens[key] {
+			if after, _ := m.tokensAfter(key, r.at); after <= budget {
+				refuse("per-"+w.name+" token limit exceeded", refCeilSeconds(r.at.Add(w.length).Sub(now)))
+				break
 			}
-			finished, oldest := view.tokensAfter(user, now.Add(-w.length))
-			s := refTokenState{limited: true, limit: l.tokens[i], used: finished + reserved + mine}
-			s.remaining = max(s.limit-s.used, 0)
-			if finished > 0 {
-				s.reset = refCeilSeconds(oldest.Add(w.length).Sub(now))
-			}
-			d.tokens[i] = s
 		}
 	}
-	after := recs
-	if d.allowed {
+	return d
+}
+
+// state returns the windows of key's history under l after a check of
+// tokens at now, admitted or not: its requests, tokens and calls in
+// flight, counting the check's own only when admitted.
+func (m *refModel) state(key string, l refLimits, tokens int64, now time.Time, admitted bool) (windows [3]refWindowState, tok [3]refTokenState, inFlight int64) {
+	c := l.ceilings()
+	after := m.hist[key]
+	var mine, calls int64
+	if admitted {
 		// Recorded at now, as the lesson records time.time(), whatever
 		// else was recorded then; at the newest timestamp when the clock
 		// stepped back before it.
-		at := now
-		if len(recs) > 0 {
-			if newest := recs[len(recs)-1].at; newest.After(at) {
-				at = newest
-			}
-		}
-		after = append(slices.Clone(recs), refRecord{at: at, ceilings: c, tier: tier})
-		if !dryRun {
-			m.hist[user] = after
-			if l.metered() {
-				m.calls[id] = &refCall{id: id, user: user, reserved: tokens, expires: now.Add(m.timeout), reported: -1}
-			}
-		}
+		after = append(slices.Clone(after), refRecord{at: recordAt(after, now)})
+		mine, calls = tokens, 1
 	}
 	for i, w := range refWindows {
 		in := inWindow(after, w, now)
@@ -397,9 +487,41 @@ func (m *refModel) check(user, tier string, l refLimits, tokens int64, now time.
 		if n > 0 {
 			s.reset = refCeilSeconds(in[0].Add(w.length).Sub(now))
 		}
-		d.windows[i] = s
+		windows[i] = s
 	}
-	return d
+	open, reserved := m.inFlight(key)
+	inFlight = open + calls
+	for i, w := range refWindows {
+		if l.tokens[i] < 0 {
+			continue
+		}
+		finished, oldest := m.tokensAfter(key, now.Add(-w.length))
+		s := refTokenState{limited: true, limit: l.tokens[i], used: finished + reserved + mine}
+		s.remaining = max(s.limit-s.used, 0)
+		if finished > 0 {
+			s.reset = refCeilSeconds(oldest.Add(w.length).Sub(now))
+		}
+		tok[i] = s
+	}
+	return windows, tok, inFlight
+}
+
+// recordAt is when a request admitted at now is recorded after recs: at
+// now, or at the newest when the clock stepped back before it.
+func recordAt(recs []refRecord, now time.Time) time.Time {
+	if len(recs) > 0 {
+		if newest := recs[len(recs)-1].at; newest.After(now) {
+			return newest
+		}
+	}
+	return now
+}
+
+// record appends a request admitted at now to key's history, admitted
+// under tier and its ceilings.
+func (m *refModel) record(key, tier string, ceilings [3]int64, now time.Time) {
+	recs := m.hist[key]
+	m.hist[key] = append(slices.Clone(recs), refRecord{at: recordAt(recs, now), ceilings: ceilings, tier: tier})
 }
 
 // refFinish is the answer to a finish: the call or an error code.
@@ -408,8 +530,23 @@ type refFinish struct {
 	call refCall
 }
 
-// finish finishes call id with tokens (-1: its reservation) at now.
+// finish finishes call id with tokens (-1: its reservation) at now; a
+// member's call, in its pool too (unless the pool was forgotten).
 func (m *refModel) finish(id string, tokens int64, now time.Time) refFinish {
+	if c, ok := m.calls[id]; ok && policy.IsAccountKey(c.user) {
+		return refFinish{code: policy.ENOTFOUND} // the pool's copy is no caller's
+	}
+	f := m.finishOne(id, tokens, now)
+	if f.code == "" && f.call.account != "" {
+		if pf := m.finishOne(policy.PoolCallID(id), tokens, now); pf.code != "" && pf.code != policy.ENOTFOUND {
+			panic(fmt.Sprintf("the pool's copy of %s: %s", id, pf.code)) // the reference contradicts itself
+		}
+	}
+	return f
+}
+
+// finishOne finishes call id in its own history alone.
+func (m *refModel) finishOne(id string, tokens int64, now time.Time) refFinish {
 	now = now.Truncate(time.Microsecond)
 	c, ok := m.calls[id]
 	if !ok {
@@ -443,16 +580,20 @@ func (m *refModel) keepAlive(id string, now time.Time) refFinish {
 	now = now.Truncate(time.Microsecond)
 	c, ok := m.calls[id]
 	switch {
-	case !ok:
+	case !ok || policy.IsAccountKey(c.user):
 		return refFinish{code: policy.ENOTFOUND}
 	case c.finished || !c.expires.After(now):
 		return refFinish{code: policy.ECONFLICT}
 	}
 	c.expires = now.Add(m.timeout)
+	if pc, ok := m.calls[policy.PoolCallID(id)]; ok && c.account != "" {
+		pc.expires = c.expires
+	}
 	return refFinish{call: *c}
 }
 
-// forget deletes everything of user.
+// forget deletes everything of user, or of an account's pool when user
+// is its policy.AccountKey.
 func (m *refModel) forget(user string) {
 	delete(m.hist, user)
 	delete(m.tokens, user)
@@ -470,7 +611,7 @@ func (m *refModel) prune(cutoff time.Time) {
 	for u, recs := range m.hist {
 		m.hist[u] = slices.DeleteFunc(slices.Clone(recs), func(r refRecord) bool { return !r.at.After(cutoff) })
 	}
-	for _, u := range modelUsers {
+	for _, u := range modelKeys() {
 		m.expire(u, cutoff)
 	}
 	for id, c := range m.calls {
@@ -497,6 +638,11 @@ const (
 	opKeepAlive
 	opSetUser
 	opDeleteUser
+	opSetAccount
+	opDeleteAccount
+	// opMove writes a user's record as it stands with only its account
+	// changed: a user joining, leaving or changing account.
+	opMove
 )
 
 type modelOp struct {
@@ -507,10 +653,16 @@ type modelOp struct {
 	limits refLimits
 	tokens int64 // a check's; a finish's, -1 for none
 	call   int   // which call a finish or keepalive names (see callID)
-	// distrust decides a check on a service that ignores its tier; other
-	// writes a user record through a second store on the same file.
+	// distrust decides a check on a service that ignores its tier (and
+	// its account); other writes a user or account record through a
+	// second store on the same file.
 	distrust, other bool
 	user2           refUser // what set-user writes
+	// accountID is the account a check names (context.account_id), or
+	// that set-account and delete-account write; acct what set-account
+	// writes.
+	accountID string
+	acct      refAccount
 }
 
 // Users and tiers of the model. A user id with SQL in it and one with
@@ -523,13 +675,19 @@ var (
 func (o modelOp) String() string {
 	switch o.kind {
 	case opCheck:
-		return fmt.Sprintf("check(%s, %s, tokens %d, distrust %v)", modelUsers[o.user], modelTiers[o.tier], o.tokens, o.distrust)
+		return fmt.Sprintf("check(%s, %s, account %q, tokens %d, distrust %v)", modelUsers[o.user], modelTiers[o.tier], o.accountID, o.tokens, o.distrust)
 	case opDryRun:
-		return fmt.Sprintf("dry-run(%s, %s, tokens %d, distrust %v)", modelUsers[o.user], modelTiers[o.tier], o.tokens, o.distrust)
+		return fmt.Sprintf("dry-run(%s, %s, account %q, tokens %d, distrust %v)", modelUsers[o.user], modelTiers[o.tier], o.accountID, o.tokens, o.distrust)
 	case opSetUser:
-		return fmt.Sprintf("set-user(%s, tier %q, overrides %v, by another store %v)", modelUsers[o.user], o.user2.tier, o.user2.over, o.other)
+		return fmt.Sprintf("set-user(%s, tier %q, overrides %v, account %q, by another store %v)", modelUsers[o.user], o.user2.tier, o.user2.over, o.user2.account, o.other)
 	case opDeleteUser:
 		return fmt.Sprintf("delete-user(%s, by another store %v)", modelUsers[o.user], o.other)
+	case opMove:
+		return fmt.Sprintf("move(%s, to account %q, by another store %v)", modelUsers[o.user], o.accountID, o.other)
+	case opSetAccount:
+		return fmt.Sprintf("set-account(%q, plan %s, overrides %v, by another store %v)", o.accountID, o.acct.tier, o.acct.over, o.other)
+	case opDeleteAccount:
+		return fmt.Sprintf("delete-account(%q, by another store %v)", o.accountID, o.other)
 	case opFinish:
 		return fmt.Sprintf("finish(call %d, tokens %d)", o.call, o.tokens)
 	case opKeepAlive:
@@ -542,9 +700,14 @@ func (o modelOp) String() string {
 		if l.shadow != nil {
 			shadow = fmt.Sprintf("minute %d + burst %d, hour %d, day %d", l.shadow[0], l.shadow[1], l.shadow[2], l.shadow[3])
 		}
-		return fmt.Sprintf("set-tier(%s, minute %d + burst %d, hour %d, day %d, tokens %v, max_concurrent %d, shadow %s)", modelTiers[o.tier], l.perMinute, l.burst, l.perHour, l.perDay, l.tokens, l.maxConcurrent, shadow)
+		pool := "none"
+		if l.pool != nil {
+			pool = fmt.Sprint(*l.pool)
+		}
+		return fmt.Sprintf("set-tier(%s, minute %d + burst %d, hour %d, day %d, tokens %v, max_concurrent %d, shadow %s, account %s)",
+			modelTiers[o.tier], l.perMinute, l.burst, l.perHour, l.perDay, l.tokens, l.maxConcurrent, shadow, pool)
 	case opForget:
-		return fmt.Sprintf("forget(%s)", modelUsers[o.user])
+		return fmt.Sprintf("forget(%q)", modelKeys()[o.user])
 	default:
 		return "prune(now - 24h)"
 	}
@@ -599,6 +762,7 @@ func (r *opReader) limits() refLimits {
 	if b := r.next(); b%3 == 0 {
 		l.shadow = &[4]int64{int64(r.next() % 6), int64(r.next() % 4), int64(r.next() % 14), int64(r.next() % 24)}
 	}
+	l.pool = r.pool()
 	// A tier's limits must all be able to bind: each window's at least
 	// the shorter windows' of its kind that are set.
 	ascending(&l.perMinute, &l.perHour, &l.perDay)
@@ -671,6 +835,7 @@ func (r *opReader) user() refUser {
 			u.over[i] = -1 // no limit: only the token limits and max_concurrent
 		}
 	}
+	u.account = r.accountName()
 	return u
 }
 
@@ -714,33 +879,47 @@ func (r *opReader) step() time.Duration {
 	}
 }
 
-// decodeOps returns the initial limits of both tiers and the operations
-// data encodes.
-func decodeOps(data []byte) (initial [len(modelTiers)]refLimits, ops []modelOp) {
+// decodeOps returns the initial limits of both tiers, the plans of the
+// accounts and the operations data encodes.
+func decodeOps(data []byte) (initial [len(modelTiers)]refLimits, plans [len(modelAccounts)]string, ops []modelOp) {
 	r := &opReader{data: data}
 	for i := range initial {
 		initial[i] = r.limits()
 	}
+	for i := range plans {
+		plans[i] = modelTiers[int(r.next())%len(modelTiers)]
+	}
 	for len(r.data) > 0 {
 		b := r.next()
-		switch b % 22 {
+		switch b % 26 {
 		case 0, 1, 2, 3, 4, 5, 6, 7:
 			kind := opCheck
-			if b%22 == 7 {
+			if b%26 == 7 {
 				kind = opDryRun
 			}
 			user, tier := int(r.next()), int(r.next())
-			ops = append(ops, modelOp{kind: kind, user: user % len(modelUsers), tier: tier % len(modelTiers), tokens: r.tokens(), distrust: tier>>2%4 == 0})
+			ops = append(ops, modelOp{kind: kind, user: user % len(modelUsers), tier: tier % len(modelTiers), tokens: r.tokens(), distrust: tier>>2%4 == 0,
+				accountID: r.accountName()})
 		case 20:
 			ops = append(ops, modelOp{kind: opSetUser, user: int(r.next()) % len(modelUsers), user2: r.user(), other: r.next()%2 == 1})
 		case 21:
 			ops = append(ops, modelOp{kind: opDeleteUser, user: int(r.next()) % len(modelUsers), other: r.next()%2 == 1})
+		case 22, 23:
+			ops = append(ops, modelOp{kind: opSetAccount, accountID: modelAccounts[int(r.next())%len(modelAccounts)], acct: r.account(), other: r.next()%2 == 1})
+		case 25:
+			ops = append(ops, modelOp{kind: opMove, user: int(r.next()) % len(modelUsers), accountID: r.accountName(), other: r.next()%2 == 1})
+		case 24:
+			id := modelGhost
+			if k := int(r.next()) % (len(modelAccounts) + 1); k < len(modelAccounts) {
+				id = modelAccounts[k]
+			}
+			ops = append(ops, modelOp{kind: opDeleteAccount, accountID: id, other: r.next()%2 == 1})
 		case 8, 9, 10, 11, 12:
 			ops = append(ops, modelOp{kind: opAdvance, step: r.step()})
 		case 13:
 			ops = append(ops, modelOp{kind: opSetTier, tier: int(r.next()) % len(modelTiers), limits: r.limits()})
 		case 14:
-			ops = append(ops, modelOp{kind: opForget, user: int(r.next()) % len(modelUsers)})
+			ops = append(ops, modelOp{kind: opForget, user: int(r.next()) % len(modelKeys())})
 		case 15:
 			ops = append(ops, modelOp{kind: opPrune})
 		case 16, 17, 18:
@@ -753,7 +932,7 @@ func decodeOps(data []byte) (initial [len(modelTiers)]refLimits, ops []modelOp) 
 			ops = append(ops, modelOp{kind: opKeepAlive, call: int(r.next())})
 		}
 	}
-	return initial, ops
+	return initial, plans, ops
 }
 
 // modelHarness runs sequences against one store, clearing the model's users
@@ -781,8 +960,13 @@ type modelHarness struct {
 // that sequences see calls expire.
 const modelCallTimeout = 2 * time.Minute
 
-// callID returns the id operation index i names.
+// callID returns the id operation index i names: now and then the id of
+// a call's copy in its account's pool, which no caller may finish or keep
+// alive, whether the call has one or not.
 func (h *modelHarness) callID(i int) string {
+	if i%8 == 7 && len(h.callIDs) > 0 {
+		return policy.PoolCallID(h.callIDs[i/8%len(h.callIDs)])
+	}
 	i %= len(h.callIDs) + 1
 	if i == len(h.callIDs) {
 		return "never-issued"
@@ -835,12 +1019,12 @@ func (r *modelRun) fatalf(format string, args ...any) {
 func (h *modelHarness) run(tb testing.TB, name string, data []byte) {
 	tb.Helper()
 	ctx := context.Background()
-	initial, ops := decodeOps(data)
+	initial, plans, ops := decodeOps(data)
 	run := &modelRun{tb: tb, name: name, ops: ops}
 
 	h.now = t0
-	h.ref = &refModel{tiers: map[string]refLimits{}, users: map[string]refUser{}, hist: map[string][]refRecord{},
-		calls: map[string]*refCall{}, tokens: map[string][]refTokens{}, timeout: modelCallTimeout}
+	h.ref = &refModel{tiers: map[string]refLimits{}, users: map[string]refUser{}, accounts: map[string]refAccount{},
+		hist: map[string][]refRecord{}, calls: map[string]*refCall{}, tokens: map[string][]refTokens{}, timeout: modelCallTimeout}
 	h.callIDs = h.callIDs[:0]
 	clear(h.lagging)
 	for _, u := range modelUsers {
@@ -854,14 +1038,32 @@ func (h *modelHarness) run(tb testing.TB, name string, data []byte) {
 	for i, name := range modelTiers {
 		h.setTier(run, name, initial[i])
 	}
+	// Every account exists, on its plan with no overrides, and its pool
+	// is empty.
+	for i, id := range modelAccounts {
+		if err := h.svc.ForgetAccount(ctx, id); err != nil {
+			tb.Fatal(err)
+		}
+		a := refAccount{tier: plans[i], over: [8]int64{refInherit, refInherit, refInherit, refInherit, refInherit, refInherit, refInherit, refInherit}}
+		if _, _, err := h.svc.PutAccount(ctx, policy.Account{AccountID: id, Tier: a.tier}); err != nil {
+			tb.Fatal(err)
+		}
+		h.ref.accounts[id] = a
+	}
 
 	for i, op := range ops {
 		run.at = i
 		switch op.kind {
 		case opCheck, opDryRun:
-			h.check(run, modelUsers[op.user], modelTiers[op.tier], op.tokens, op.kind == opDryRun, op.distrust)
+			h.check(run, modelUsers[op.user], modelTiers[op.tier], op.accountID, op.tokens, op.kind == opDryRun, op.distrust)
 		case opSetUser, opDeleteUser:
 			h.setUser(run, op)
+		case opMove:
+			op.kind, op.user2 = opSetUser, h.ref.users[modelUsers[op.user]]
+			op.user2.account = op.accountID
+			h.setUser(run, op)
+		case opSetAccount, opDeleteAccount:
+			h.setAccount(run, op)
 		case opFinish, opKeepAlive:
 			h.finish(run, op)
 		case opAdvance:
@@ -869,10 +1071,17 @@ func (h *modelHarness) run(tb testing.TB, name string, data []byte) {
 		case opSetTier:
 			h.setTier(run, modelTiers[op.tier], op.limits)
 		case opForget:
-			if err := h.svc.Forget(ctx, modelUsers[op.user]); err != nil {
+			key := modelKeys()[op.user]
+			var err error
+			if op.user < len(modelUsers) {
+				err = h.svc.Forget(ctx, key)
+			} else {
+				err = h.svc.ForgetAccount(ctx, modelAccounts[op.user-len(modelUsers)])
+			}
+			if err != nil {
 				run.fatalf("forget: %v", err)
 			}
-			h.ref.forget(modelUsers[op.user])
+			h.ref.forget(key)
 		case opPrune:
 			cutoff := h.now.Add(-24 * time.Hour)
 			if _, err := h.store.Prune(ctx, cutoff); err != nil {
@@ -887,6 +1096,7 @@ func (h *modelHarness) run(tb testing.TB, name string, data []byte) {
 		}
 	}
 	h.compareHistories(run)
+	h.compareAccounts(run)
 	h.comparePreviews(run)
 }
 
@@ -901,6 +1111,10 @@ func (m *refModel) refPreview(tier string, ceilings [3]int64, now time.Time, win
 	now = now.Truncate(time.Microsecond)
 	from := now.Add(-window)
 	for _, user := range slices.Sorted(maps.Keys(m.hist)) {
+		if policy.IsAccountKey(user) {
+			// A preview replays users; an account's pool is not one.
+			continue
+		}
 		c, overridden := ceilings, false
 		if over != nil {
 			if o, ok := over(user); ok {
@@ -1033,12 +1247,18 @@ func (h *modelHarness) setTier(run *modelRun, name string, l refLimits) {
 		}
 		return &v
 	}
+	var pool *policy.PoolLimits
+	if l.pool != nil {
+		p := policyPool(*l.pool)
+		pool = &p
+	}
 	_, _, err := h.svc.PutTier(context.Background(), policy.Tier{
 		Name: name, RequestsPerMinute: l.perMinute, BurstAllowance: l.burst,
 		RequestsPerHour: l.perHour, RequestsPerDay: l.perDay,
 		TokensPerMinute: opt(l.tokens[0]), TokensPerHour: opt(l.tokens[1]), TokensPerDay: opt(l.tokens[2]),
 		MaxConcurrent: opt(l.maxConcurrent),
 		Shadow:        shadowOf(l),
+		Account:       pool,
 	})
 	if err != nil {
 		run.fatalf("put tier: %v", err)
@@ -1078,7 +1298,7 @@ func (h *modelHarness) setUser(run *modelRun, op modelOp) {
 		}
 		return
 	}
-	r := policy.UserRecord{UserID: user, Tier: op.user2.tier}
+	r := policy.UserRecord{UserID: user, Tier: op.user2.tier, Account: op.user2.account}
 	over := op.user2.over
 	req := func(v int64) *int64 {
 		if v == refInherit {
@@ -1111,6 +1331,12 @@ func (h *modelHarness) setUser(run *modelRun, op modelOp) {
 		}
 		h.stats["user refused: limits cannot all bind"]++
 		return
+	case op.user2.account != "" && !h.ref.hasAccount(op.user2.account):
+		if policy.ErrorCode(err) != policy.EINVALID || !strings.Contains(policy.ErrorMessage(err), "unknown account") {
+			run.fatalf("put user: %v, want a refusal: account %q does not exist", err, op.user2.account)
+		}
+		h.stats["user refused: unknown account"]++
+		return
 	case err != nil:
 		run.fatalf("put user: %v", err)
 	}
@@ -1129,21 +1355,26 @@ func (h *modelHarness) lag(user string, other bool) {
 
 // check runs one check on both sides, compares every field of the answers
 // and asserts the promises directly.
-func (h *modelHarness) check(run *modelRun, user, tier string, tokens int64, dryRun, distrust bool) {
+func (h *modelHarness) check(run *modelRun, user, tier, account string, tokens int64, dryRun, distrust bool) {
 	run.tb.Helper()
 	ctx := context.Background()
 	svc := h.svc
 	if distrust {
 		svc = h.distrusting
 	}
-	got, err := svc.Check(ctx, policy.Request{UserID: user, Tier: tier, Tokens: tokens}, dryRun)
-	if err != nil {
-		run.fatalf("check: %v", err)
-	}
+	req := policy.Request{UserID: user, Tier: tier, Account: account, Tokens: tokens}
+	got, err := svc.Check(ctx, req, dryRun)
 	// A check reads its user's record as stored whenever memory lags.
 	delete(h.lagging, user)
-	name, limits := h.ref.limits(user, tier, !distrust, modelTiers[0])
-	want := h.ref.check(user, name, limits, tokens, h.now, dryRun, got.CallID)
+	name, limits, pool, code := h.ref.resolve(user, tier, account, !distrust, modelTiers[0])
+	if code != "" || err != nil {
+		if policy.ErrorCode(err) != code {
+			run.fatalf("check: %v, reference error code %q", err, code)
+		}
+		h.stats["check refused: unknown account"]++
+		return
+	}
+	want := h.ref.check(user, name, limits, pool, tokens, h.now, dryRun, got.CallID)
 	h.compare(run, "check", got, want)
 	if got.Tier != name {
 		run.fatalf("check: decided under %q, reference %q", got.Tier, name)
@@ -1158,6 +1389,9 @@ func (h *modelHarness) check(run *modelRun, user, tier string, tokens int64, dry
 		h.callIDs = append(h.callIDs, got.CallID)
 	}
 	h.stats[got.Reason]++
+	if want.account != nil {
+		h.stats[memberOutcome(&want)]++
+	}
 	if got.Shadow != nil {
 		h.stats["shadow "+got.Shadow.Reason()]++
 	}
@@ -1190,6 +1424,9 @@ func (h *modelHarness) check(run *modelRun, user, tier string, tokens int64, dry
 		if err != nil {
 			run.fatalf("view: %v", err)
 		}
+		if pool != nil {
+			h.checkPoolCeilings(run, pool.id, poolTier(pool.limits), now)
+		}
 	}
 	if !got.Allowed() && !want.zeroBlocked {
 		// Advancing the clock by retry_after admits the same request when
@@ -1198,17 +1435,17 @@ func (h *modelHarness) check(run *modelRun, user, tier string, tokens int64, dry
 		saved := h.now
 		defer func() { h.now = saved }()
 		h.now = saved.Add(time.Duration(got.RetryAfter) * time.Second)
-		probe, err := svc.Check(ctx, policy.Request{UserID: user, Tier: tier, Tokens: tokens}, true)
+		probe, err := svc.Check(ctx, req, true)
 		if err != nil {
 			run.fatalf("probe: %v", err)
 		}
 		if !probe.Allowed() {
 			run.fatalf("refused with retry_after %d, but refused again %ds later: %q", got.RetryAfter, got.RetryAfter, probe.Reason)
 		}
-		h.compare(run, "probe at retry_after", probe, h.ref.check(user, name, limits, tokens, h.now, true, ""))
+		h.compare(run, "probe at retry_after", probe, h.ref.check(user, name, limits, pool, tokens, h.now, true, ""))
 		if got.RetryAfter >= 1 {
 			h.now = saved.Add(time.Duration(got.RetryAfter-1) * time.Second)
-			early, err := svc.Check(ctx, policy.Request{UserID: user, Tier: tier, Tokens: tokens}, true)
+			early, err := svc.Check(ctx, req, true)
 			if err != nil {
 				run.fatalf("probe: %v", err)
 			}
@@ -1261,6 +1498,7 @@ func (h *modelHarness) compare(run *modelRun, what string, got policy.Decision, 
 	case got.Concurrency != nil:
 		run.fatalf("%s: concurrency %+v, reference none", what, *got.Concurrency)
 	}
+	comparePool(run, what, got.Account, want.account)
 }
 
 // finish runs one finish or keepalive on both sides and compares them.
@@ -1296,20 +1534,20 @@ func (h *modelHarness) finish(run *modelRun, op modelOp) {
 	if got.Reported != nil {
 		reported = *got.Reported
 	}
-	if got.ID != id || got.Reserved != w.reserved || !got.ExpiresAt.Equal(w.expires) || got.Open() == w.finished ||
+	if got.ID != id || got.Account != w.account || got.Reserved != w.reserved || !got.ExpiresAt.Equal(w.expires) || got.Open() == w.finished ||
 		got.Expired != w.expired || reported != w.reported || (w.finished && (got.Tokens != w.counted || !got.FinishedAt.Equal(w.finishedAt))) {
 		run.fatalf("%v: call %+v (reported %d), reference %+v", op, got, reported, w)
 	}
 }
 
 // compareHistories checks that the store holds exactly the reference's
-// timestamps (nothing lost, nothing extra, nothing moved), and that every
-// admitted request fits its ceilings on the timeline: the window ending at
-// each admission holds no more requests than the ceilings it was admitted
-// under.
+// timestamps (nothing lost, nothing extra, nothing moved), each user's and
+// each account's pool, and that every admitted request fits its ceilings
+// on the timeline: the window ending at each admission holds no more
+// requests than the ceilings it was admitted under.
 func (h *modelHarness) compareHistories(run *modelRun) {
 	run.tb.Helper()
-	for _, user := range modelUsers {
+	for _, user := range modelKeys() {
 		var stored []time.Time
 		err := h.store.View(context.Background(), user, func(hist policy.History) error {
 			n, err := hist.CountAfter(time.Time{})
@@ -1328,6 +1566,10 @@ func (h *modelHarness) compareHistories(run *modelRun) {
 		if err != nil {
 			run.fatalf("view %s: %v", user, err)
 		}
+		h.compareTimeline(run, user, stored)
+		if policy.IsAccountKey(user) {
+			continue // see compareAccounts
+		}
 		u, err := h.svc.UsageReport(context.Background(), user, "")
 		if err != nil {
 			run.fatalf("usage %s: %v", user, err)
@@ -1344,27 +1586,34 @@ func (h *modelHarness) compareHistories(run *modelRun) {
 				run.fatalf("user %q: %s tokens %+v, reference used %d", user, w.name, got, finished+reserved)
 			}
 		}
-		recs := h.ref.hist[user]
-		var want []time.Time
-		for _, r := range recs {
-			want = append(want, r.at)
-		}
-		if !slices.EqualFunc(stored, want, time.Time.Equal) {
-			run.fatalf("user %q: store holds %v, reference %v", user, stored, want)
-		}
-		for j, r := range recs {
-			for i, w := range refWindows {
-				// The window r was admitted into: r and the requests
-				// recorded before it (at its instant too) after its cutoff.
-				var n int64
-				for _, o := range recs[:j+1] {
-					if o.at.After(r.at.Add(-w.length)) {
-						n++
-					}
+	}
+}
+
+// compareTimeline compares the timestamps stored for key, a user or a
+// pool, with the reference's, and checks that each fits the ceilings it
+// was admitted under.
+func (h *modelHarness) compareTimeline(run *modelRun, key string, stored []time.Time) {
+	run.tb.Helper()
+	recs := h.ref.hist[key]
+	var want []time.Time
+	for _, r := range recs {
+		want = append(want, r.at)
+	}
+	if !slices.EqualFunc(stored, want, time.Time.Equal) {
+		run.fatalf("history %q: store holds %v, reference %v", key, stored, want)
+	}
+	for j, r := range recs {
+		for i, w := range refWindows {
+			// The window r was admitted into: r and the requests
+			// recorded before it (at its instant too) after its cutoff.
+			var n int64
+			for _, o := range recs[:j+1] {
+				if o.at.After(r.at.Add(-w.length)) {
+					n++
 				}
-				if n > r.ceilings[i] {
-					run.fatalf("user %q: the %s ending at %v holds %d requests, admitted under a ceiling of %d", user, w.name, r.at, n, r.ceilings[i])
-				}
+			}
+			if n > r.ceilings[i] {
+				run.fatalf("history %q: the %s ending at %v holds %d requests, admitted under a ceiling of %d", key, w.name, r.at, n, r.ceilings[i])
 			}
 		}
 	}
@@ -1394,7 +1643,7 @@ func TestModel(t *testing.T) {
 			}
 			name := fmt.Sprintf("sequence %d of -model.seed=%d (fuzz input %s)", i, seed, hex.EncodeToString(data))
 			h.run(t, name, data)
-			_, seqOps := decodeOps(data)
+			_, _, seqOps := decodeOps(data)
 			ops += len(seqOps)
 			for _, op := range seqOps {
 				if op.kind == opCheck || op.kind == opDryRun {

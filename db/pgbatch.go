@@ -507,7 +507,11 @@ type batchArgs struct {
 const (
 	userUnconfirmed int16 = iota // decide does not confirm the record
 	userNone                     // the user has no record
-	userRecord                   // the record is p_user_*
+	// the record is p_user_* and names no account: a member's check
+	// draws on its pool too and is never planned (see AdmitPooled), so
+	// admit_batch (as migration 13 remade it) leaves one whose record
+	// gained an account to decide alone, where it starts again
+	userRecord
 )
 
 // fill sets the arguments of jobs, whose tiers are confirmed against
@@ -684,6 +688,8 @@ func (h *history) planned(j *pgJob, tiers *tierCache) {
 	j.st = userState{any: h.any, lastTS: h.lastTS, lastSeq: h.lastSeq}
 	h.st = &j.st
 	if p.ConfirmUser {
+		// A record admit_batch confirmed names no account, and the
+		// record read here has none.
 		j.st.recordLoaded = true
 		if f.userFound.Bool {
 			r := userRow{UserID: j.user, Tier: nullString(f.userTier), Overrides: f.userOver.Int64,

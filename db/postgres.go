@@ -110,13 +110,13 @@ const (
 	lockUser  = 1 // number: userLockKey(user id); one user's writes
 	lockAdmin = 2 // number 0: changes to tiers and user records
 	lockPrune = 3 // number 0: the cleanup, one replica at a time
+	lockSetup = 4 // number 0: migrations, one process at a time
 	// lockAccount is lockUser for an account's pool (policy.AccountKey):
-	// a class of its own, so that no account's lock is a user's. A
-	// transaction takes at most one, before any user's (see
-	// Store.AdmitPooled), and batches take none, so neither order can
-	// deadlock.
-	lockAccount = 4 // number: userLockKey(account key)
-	lockSetup   = 4 // number 0: migrations, one process at a time
+	// a class of its own, so that no account's lock is a user's (nor,
+	// numbered 0, the migrations'). A transaction takes at most one,
+	// before any user's (see Store.AdmitPooled), and batches take none,
+	// so neither order can deadlock.
+	lockAccount = 5 // number: userLockKey(account key)
 )
 
 // migrateLocked migrates while holding a session lock, so that replicas

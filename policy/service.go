@@ -128,6 +128,13 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 			return Decision{}, err
 		}
 		acct, acctCached, err := s.accountOf(ctx, &req, rec, fromMemory)
+		if err != nil && recCached {
+			// The record from memory may lag behind one that now names
+			// an account, which the check's own would not override: an
+			// error is an answer too, so it is given on the record as
+			// stored.
+			continue
+		}
 		if err != nil {
 			return Decision{}, err
 		}

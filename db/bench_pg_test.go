@@ -102,3 +102,44 @@ func BenchmarkBusyAccountPostgres(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCallPostgres is a metered call on PostgreSQL as the gateway
+// makes one: a check that opens it, then its finish with the tokens used,
+// from 16 callers over 1,000 users; "check" and "finish" split the two.
+// Skipped without a server.
+func BenchmarkCallPostgres(b *testing.B) {
+	ctx := context.Background()
+	store, err := db.Open(ctx, dbtest.Postgres(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { store.Close() })
+	if _, err := store.UpdateTiers(ctx, policy.TierUpdate{Put: []policy.Tier{meteredBenchTier}}); err != nil {
+		b.Fatal(err)
+	}
+	svc := policy.NewService(store, store)
+	var checkNS, finishNS atomic.Int64
+	b.SetParallelism(max(16/runtime.GOMAXPROCS(0), 1))
+	defer reportCPU(b, cpuTime())
+	var next atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		used := int64(80)
+		for pb.Next() {
+			start := time.Now()
+			d, err := svc.Check(ctx, policy.Request{UserID: fmt.Sprintf("user-%04d", next.Add(1)%1000), Tier: meteredBenchTier.Name, Tokens: 100}, false)
+			if err != nil || d.CallID == "" {
+				b.Errorf("check: %+v %v", d, err)
+				return
+			}
+			mid := time.Now()
+			if _, err := svc.FinishCall(ctx, d.CallID, &used); err != nil {
+				b.Error(err)
+				return
+			}
+			checkNS.Add(int64(mid.Sub(start)))
+			finishNS.Add(int64(time.Since(mid)))
+		}
+	})
+	b.ReportMetric(float64(checkNS.Load())/float64(b.N), "check-ns/op")
+	b.ReportMetric(float64(finishNS.Load())/float64(b.N), "finish-ns/op")
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -248,4 +249,27 @@ func (pg *pgTargets) stop(t *testing.T) {
 	for _, set := range pg.sets {
 		set.stop(t)
 	}
+}
+
+// busyUser drives one user through the three replicas at once, every
+// connection checking the same user: each of that user's admissions takes
+// the user's lock, so they are decided one at a time across replicas, and
+// what one very busy user gets is what a batch of one user's admissions
+// costs. The requirement: at least 2,000 checks a second.
+func (pg *pgTargets) busyUser(t *testing.T, out io.Writer, cfg loadConfig, dir string) {
+	t.Helper()
+	sub := filepath.Join(dir, "busy")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	gen := newGenerator(t, sub, 1, checkRequests([]string{"user-00000"}))
+	three := pg.sets[2]
+	gen.run(t, three, cfg.conns, time.Second) // warm up
+	var rs []result
+	for range cfg.rounds {
+		rs = append(rs, gen.run(t, three, cfg.conns, cfg.round))
+	}
+	m := medianResult(rs)
+	fmt.Fprintf(out, "one busy user through %s, %d connections: %.0f checks/s, p99 %s (median of %d rounds %v)   target >= 2,000/s: %s\n",
+		three.name, cfg.conns, m.rps, ms(m.p99), cfg.rounds, rates(rs), verdict(m.rps >= 2000))
 }

@@ -180,6 +180,7 @@ func TestLoad(t *testing.T) {
 	fmt.Fprintf(out, "FULL p99 at %d connections: %s   target < 25 ms: %s\n", cfg.conns, ms(p99), verdict(p99 < 25*time.Millisecond))
 	if pg != nil {
 		pg.ratios(out, results, full, base)
+		pg.busyUser(t, out, cfg, dir)
 	}
 
 	// One client: latency of a lone check. A set of replicas adds nothing

@@ -535,4 +535,8 @@ type pool struct {
 	// shadow is the pooled shadow limits of the account's plan as a tier
 	// (its Shadow's Account); nil when it has none.
 	shadow *Tier
+
+	// What the admission found in the pool's history (see decidePool).
+	ev Evaluation
+	m  Metering
 }

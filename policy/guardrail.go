@@ -287,9 +287,7 @@ type admission struct {
 	ev                Evaluation
 	shadow            *ShadowDecision
 	m                 Metering
-	pev               Evaluation // the pool's, for a member's check
-	poolShadow        *ShadowDecision
-	pm                Metering
+	poolShadow        *ShadowDecision // for a member's check
 	stale             bool
 	unconfirmable     bool
 	userUnconfirmable bool

@@ -96,7 +96,7 @@ func (a *admission) admitPooled(ctx context.Context) error {
 func (a *admission) decidePool(h History, ownAdmits bool) (Admission, error) {
 	c, p := a.c, a.c.pool
 	var err error
-	if a.pev, err = Evaluate(h, &p.tier, c.Now); err != nil {
+	if a.c.pool.ev, err = Evaluate(h, &p.tier, c.Now); err != nil {
 		return Admission{}, err
 	}
 	// The same history, in the same admission, as the user's own.
@@ -112,12 +112,12 @@ func (a *admission) decidePool(h History, ownAdmits bool) (Admission, error) {
 		if err != nil {
 			return Admission{}, err
 		}
-		if a.pm, err = Meter(l, &p.tier, c.Tokens, c.Now); err != nil {
+		if a.c.pool.m, err = Meter(l, &p.tier, c.Tokens, c.Now); err != nil {
 			return Admission{}, err
 		}
 	}
-	ok := a.pev.Allowed && (!a.metered || a.pm.Allowed)
-	adm := Admission{At: a.pev.RecordAt, Record: ok && ownAdmits && !c.DryRun, TierID: p.tier.ID}
+	ok := a.c.pool.ev.Allowed && (!a.metered || a.c.pool.m.Allowed)
+	adm := Admission{At: a.c.pool.ev.RecordAt, Record: ok && ownAdmits && !c.DryRun, TierID: p.tier.ID}
 	if adm.Record && a.call != nil {
 		pc := *a.call
 		pc.ID, pc.UserID, pc.Tier, pc.Account = PoolCallID(a.call.ID), p.key, p.tier.Name, ""
@@ -129,16 +129,16 @@ func (a *admission) decidePool(h History, ownAdmits bool) (Admission, error) {
 // poolVerdict is how the pool decided: whether it admits, why not and
 // when to retry.
 func (a *admission) poolVerdict() (ok bool, reason string, retry int64) {
-	ok = a.pev.Allowed && (!a.metered || a.pm.Allowed)
+	ok = a.c.pool.ev.Allowed && (!a.metered || a.c.pool.m.Allowed)
 	switch {
-	case !a.pev.Allowed:
-		reason = AccountReasonPrefix + a.pev.Blocked.Reason()
+	case !a.c.pool.ev.Allowed:
+		reason = AccountReasonPrefix + a.c.pool.ev.Blocked.Reason()
 	case !ok:
-		reason = AccountReasonPrefix + a.pm.Reason
+		reason = AccountReasonPrefix + a.c.pool.m.Reason
 	}
-	retry = a.pev.RetryAfter
+	retry = a.c.pool.ev.RetryAfter
 	if a.metered {
-		retry = max(retry, a.pm.RetryAfter)
+		retry = max(retry, a.c.pool.m.RetryAfter)
 	}
 	return ok, reason, retry
 }
@@ -146,12 +146,12 @@ func (a *admission) poolVerdict() (ok bool, reason string, retry int64) {
 // poolState returns the pool's state after the check.
 func (a *admission) poolState(admitted bool) *AccountState {
 	p := a.c.pool
-	if a.pev.Allowed && !admitted {
-		a.pev.withdraw()
+	if a.c.pool.ev.Allowed && !admitted {
+		a.c.pool.ev.withdraw()
 	}
-	s := &AccountState{ID: p.account.AccountID, Limits: p.limits, Windows: a.pev.Windows}
+	s := &AccountState{ID: p.account.AccountID, Limits: p.limits, Windows: a.c.pool.ev.Windows}
 	if a.metered {
-		tokens, conc := a.pm.States(&p.tier, admitted, a.c.Now)
+		tokens, conc := a.c.pool.m.States(&p.tier, admitted, a.c.Now)
 		for w := range s.Windows {
 			s.Windows[w].Tokens = tokens[w]
 		}

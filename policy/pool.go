@@ -61,12 +61,11 @@ func (a *admission) admitPooled(ctx context.Context) error {
 		return Errorf(EINTERNAL, "this request store cannot count an account's pooled limits")
 	}
 	return ps.AdmitPooled(ctx, c.pool.key, c.UserID, func(hp, hu History) (Admission, Admission, error) {
-		own, err := a.decide(hu)
-		if err != nil || a.stale || a.unconfirmable || a.userUnconfirmable {
-			return Admission{}, Admission{}, err
-		}
-		// Confirm the account the check began with, as decide confirmed
+		// Confirm the account the check began with, as decide confirms
 		// the tier and the record: a changed account records nothing.
+		// First, before decide reads the user's calls, which settles
+		// those that expired: a check started again must not have
+		// changed anything.
 		if ca, ok := hp.(CurrentAccounts); ok {
 			cur, found, err := ca.CurrentAccount(c.pool.account.AccountID)
 			if err != nil {
@@ -78,6 +77,10 @@ func (a *admission) admitPooled(ctx context.Context) error {
 		} else if c.pool.cached {
 			a.accountUnconfirmable = true
 			return Admission{}, Admission{}, nil
+		}
+		own, err := a.decide(hu)
+		if err != nil || a.stale || a.unconfirmable || a.userUnconfirmable {
+			return Admission{}, Admission{}, err
 		}
 		pooled, err := a.decidePool(hp, own.Record)
 		if err != nil {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/policyguard/policyguard/db"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -184,7 +183,50 @@ func TestAccountWriteByAnotherStoreAppliesToTheNextCheck(t *testing.T) {
 	})
 }
 
-var _ policy.AccountStore = (*db.Store)(nil)
+// A member whose record assigns a tier of its own draws on its account's
+// plan, another tier: a change of that plan's pooled limits by another
+// process applies to the member's next check here, although this store
+// keeps the old plan in memory: the admission confirms it.
+func TestAccountPlanChangedElsewhereAppliesToTheNextCheck(t *testing.T) {
+	eachBackend(t, func(t *testing.T, bk backend) {
+		ctx := context.Background()
+		path := bk.newDSN(t)
+		now := t0
+		running := openStore(t, path)
+		svc := newUserService(running, &now)
+		putTeam(t, svc)
+		if _, _, err := svc.PutAccount(ctx, policy.Account{AccountID: "acme", Tier: "team"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := svc.PutUser(ctx, policy.UserRecord{UserID: "ana", Tier: "pro", Account: "acme"}); err != nil {
+			t.Fatal(err)
+		}
+		check := func() policy.Decision {
+			t.Helper()
+			now = now.Add(time.Second)
+			d, err := svc.Check(ctx, policy.Request{UserID: "ana"}, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}
+		if d := check(); !d.Allowed() || d.Tier != "pro" || d.Account.Windows[policy.Minute].Limit != 3 {
+			t.Fatalf("before: %+v", d)
+		}
+		otherSvc := newUserService(openStore(t, path), &now)
+		team, err := otherSvc.Tier(ctx, "team")
+		if err != nil {
+			t.Fatal(err)
+		}
+		team.Account.Set(&policy.LimitFields[0], ptr(1))
+		if _, _, err := otherSvc.PutTier(ctx, team); err != nil {
+			t.Fatal(err)
+		}
+		if d := check(); d.Allowed() || d.Reason != "account per-minute limit exceeded" || d.Account.Windows[policy.Minute].Limit != 1 {
+			t.Fatalf("after the other store lowered team's pool to 1: %+v", d)
+		}
+	})
+}
 
 // BenchmarkMemberCheck is BenchmarkCheck's 10,000 users from 64
 // goroutines, in no account and as members of 100 accounts (named by the

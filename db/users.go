@@ -307,11 +307,7 @@ func assignedUsers(tx *writeTx, name string) (int64, error) {
 
 // tierInUse is the error of deleting a tier n users are assigned.
 func tierInUse(name string, n int64) error {
-	users := "users"
-	if n == 1 {
-		users = "user"
-	}
-	return policy.Errorf(policy.ECONFLICT, "tier %s is assigned to %d %s; assign them another tier or remove their records first", policy.Quote(name), n, users)
+	return policy.Errorf(policy.ECONFLICT, "tier %s is assigned to %d %s; assign them another tier or remove their records first", policy.Quote(name), n, plural(n, "user", "users"))
 }
 
 // CurrentUser implements policy.CurrentUsers in the writer's transaction:

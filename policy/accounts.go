@@ -188,9 +188,7 @@ const AccountKeyPrefix = "\x01account:"
 func AccountKey(id string) string { return AccountKeyPrefix + id }
 
 // IsAccountKey reports whether key names an account's pool.
-func IsAccountKey(key string) bool {
-	return len(key) >= len(AccountKeyPrefix) && key[:len(AccountKeyPrefix)] == AccountKeyPrefix
-}
+func IsAccountKey(key string) bool { return strings.HasPrefix(key, AccountKeyPrefix) }
 
 // Account is an organization's subscription: the plan its members are
 // checked under when their records assign none, and the pooled limits
@@ -529,9 +527,13 @@ type pool struct {
 	// cached says account came from CachedAccount: the admission
 	// confirms it before recording anything.
 	cached bool
-	key    string
-	limits PoolLimits
-	tier   Tier // limits as a tier (see PoolLimits.Tier)
+	// plan is the account's tier, when it is not the member's (nil when
+	// it is); planCached says it came from CachedTier, to be confirmed.
+	plan       *Tier
+	planCached bool
+	key        string
+	limits     PoolLimits
+	tier       Tier // limits as a tier (see PoolLimits.Tier)
 	// shadow is the pooled shadow limits of the account's plan as a tier
 	// (its Shadow's Account); nil when it has none.
 	shadow *Tier

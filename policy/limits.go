@@ -2,7 +2,6 @@ package policy
 
 import (
 	"fmt"
-	"slices"
 )
 
 // LimitKind is what a limit counts.
@@ -482,12 +481,7 @@ func (l Limits) Values() map[string]*int64 {
 // against their range (see Limits.ValidateFields).
 func LimitsOf(values map[string]*int64) (Limits, error) {
 	var l Limits
-	names := make([]string, 0, len(values))
-	for name := range values {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
+	for _, name := range sortedKeys(values) {
 		v := values[name]
 		f, ok := LimitFieldNamed(name)
 		switch {

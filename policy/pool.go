@@ -21,16 +21,27 @@ func isPoolCallID(id string) bool {
 
 // poolOf returns the pool of a check under acct, whose user's tier as
 // stored is base: the account's plan's pooled limits with its overrides.
-func (s *Service) poolOf(ctx context.Context, acct *Account, base *Tier) (*pool, error) {
+func (s *Service) poolOf(ctx context.Context, acct *Account, base *Tier, fromMemory bool) (*pool, error) {
+	p := &pool{account: acct, key: AccountKey(acct.AccountID)}
 	t := base
 	if acct.Tier != base.Name {
-		read, err := s.readTier(ctx, acct.Tier)
-		if err != nil {
-			return nil, err
+		// The account's plan is not the member's tier, which decide
+		// confirms: taken from memory as that tier is, and confirmed
+		// with it in the admission (see admitPooled).
+		plan, cached := Tier{}, false
+		if fromMemory && !s.tiersUnconfirmable.Load() {
+			plan, cached = s.tiers.CachedTier(acct.Tier)
 		}
-		t = &read
+		if !cached {
+			var err error
+			if plan, err = s.readTier(ctx, acct.Tier); err != nil {
+				return nil, err
+			}
+		}
+		p.plan, p.planCached = &plan, cached
+		t = p.plan
 	}
-	p := &pool{account: acct, key: AccountKey(acct.AccountID), limits: acct.Pool(t)}
+	p.limits = acct.Pool(t)
 	p.tier = p.limits.Tier(t.Name, t.ID)
 	if t.Shadow != nil && t.Shadow.Account != nil {
 		// As the tier sets them, without the account's overrides: a
@@ -61,11 +72,25 @@ func (a *admission) admitPooled(ctx context.Context) error {
 		return Errorf(EINTERNAL, "this request store cannot count an account's pooled limits")
 	}
 	return ps.AdmitPooled(ctx, c.pool.key, c.UserID, func(hp, hu History) (Admission, Admission, error) {
-		// Confirm the account the check began with, as decide confirms
-		// the tier and the record: a changed account records nothing.
-		// First, before decide reads the user's calls, which settles
-		// those that expired: a check started again must not have
-		// changed anything.
+		// Confirm the account the check began with, and its plan when
+		// that is not the member's tier, as decide confirms the tier and
+		// the record: a changed one records nothing. First, before decide
+		// reads the user's calls, which settles those that expired: a
+		// check started again must not have changed anything.
+		if plan := c.pool.plan; plan != nil {
+			if ct, ok := hu.(CurrentTiers); ok {
+				cur, found, err := ct.CurrentTier(plan.Name)
+				if err != nil {
+					return Admission{}, Admission{}, err
+				}
+				if a.stale = !found || !SameLimits(cur, plan); a.stale {
+					return Admission{}, Admission{}, nil
+				}
+			} else if c.pool.planCached {
+				a.unconfirmable = true
+				return Admission{}, Admission{}, nil
+			}
+		}
 		if ca, ok := hp.(CurrentAccounts); ok {
 			cur, found, err := ca.CurrentAccount(c.pool.account.AccountID)
 			if err != nil {

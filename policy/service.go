@@ -158,7 +158,7 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 			base: base, confirmUser: s.users != nil, userUnconfirmed: recCached, user: rec}
 		c = &st.check
 		if acct != nil {
-			if c.pool, err = s.poolOf(ctx, acct, base); err != nil {
+			if c.pool, err = s.poolOf(ctx, acct, base, fromMemory); err != nil {
 				return Decision{}, err
 			}
 			c.pool.cached = acctCached

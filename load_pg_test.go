@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -221,6 +222,7 @@ func (g *generator) runSet(t *testing.T, set *target, conns int, d time.Duration
 			t.Fatalf("%s: %v", r.name, errs[i])
 		}
 		sum.rps += res[i].rps
+		sum.checks += res[i].checks
 		sum.p50, sum.p90, sum.p99 = max(sum.p50, res[i].p50), max(sum.p90, res[i].p90), max(sum.p99, res[i].p99)
 		sum.p999, sum.max = max(sum.p999, res[i].p999), max(sum.max, res[i].max)
 	}
@@ -242,6 +244,11 @@ func (pg *pgTargets) ratios(out io.Writer, results map[*target][]result, full, b
 	} {
 		fmt.Fprintf(out, "%-36s %.3fx per round %v\n", r.name+":", medianRatio(results[r.a], results[r.b]), ratios(results[r.a], results[r.b]))
 	}
+}
+
+// holds reports whether tg is one of the PostgreSQL targets.
+func (pg *pgTargets) holds(tg *target) bool {
+	return pg != nil && slices.Contains(pg.sets[:], tg)
 }
 
 func (pg *pgTargets) stop(t *testing.T) {

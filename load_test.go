@@ -145,14 +145,22 @@ func TestLoad(t *testing.T) {
 	results := map[*target][]result{}
 	for range cfg.rounds {
 		for _, tg := range targets {
-			results[tg] = append(results[tg], gen.run(t, tg, cfg.conns, cfg.round))
+			before := sampleCPU(tg)
+			r := gen.run(t, tg, cfg.conns, cfg.round)
+			r.cpu = before.perCheck(sampleCPU(tg), r.checks)
+			if !pg.holds(tg) {
+				r.cpu.server = 0 // the server's own idling, no check's
+			}
+			results[tg] = append(results[tg], r)
 		}
 	}
-	fmt.Fprintf(out, "\nPOST /v1/check, %d connections, %d rotating users, %s (median of %d rounds)\n", cfg.conns, cfg.users, gen.name(), cfg.rounds)
-	fmt.Fprintf(out, "%-26s %10s %8s %8s %8s %8s %8s   %s\n", "target", "req/s", "p50", "p90", "p99", "p99.9", "max", "req/s per round")
+	fmt.Fprintf(out, "\nPOST /v1/check, %d connections, %d rotating users, %s (median of %d rounds);\n"+
+		"CPU a check in µs from /proc: the target's processes, and the PostgreSQL server's when it runs here (all of its processes)\n",
+		cfg.conns, cfg.users, gen.name(), cfg.rounds)
+	fmt.Fprintf(out, "%-26s %10s %8s %8s %8s %8s %8s %8s %8s   %s\n", "target", "req/s", "p50", "p90", "p99", "p99.9", "max", "CPU", "server", "req/s per round")
 	for _, tg := range targets {
 		m := medianResult(results[tg])
-		fmt.Fprintf(out, "%-26s %10.0f %8s %8s %8s %8s %8s   %v\n", tg.name, m.rps, ms(m.p50), ms(m.p90), ms(m.p99), ms(m.p999), ms(m.max), rates(results[tg]))
+		fmt.Fprintf(out, "%-26s %10.0f %8s %8s %8s %8s %8s %s   %v\n", tg.name, m.rps, ms(m.p50), ms(m.p90), ms(m.p99), ms(m.p999), ms(m.max), cpuColumns(m.cpu), rates(results[tg]))
 	}
 	for _, r := range []struct {
 		name   string
@@ -531,7 +539,7 @@ func wrkResult(out []byte) (result, error) {
 	}
 	us := func(x int64) time.Duration { return time.Duration(x) * time.Microsecond }
 	return result{
-		rps: float64(v[0]) / us(v[1]).Seconds(),
+		rps: float64(v[0]) / us(v[1]).Seconds(), checks: float64(v[0]),
 		p50: us(v[2]), p90: us(v[3]), p99: us(v[4]), p999: us(v[5]), max: us(v[6]),
 	}, nil
 }
@@ -659,8 +667,10 @@ func startBaseline(t *testing.T, bin, name string, args ...string) *target {
 // result is one round of load against one target.
 type result struct {
 	rps                      float64
+	checks                   float64 // answered in the round
 	p50, p90, p99, p999, max time.Duration
 	samples                  []sample
+	cpu                      cpuUse // a check's, when the round measured it
 }
 
 type sample struct {
@@ -749,7 +759,7 @@ func (tg *target) load(conns int, d time.Duration, n int, reqs [][]byte) (result
 	}
 	slices.Sort(lat)
 	return result{
-		rps: float64(len(all)) / elapsed.Seconds(),
+		rps: float64(len(all)) / elapsed.Seconds(), checks: float64(len(all)),
 		p50: pct(lat, 50), p90: pct(lat, 90), p99: pct(lat, 99), p999: pct(lat, 99.9), max: pct(lat, 100),
 		samples: all,
 	}, nil
@@ -952,6 +962,7 @@ func medianResult(rs []result) result {
 		p50: d(func(r result) time.Duration { return r.p50 }), p90: d(func(r result) time.Duration { return r.p90 }),
 		p99: d(func(r result) time.Duration { return r.p99 }), p999: d(func(r result) time.Duration { return r.p999 }),
 		max: d(func(r result) time.Duration { return r.max }),
+		cpu: cpuUse{service: d(func(r result) time.Duration { return r.cpu.service }), server: d(func(r result) time.Duration { return r.cpu.server })},
 	}
 }
 

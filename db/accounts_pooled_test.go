@@ -449,6 +449,13 @@ func TestPoolCopyOfACallIsNoCallers(t *testing.T) {
 		if _, err := svc.KeepAlive(ctx, copyID); policy.ErrorCode(err) != policy.ENOTFOUND {
 			t.Errorf("keep the account's copy alive: %v, want not found", err)
 		}
+		// The store refuses it too, whoever asks.
+		if _, err := s.FinishCall(ctx, copyID, new(int64(0)), now); policy.ErrorCode(err) != policy.ENOTFOUND {
+			t.Errorf("the store finishes the account's copy: %v, want not found", err)
+		}
+		if _, err := s.KeepAlive(ctx, copyID, now, now.Add(time.Minute)); policy.ErrorCode(err) != policy.ENOTFOUND {
+			t.Errorf("the store keeps the account's copy alive: %v, want not found", err)
+		}
 		if d, err := svc.Check(ctx, policy.Request{UserID: "m2"}, false); err != nil || d.Allowed() || !strings.HasPrefix(d.Reason, policy.AccountReasonPrefix) {
 			t.Fatalf("second call, the account's slot taken: %+v, %v; want refused by the account", d, err)
 		}
@@ -492,6 +499,43 @@ func TestPreviewReplaysMembersNotPools(t *testing.T) {
 		}
 		if p.Users != 2 || p.Requests != 3 || p.RequestsRefused != 1 || len(p.TopUsers) != 1 || p.TopUsers[0].UserID != "m2" {
 			t.Fatalf("preview: %+v; want 2 users, 3 requests, m2's second refused", p)
+		}
+	})
+}
+
+// A member's call whose pool copy was finished with another count (by
+// hand, say) cannot be finished: the conflict is the copy's, and nothing
+// of the finish is kept, on either store.
+func TestFinishConflictingPoolCopyKeepsNothing(t *testing.T) {
+	eachBackend(t, func(t *testing.T, bk backend) {
+		ctx := context.Background()
+		now := t0
+		dsn := bk.newDSN(t)
+		s := openStore(t, dsn)
+		svc := policy.NewService(s, s, policy.WithClock(func() time.Time { return now }), policy.WithUsers(s))
+		putAccount(t, svc, policy.Tier{Name: "t", RequestsPerMinute: 10, RequestsPerHour: 10, RequestsPerDay: 10,
+			Account: poolOf(t, map[string]int64{"max_concurrent": 5})}, "acme", []string{"m1"})
+		d, err := svc.Check(ctx, policy.Request{UserID: "m1", Tokens: 5}, false)
+		if err != nil || !d.Allowed() || d.CallID == "" {
+			t.Fatalf("check: %+v, %v", d, err)
+		}
+		raw, err := bk.raw(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		copyID := policy.PoolCallID(d.CallID)
+		if _, err := raw.Exec(`UPDATE calls SET finished_at = opened_at, tokens = 7, reported = 7 WHERE id = '` + copyID + `'`); err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.FinishCall(ctx, d.CallID, new(int64(3)), now)
+		if policy.ErrorCode(err) != policy.ECONFLICT || !strings.Contains(err.Error(), copyID) {
+			t.Fatalf("finish: %v, want a conflict naming %q", err, copyID)
+		}
+		// Open, its reservation of 5 counted; finished, 3.
+		if u, err := svc.UsageReport(ctx, "m1", "t"); err != nil || u.CallsInFlight != 1 || u.Windows[policy.Minute].Tokens.Used != 5 {
+			t.Fatalf("m1 after the refused finish: %d calls in flight, %d tokens used, %v; want the call open, 5 reserved",
+				u.CallsInFlight, u.Windows[policy.Minute].Tokens.Used, err)
 		}
 	})
 }

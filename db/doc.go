@@ -138,9 +138,13 @@
 // lock_timeout), so that it fails alone if it must. Alone, an admission is
 // five round trips in a transaction of its own (BEGIN with the lock; the
 // tiers' version, the record and newest request; the windows' oldest
-// requests; the insert; COMMIT), its rules run between them. Finishes,
-// keepalives, Forget and the cleanup are a transaction each (a step of
-// the cleanup, one), and a dry run's reads a read-only one.
+// requests; the insert; COMMIT), its rules run between them. A finish or
+// a keepalive is one statement, finish_call or keepalive_call (migration
+// 14), its own transaction: what the Go code does on SQLite, with the same
+// locks in the same order (account, then user), the store's conformance
+// and model tests holding the two to the same outcomes. Forget and the
+// cleanup are a transaction each (a step of the cleanup, one), and a dry
+// run's reads a read-only one.
 //
 // A replica's memory of tiers and records is a hint each recording check
 // confirms in its own transaction, after the lock, so a change made

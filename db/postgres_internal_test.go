@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,5 +86,23 @@ func TestReplicasStartedTogetherMigrateOnce(t *testing.T) {
 	var tiers int
 	if err := raw.QueryRow(`SELECT count(*) FROM tiers`).Scan(&tiers); err != nil || tiers != 3 {
 		t.Fatalf("seeded tiers: %d, %v; want 3", tiers, err)
+	}
+}
+
+// lock_key (migration 14) numbers locks as userLockKey does: finish_call
+// takes the locks Go's transactions take, so that the two exclude each
+// other. Ids of every kind: empty, ASCII, an account pool's key (a control
+// character), multi-byte UTF-8, long.
+func TestLockKeyInSQLIsUserLockKey(t *testing.T) {
+	s := openPG(t, dbtest.Postgres(t))
+	ids := []string{"", "a", "alice", "user-00042", policy.AccountKey("acme"), "Zoë", "用户", "🙂", strings.Repeat("x9", 128)}
+	for _, id := range ids {
+		var got int32
+		if err := s.db.QueryRow(`SELECT lock_key($1)`, id).Scan(&got); err != nil {
+			t.Fatalf("lock_key(%q): %v", id, err)
+		}
+		if want := userLockKey(id); got != want {
+			t.Errorf("lock_key(%q) = %d, userLockKey = %d", id, got, want)
+		}
 	}
 }

@@ -247,7 +247,10 @@ func (r *callRow) call(id string) policy.Call {
 // FinishCall implements policy.RequestStore.
 func (s *Store) FinishCall(ctx context.Context, id string, tokens *int64, now time.Time) (policy.Call, error) {
 	if pw, ok := s.writer.(*pgWriter); ok {
-		return pw.finish(ctx, id, tokens, now.UnixMicro())
+		refused := func(r callRow) error {
+			return policy.Errorf(policy.ECONFLICT, "call %q already finished with %d tokens", id, r.reported.Int64)
+		}
+		return pw.callStatement(ctx, id, refused, `SELECT * FROM finish_call($1, $2, $3)`, id, tokens, now.UnixMicro())
 	}
 	var c policy.Call
 	err := s.writer.do(ctx, func(tx *writeTx) error {
@@ -266,23 +269,22 @@ func (s *Store) FinishCall(ctx context.Context, id string, tokens *int64, now ti
 	return c, err
 }
 
-// callStatement runs one of migration 14's functions, finish_call or
-// keepalive_call, on PostgreSQL: what FinishCall and KeepAlive do on
-// SQLite, for the call and its pool's copy, with the same locks in the
-// same order, in one statement and so one round trip, where their
-// transactions took about a dozen and six. It returns the function's
-// status (0 done, 1 no such call, 2 refused; see the migration) and the
-// call as it stands after it.
+// callStatement runs one of migration 14's functions on PostgreSQL,
+// finish_call or keepalive_call, for the call named id: what FinishCall
+// and KeepAlive do on SQLite, for the call and its pool's copy, with the
+// same locks in the same order, in one statement and so one round trip,
+// where their transactions took about a dozen and six. refused is the
+// error of the function's status 2, given the call as it stands.
 //
 // BenchmarkCallPostgres, before and after, alternated: with one caller a
 // finish took 1.6 to 3.1 ms, then 0.54 to 0.78; with 16 callers a call
 // (check and finish) cost 403 to 418 µs of the service's CPU, then 158
 // to 168.
-func (w *pgWriter) callStatement(ctx context.Context, query string, args ...any) (int16, callRow, error) {
+func (w *pgWriter) callStatement(ctx context.Context, id string, refused func(callRow) error, query string, args ...any) (policy.Call, error) {
 	w.mu.RLock()
 	if w.closed {
 		w.mu.RUnlock()
-		return 0, callRow{}, errClosed
+		return policy.Call{}, errClosed
 	}
 	w.running.Add(1)
 	w.mu.RUnlock()
@@ -293,42 +295,18 @@ func (w *pgWriter) callStatement(ctx context.Context, query string, args ...any)
 	var reserved, openedAt, expiresAt, expired sql.NullInt64
 	err := w.db.QueryRowContext(ctx, query, args...).Scan(&status,
 		&user, &tier, &reserved, &openedAt, &expiresAt, &r.finishedAt, &r.tokens, &r.reported, &expired, &r.account)
+	r.user, r.tier, r.reserved, r.openedAt, r.expiresAt = user.String, tier.String, reserved.Int64, openedAt.Int64, expiresAt.Int64
+	r.expired = expired.Int64 != 0
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "PG409": // a pool's copy finished otherwise
-		return 0, r, policy.Errorf(policy.ECONFLICT, "%s", pgErr.Message)
+		return policy.Call{}, policy.Errorf(policy.ECONFLICT, "%s", pgErr.Message)
 	case err != nil:
-		return 0, r, unavailable(err)
-	}
-	r.user, r.tier, r.reserved, r.openedAt, r.expiresAt = user.String, tier.String, reserved.Int64, openedAt.Int64, expiresAt.Int64
-	r.expired = expired.Int64 != 0
-	return status, r, nil
-}
-
-// finish is FinishCall on PostgreSQL (see callStatement).
-func (w *pgWriter) finish(ctx context.Context, id string, tokens *int64, now int64) (policy.Call, error) {
-	status, r, err := w.callStatement(ctx, `SELECT * FROM finish_call($1, $2, $3)`, id, tokens, now)
-	switch {
-	case err != nil:
-		return policy.Call{}, err
+		return policy.Call{}, unavailable(err)
 	case status == 1:
 		return policy.Call{}, policy.Errorf(policy.ENOTFOUND, "call %q not found", id)
 	case status == 2:
-		return policy.Call{}, policy.Errorf(policy.ECONFLICT, "call %q already finished with %d tokens", id, r.reported.Int64)
-	}
-	return r.call(id), nil
-}
-
-// keepAlive is KeepAlive on PostgreSQL (see callStatement).
-func (w *pgWriter) keepAlive(ctx context.Context, id string, now, expiresAt int64) (policy.Call, error) {
-	status, r, err := w.callStatement(ctx, `SELECT * FROM keepalive_call($1, $2, $3)`, id, now, expiresAt)
-	switch {
-	case err != nil:
-		return policy.Call{}, err
-	case status == 1:
-		return policy.Call{}, policy.Errorf(policy.ENOTFOUND, "call %q not found", id)
-	case status == 2:
-		return policy.Call{}, policy.Errorf(policy.ECONFLICT, "call %q is finished", id)
+		return policy.Call{}, refused(r)
 	}
 	return r.call(id), nil
 }
@@ -399,7 +377,8 @@ func (tx *writeTx) finishCall(id string, tokens *int64, now int64, read func(id 
 // KeepAlive implements policy.RequestStore.
 func (s *Store) KeepAlive(ctx context.Context, id string, now, expiresAt time.Time) (policy.Call, error) {
 	if pw, ok := s.writer.(*pgWriter); ok {
-		return pw.keepAlive(ctx, id, now.UnixMicro(), expiresAt.UnixMicro())
+		refused := func(callRow) error { return policy.Errorf(policy.ECONFLICT, "call %q is finished", id) }
+		return pw.callStatement(ctx, id, refused, `SELECT * FROM keepalive_call($1, $2, $3)`, id, now.UnixMicro(), expiresAt.UnixMicro())
 	}
 	var c policy.Call
 	err := s.writer.do(ctx, func(tx *writeTx) error {

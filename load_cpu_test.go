@@ -31,7 +31,10 @@ type cpuSample struct {
 // every Linux architecture Go supports.
 const clockTicks = 100
 
-func sampleCPU(tg *target) cpuSample {
+// sampleCPU samples tg's processes, and the local PostgreSQL server's
+// when server is set (tg is on PostgreSQL: otherwise the server's CPU
+// is its own idling, no check's).
+func sampleCPU(tg *target, server bool) cpuSample {
 	s := cpuSample{ok: true}
 	for _, pid := range tg.pids() {
 		d, err := procCPU(pid)
@@ -41,7 +44,9 @@ func sampleCPU(tg *target) cpuSample {
 		}
 		s.service += d
 	}
-	s.server, s.serverSeen = postgresCPU()
+	if server {
+		s.server, s.serverSeen = postgresCPU()
+	}
 	return s
 }
 

@@ -145,12 +145,10 @@ func TestLoad(t *testing.T) {
 	results := map[*target][]result{}
 	for range cfg.rounds {
 		for _, tg := range targets {
-			before := sampleCPU(tg)
+			onPG := pg.holds(tg)
+			before := sampleCPU(tg, onPG)
 			r := gen.run(t, tg, cfg.conns, cfg.round)
-			r.cpu = before.perCheck(sampleCPU(tg), r.checks)
-			if !pg.holds(tg) {
-				r.cpu.server = 0 // the server's own idling, no check's
-			}
+			r.cpu = before.perCheck(sampleCPU(tg, onPG), r.checks)
 			results[tg] = append(results[tg], r)
 		}
 	}

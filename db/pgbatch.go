@@ -64,13 +64,9 @@ func (w *pgWriter) admitPlanned(ctx context.Context, user string, p *policy.Plan
 	if !plannable(p) {
 		return w.admit(ctx, user, decide)
 	}
-	w.mu.RLock()
-	if w.closed {
-		w.mu.RUnlock()
-		return errClosed
+	if err := w.enter(); err != nil {
+		return err
 	}
-	w.running.Add(1)
-	w.mu.RUnlock()
 	j := pgJobPool.Get().(*pgJob)
 	j.ctx, j.user, j.plan, j.decide = ctx, user, p, decide
 	defer w.running.Done()

@@ -201,15 +201,24 @@ func lockOf(key string) (class int, number int32) {
 // run runs fn in a transaction that begin (a statement without
 // parameters, which may be several) starts.
 func (w *pgWriter) run(ctx context.Context, begin string, fn func(tx *writeTx) error) error {
+	if err := w.enter(); err != nil {
+		return err
+	}
+	defer w.running.Done()
+	return w.runTx(ctx, begin, fn)
+}
+
+// enter counts a caller in running, which Close waits for, unless the
+// writer is closed (errClosed). The caller calls running.Done when it is
+// finished.
+func (w *pgWriter) enter() error {
 	w.mu.RLock()
+	defer w.mu.RUnlock()
 	if w.closed {
-		w.mu.RUnlock()
 		return errClosed
 	}
 	w.running.Add(1)
-	w.mu.RUnlock()
-	defer w.running.Done()
-	return w.runTx(ctx, begin, fn)
+	return nil
 }
 
 // runTx is run for a caller counted in running.

@@ -92,8 +92,14 @@ func TestReplicasStartedTogetherMigrateOnce(t *testing.T) {
 // lock_key (migration 14) numbers locks as userLockKey does: finish_call
 // takes the locks Go's transactions take, so that the two exclude each
 // other. Ids of every kind: empty, ASCII, an account pool's key (a control
-// character), multi-byte UTF-8, long.
+// character), multi-byte UTF-8, long. The migration also spells out the
+// lock classes, an account's key and a pool copy's id, which are part of
+// the database's format: they must not move.
 func TestLockKeyInSQLIsUserLockKey(t *testing.T) {
+	if lockUser != 1 || lockAccount != 5 || policy.AccountKey("a") != "\x01account:a" || policy.PoolCallID("c") != "c-pool" {
+		t.Fatalf("lock classes %d and %d, account key %q, pool copy %q: migration 14 has 1, 5, \"\\x01account:a\", \"c-pool\"",
+			lockUser, lockAccount, policy.AccountKey("a"), policy.PoolCallID("c"))
+	}
 	s := openPG(t, dbtest.Postgres(t))
 	ids := []string{"", "a", "alice", "user-00042", policy.AccountKey("acme"), "Zoë", "用户", "🙂", strings.Repeat("x9", 128)}
 	for _, id := range ids {

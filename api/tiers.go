@@ -254,10 +254,23 @@ func readTier(data []byte, pathName string) (policy.Tier, []string) {
 		}
 	}
 	limit, str := must(fmt.Sprintf("an integer from 0 to %d", policy.MaxLimit)), must("a string")
+	requiredLimit := fmt.Sprintf("an integer from 0 to %d (only token limits and max_concurrent can be null)", policy.MaxLimit)
 	strs := must("an array of strings")
 	var in tierJSON
 	err := unmarshalObject(data, &in, json.JoinOptions(strictOptions, json.WithUnmarshalers(json.JoinUnmarshalers(
-		json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *int64) error { return limit(dec, v) }),
+		// A required limit has no null: null would read as 0, a tier that
+		// admits nothing, where the sender may have meant no limit. (An
+		// optional limit is a *int64, which null leaves nil without
+		// coming here.)
+		json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *int64) error {
+			if dec.PeekKind() == 'n' {
+				field := strings.Join(slices.Collect(dec.StackPointer().Tokens()), ".")
+				present[field] = true
+				problems[field] = append(problems[field], field+" must be "+requiredLimit)
+				return dec.SkipValue()
+			}
+			return limit(dec, v)
+		}),
 		json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *string) error { return str(dec, v) }),
 		json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *[]string) error { return strs(dec, v) }),
 	))))

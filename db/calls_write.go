@@ -250,7 +250,7 @@ func (s *Store) FinishCall(ctx context.Context, id string, tokens *int64, now ti
 		refused := func(r callRow) error {
 			return policy.Errorf(policy.ECONFLICT, "call %q already finished with %d tokens", id, r.reported.Int64)
 		}
-		return pw.finish(ctx, id, tokens, now.UnixMicro(), refused)
+		return pw.callStatement(ctx, id, refused, `SELECT * FROM finish_call($1, $2, $3)`, id, tokens, now.UnixMicro())
 	}
 	var c policy.Call
 	err := s.writer.do(ctx, func(tx *writeTx) error {
@@ -285,52 +285,26 @@ func (w *pgWriter) callStatement(ctx context.Context, id string, refused func(ca
 		return policy.Call{}, err
 	}
 	defer w.running.Done()
-	return w.callStatementTx(ctx, id, refused, query, args...)
-}
-
-// callStatementTx is callStatement for a caller counted in running.
-func (w *pgWriter) callStatementTx(ctx context.Context, id string, refused func(callRow) error, query string, args ...any) (policy.Call, error) {
-	var st callState
-	err := st.scan(w.db.QueryRowContext(ctx, query, args...))
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "PG409" { // a pool's copy finished otherwise
-		return policy.Call{}, policy.Errorf(policy.ECONFLICT, "%s", pgErr.Message)
-	}
-	if err != nil {
-		return policy.Call{}, unavailable(err)
-	}
-	return st.answer(id, refused)
-}
-
-// callState is a row of migration 14's type call_state: what finish_call,
-// finish_calls and keepalive_call answer for a call.
-type callState struct {
-	status int16 // 0 done, 1 no such call, 2 refused
-	row    callRow
-}
-
-// scan reads a call_state's columns from sc, a row.
-func (st *callState) scan(sc interface{ Scan(...any) error }) error {
-	r := &st.row
+	var status int16
+	var r callRow
 	var user, tier sql.NullString
 	var reserved, openedAt, expiresAt, expired sql.NullInt64
-	err := sc.Scan(&st.status,
+	err := w.db.QueryRowContext(ctx, query, args...).Scan(&status,
 		&user, &tier, &reserved, &openedAt, &expiresAt, &r.finishedAt, &r.tokens, &r.reported, &expired, &r.account)
 	r.user, r.tier, r.reserved, r.openedAt, r.expiresAt = user.String, tier.String, reserved.Int64, openedAt.Int64, expiresAt.Int64
 	r.expired = expired.Int64 != 0
-	return err
-}
-
-// answer returns what st says of the call named id: the call, or the
-// error its status means (refused's for status 2).
-func (st *callState) answer(id string, refused func(callRow) error) (policy.Call, error) {
-	switch st.status {
-	case 1:
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "PG409": // a pool's copy finished otherwise
+		return policy.Call{}, policy.Errorf(policy.ECONFLICT, "%s", pgErr.Message)
+	case err != nil:
+		return policy.Call{}, unavailable(err)
+	case status == 1:
 		return policy.Call{}, policy.Errorf(policy.ENOTFOUND, "call %q not found", id)
-	case 2:
-		return policy.Call{}, refused(st.row)
+	case status == 2:
+		return policy.Call{}, refused(r)
 	}
-	return st.row.call(id), nil
+	return r.call(id), nil
 }
 
 // finishCall finishes the call named id, read (and locked) by read.

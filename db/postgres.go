@@ -90,14 +90,12 @@ func openPostgres(ctx context.Context, dsn string, o *options) (*Store, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	sdb.SetMaxOpenConns(o.poolSize)
-	w := &pgWriter{db: sdb, tiers: &s.tiers, jobs: make(chan *pgJob, 1024), finishes: make(chan *finishJob, 1024),
-		maxBatch: max(o.maxBatch, 1), batchTimeout: 2 * o.statementTimeout, freshTiers: s.freshTiers}
+	w := &pgWriter{db: sdb, tiers: &s.tiers, jobs: make(chan *pgJob, 1024), maxBatch: max(o.maxBatch, 1),
+		batchTimeout: 2 * o.statementTimeout, freshTiers: s.freshTiers}
 	n := pgBatches(o.poolSize)
 	w.batchers.Add(n)
-	w.finishers.Add(n)
 	for range n {
 		go w.batchLoop()
-		go w.finishLoop()
 	}
 	s.writer = w
 	if err := s.start(ctx); err != nil {
@@ -116,10 +114,8 @@ const (
 	// lockAccount is lockUser for an account's pool (policy.AccountKey):
 	// a class of its own, so that no account's lock is a user's (nor,
 	// numbered 0, the migrations'). A transaction takes at most one,
-	// before any user's (see Store.AdmitPooled); a batch of admissions
-	// takes none, and a batch of finishes takes its accounts' in
-	// ascending order before its users' (finish_calls): no two of them
-	// wait for each other in a cycle.
+	// before any user's (see Store.AdmitPooled), and batches take none,
+	// so neither order can deadlock.
 	lockAccount = 5 // number: userLockKey(account key)
 )
 
@@ -161,8 +157,6 @@ type pgWriter struct {
 	// run them in batches of up to maxBatch, each bounded by batchTimeout
 	// (see admitPlanned).
 	jobs         chan *pgJob
-	finishes     chan *finishJob // likewise finishes, for as many loops (see finish)
-	finishers    sync.WaitGroup
 	maxBatch     int
 	batchTimeout time.Duration
 	batchers     sync.WaitGroup
@@ -171,9 +165,6 @@ type pgWriter struct {
 	// disagreed with what admit_batch recorded: none, while the function
 	// and package policy say the same.
 	batched, alone, disagreements atomic.Int64
-	// finishBatched counts the finishes a batch did, in finishBatches
-	// batches, and finishAlone those a failed batch left to run alone.
-	finishBatched, finishBatches, finishAlone atomic.Int64
 	// freshTiers brings the store's tiers up to date (Store.freshTiers).
 	freshTiers func(context.Context) (*tierCache, error)
 }
@@ -291,9 +282,7 @@ func (w *pgWriter) close() error {
 	w.running.Wait()
 	// Nobody sends any more: the batch loops end once the queue is empty.
 	close(w.jobs)
-	close(w.finishes)
 	w.batchers.Wait()
-	w.finishers.Wait()
 	return nil
 }
 

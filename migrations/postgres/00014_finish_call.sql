@@ -151,41 +151,6 @@ END
 $$;
 -- +goose StatementEnd
 
--- finish_calls finishes a batch of calls in one statement, one commit for
--- all (see db.pgWriter.finishBatch): p_ids[i] with p_tokens[i] at
--- p_now[i], answered in that order, as finish_call would one after the
--- other. It first takes every lock the batch needs, the accounts' in
--- ascending order of their keys, then the users', as admit_batch takes
--- users' and a transaction of the Go code an account's before a user's,
--- so that no two of them wait for each other in a cycle; finish_call then
--- takes them again (a lock held is granted at once). A call finished
--- twice in a batch is finished, then answered as it stands. A pool copy's
--- conflict (PG409) fails the whole batch, whose calls are then finished
--- one by one.
--- +goose StatementBegin
-CREATE FUNCTION finish_calls(p_ids TEXT[], p_tokens BIGINT[], p_now BIGINT[])
-RETURNS SETOF call_state
-LANGUAGE plpgsql AS $$
-DECLARE
-    k INTEGER;
-BEGIN
-    FOR k IN SELECT DISTINCT lock_key(E'\x01account:' || c.account) FROM calls AS c
-            WHERE c.id = ANY (p_ids) AND c.account IS NOT NULL AND NOT starts_with(c.user_id, E'\x01account:')
-            ORDER BY 1 LOOP
-        PERFORM pg_advisory_xact_lock(5, k);
-    END LOOP;
-    FOR k IN SELECT DISTINCT lock_key(c.user_id) FROM calls AS c
-            WHERE c.id = ANY (p_ids) AND NOT starts_with(c.user_id, E'\x01account:')
-            ORDER BY 1 LOOP
-        PERFORM pg_advisory_xact_lock(1, k);
-    END LOOP;
-    FOR i IN 1 .. coalesce(array_length(p_ids, 1), 0) LOOP
-        RETURN NEXT finish_call(p_ids[i], p_tokens[i], p_now[i]);
-    END LOOP;
-END
-$$;
--- +goose StatementEnd
-
 -- keepalive_call moves the expiry of the open call its caller names, and of
 -- its pool's copy, to p_expires, as db.Store.KeepAlive does on SQLite:
 -- status 1 for no call (or a pool's copy), 2 for a call finished or
@@ -224,7 +189,6 @@ $$;
 
 -- +goose Down
 DROP FUNCTION keepalive_call(TEXT, BIGINT, BIGINT);
-DROP FUNCTION finish_calls(TEXT[], BIGINT[], BIGINT[]);
 DROP FUNCTION finish_call(TEXT, BIGINT, BIGINT);
 DROP FUNCTION finish_one(TEXT, BIGINT, BIGINT);
 DROP FUNCTION call_state_of(SMALLINT, calls);

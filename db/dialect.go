@@ -37,8 +37,15 @@ func init() {
 	for q, text := range callQueries {
 		queries[q] = text
 	}
+	pg := queries
+	for q, text := range pgPoolQueries() {
+		pg[q] = text
+	}
+	for q, text := range poolQueries {
+		queries[q] = text
+	}
 	sqliteDialect.queries = queries
-	for q, text := range queries {
+	for q, text := range pg {
 		postgresDialect.queries[q] = bindDollar(text)
 	}
 }

@@ -23,7 +23,9 @@
 // at the user's newest ts). A window's count is then
 // last.seq - first_in_window.seq + 1: two index seeks whatever the window
 // holds, never COUNT(*) and never a scan, so a user with 100,000 requests
-// today costs what a user with 10 does.
+// today costs what a user with 10 does. On SQLite an account's pool keeps
+// its newest rows in a small table of their own, merged into requests in
+// bulk, and counts from both (see pool_recent.go).
 //
 // When a lowered limit leaves a window over its ceiling, retry_after needs
 // the window's k-th oldest request, the row numbered first.seq + k - 1. seq

@@ -28,6 +28,11 @@ func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 		return 0, err
 	}
 	defer release()
+	// A pool's rows not yet merged into requests move there first (on
+	// SQLite), to be pruned with the rest.
+	if err := s.mergePool(ctx); err != nil {
+		return 0, err
+	}
 	var total int64
 	// Requests, then calls (settling those expired by cutoff), then the
 	// finished tokens, each walking its users in key order.

@@ -44,6 +44,11 @@ func (s *Store) ReplayRequests(ctx context.Context, tierID int64, from, to time.
 		after string
 		ts    []int64
 	)
+	// A pool's rows not yet merged into requests move there first (on
+	// SQLite; see maxStaged): one commit of the writer's.
+	if err := s.mergePool(ctx); err != nil {
+		return err
+	}
 	pace := newPacer(time.Now())
 	for {
 		n, err := s.replayChunk(ctx, tierID, from, to, &after, &ts, &pace, fn)

@@ -26,6 +26,18 @@ const (
 	qNextUser
 	qPruneBound
 	qPruneDelete
+	// The same for an account's pool (see poolQueries).
+	qPoolLast
+	qPoolFirstAfter
+	qPoolFirstAfter3
+	qPoolRowsAfter
+	qPoolRowsAfter3
+	qPoolNthAfter
+	qPoolAround
+	qPoolInsert
+	qPoolForget
+	qPoolMerge
+	qPoolClear
 	qBegin
 	qCommit
 	qDataVersion
@@ -93,6 +105,7 @@ var queries = [numQueries]string{
 
 // readQueries are the queries View runs on the read connections.
 var readQueries = [...]query{qLast, qFirstAfter, qFirstAfter3, qNthAfter, qAround,
+	qPoolLast, qPoolFirstAfter, qPoolFirstAfter3, qPoolNthAfter, qPoolAround,
 	qTokLast, qTokFirstAfter, qTokReaching, qOpenCalls, qExpiredCalls, qCallGet}
 
 // rowQuerier runs one of the queries.
@@ -220,6 +233,15 @@ type firstRow struct {
 	found           bool
 }
 
+// of returns q, or its pool variant when the history is an account's
+// pool (see poolQueries).
+func (h *history) of(q query) query {
+	if p := poolVariant[q]; p != 0 && policy.IsAccountKey(h.user) {
+		return p
+	}
+	return q
+}
+
 func (h *history) reset(q rowQuerier, tx *writeTx, user string) {
 	*h = history{q: q, tx: tx, user: user}
 }
@@ -235,7 +257,7 @@ func (h *history) load() error {
 			return nil
 		}
 	}
-	err := h.q.queryRow(qLast, h.user).Scan(&h.lastTS, &h.lastSeq)
+	err := h.q.queryRow(h.of(qLast), h.user).Scan(&h.lastTS, &h.lastSeq)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 	case err != nil:
@@ -319,7 +341,7 @@ func (h *history) prefetched(cutoffs *[len(policy.Windows)]time.Time) bool {
 
 // fetchFirsts looks up the oldest row after each cutoff in one statement.
 func (h *history) fetchFirsts(c *[len(policy.Windows)]int64) error {
-	rows, err := h.q.query(qFirstAfter3, h.user, c[0], c[1], c[2])
+	rows, err := h.q.query(h.of(qFirstAfter3), h.user, c[0], c[1], c[2])
 	if err != nil {
 		return unavailable(err)
 	}
@@ -340,7 +362,7 @@ func (h *history) fetchFirsts(c *[len(policy.Windows)]int64) error {
 
 // fillCursor reads the oldest rows after cutoff c into window i's cursor.
 func (h *history) fillCursor(i int, c int64) error {
-	rows, err := h.q.query(qRowsAfter, h.user, c)
+	rows, err := h.q.query(h.of(qRowsAfter), h.user, c)
 	if err != nil {
 		return unavailable(err)
 	}
@@ -360,7 +382,7 @@ func (h *history) fillCursor(i int, c int64) error {
 
 // fillCursors reads the oldest rows after every cutoff into the cursors.
 func (h *history) fillCursors(c *[len(policy.Windows)]int64) error {
-	rows, err := h.q.query(qRowsAfter3, h.user, c[0], c[1], c[2])
+	rows, err := h.q.query(h.of(qRowsAfter3), h.user, c[0], c[1], c[2])
 	if err != nil {
 		return unavailable(err)
 	}
@@ -444,7 +466,7 @@ func (h *history) first(cutoff int64) (firstRow, bool, error) {
 		}
 	}
 	r := &h.scanned
-	if err := h.q.queryRow(qFirstAfter, h.user, cutoff).Scan(&r.ts, &r.seq); err != nil {
+	if err := h.q.queryRow(h.of(qFirstAfter), h.user, cutoff).Scan(&r.ts, &r.seq); err != nil {
 		return firstRow{}, false, unavailable(err)
 	}
 	r.cutoff, r.found = cutoff, true
@@ -504,7 +526,7 @@ func (h *history) NthAfter(t time.Time, k int64) (time.Time, error) {
 	}
 	if k <= nthOffsetMax {
 		var ts int64
-		if err := h.q.queryRow(qNthAfter, h.user, cutoff, k-1).Scan(&ts); err != nil {
+		if err := h.q.queryRow(h.of(qNthAfter), h.user, cutoff, k-1).Scan(&ts); err != nil {
 			return time.Time{}, unavailable(err)
 		}
 		return time.UnixMicro(ts), nil
@@ -591,7 +613,7 @@ func (h *history) seekSeq(lo firstRow, target int64) (int64, error) {
 		bisect = !bisect && uint64(hiTS-lo.ts) > width/2
 	}
 	var ts int64
-	if err := h.q.queryRow(qNthAfter, h.user, lo.cutoff, target-lo.seq).Scan(&ts); err != nil {
+	if err := h.q.queryRow(h.of(qNthAfter), h.user, lo.cutoff, target-lo.seq).Scan(&ts); err != nil {
 		return 0, unavailable(err)
 	}
 	return ts, nil
@@ -600,7 +622,7 @@ func (h *history) seekSeq(lo firstRow, target int64) (int64, error) {
 // around returns the newest row before x and the oldest at or after it;
 // both must exist.
 func (h *history) around(x int64) (below, above firstRow, err error) {
-	rows, err := h.q.query(qAround, h.user, x)
+	rows, err := h.q.query(h.of(qAround), h.user, x)
 	if err != nil {
 		return below, above, unavailable(err)
 	}
@@ -691,8 +713,11 @@ func (tx *writeTx) record(h *history, a *policy.Admission) error {
 	if a.TierID != 0 {
 		tierID = a.TierID
 	}
-	if _, err := tx.exec(qInsert, user, ts, seq, tierID); err != nil {
+	if _, err := tx.exec(h.of(qInsert), user, ts, seq, tierID); err != nil {
 		return unavailable(err)
+	}
+	if tx.w != nil && policy.IsAccountKey(user) {
+		tx.w.staged++
 	}
 	st := h.st
 	st.any, st.lastTS, st.lastSeq = true, ts, seq
@@ -758,7 +783,7 @@ func (s *Store) Forget(ctx context.Context, userID string) error {
 			return err
 		}
 		tx.forgetUser(userID)
-		for _, q := range [...]query{qForget, qCallsForget, qTokForget} {
+		for _, q := range [...]query{qForget, qPoolForget, qCallsForget, qTokForget} {
 			if _, err := tx.exec(q, userID); err != nil {
 				return unavailable(err)
 			}

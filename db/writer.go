@@ -55,6 +55,9 @@ type writer struct {
 	// empty it (see try).
 	users       map[string]*userState
 	dataVersion int64
+	// staged counts the rows in pool_recent, or more: at maxStaged
+	// (see the constant) the next commit merges them.
+	staged, maxStaged int
 
 	// tierView is the writer's copy of the tiers table, against which
 	// admissions confirm the tier their check began with (see
@@ -210,6 +213,9 @@ func newWriter(ctx context.Context, db *sql.DB, maxBatch int, commitDelay time.D
 		users: make(map[string]*userState),
 		jobs:  make(chan *job, 1024),
 		done:  make(chan struct{}),
+		// Rows a previous process left in pool_recent move with the
+		// first commit.
+		staged: maxStaged, maxStaged: maxStaged,
 	}
 	if err := w.connect(ctx); err != nil {
 		return nil, err
@@ -458,11 +464,22 @@ func (w *writer) try(tx *writeTx, batch []*job) (int, error) {
 			return -1, err
 		}
 	}
+	merged := w.staged >= w.maxStaged
+	if merged {
+		if err := tx.mergePool(); err != nil {
+			w.counts.settle(taken, false)
+			w.rollback(tx)
+			return -1, err
+		}
+	}
 	if _, err := w.stmts[qCommit].ExecContext(ctx); err != nil {
 		w.counts.settle(taken, false)
 		w.rollback(tx)
 		w.commitFailed(err)
 		return -1, unavailable(err)
+	}
+	if merged {
+		w.staged = 0
 	}
 	w.counts.settle(taken, true)
 	w.commitSucceeded()

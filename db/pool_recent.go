@@ -28,12 +28,12 @@ import (
 // member's check cost 1.178 to 1.355 times a plain one, median 1.33,
 // against 1.277 to 1.458, median 1.42, with both rows in requests.
 //
-// A tier change's preview, the cleanup and the writer's first commit
-// merge first; the overview's charts and lists read requests alone, and
-// may miss a pool's rows not yet merged, at most maxStaged of them, a few
-// milliseconds' worth under load. PostgreSQL commits many transactions at
-// once and keeps a pool's rows in requests: its variants are the plain
-// statements.
+// The reads of requests that are not a history's see a pool's rows only
+// in a tier change's preview and the cleanup, which have the writer merge
+// first (the overview's lists skip pools, and no chart is a pool's); the
+// writer's first commit merges too, so that rows never wait from one
+// process to the next. PostgreSQL commits many transactions at once and
+// keeps a pool's rows in requests: its variants are the plain statements.
 
 // maxStaged is how many pool rows pool_recent holds before the writer
 // merges them into requests.

@@ -254,7 +254,6 @@ func readTier(data []byte, pathName string) (policy.Tier, []string) {
 		}
 	}
 	limit, str := must(fmt.Sprintf("an integer from 0 to %d", policy.MaxLimit)), must("a string")
-	requiredLimit := fmt.Sprintf("an integer from 0 to %d (only token limits and max_concurrent can be null)", policy.MaxLimit)
 	strs := must("an array of strings")
 	var in tierJSON
 	err := unmarshalObject(data, &in, json.JoinOptions(strictOptions, json.WithUnmarshalers(json.JoinUnmarshalers(
@@ -266,7 +265,7 @@ func readTier(data []byte, pathName string) (policy.Tier, []string) {
 			if dec.PeekKind() == 'n' {
 				field := strings.Join(slices.Collect(dec.StackPointer().Tokens()), ".")
 				present[field] = true
-				problems[field] = append(problems[field], field+" must be "+requiredLimit)
+				problems[field] = append(problems[field], policy.NullRequiredLimit(field))
 				return dec.SkipValue()
 			}
 			return limit(dec, v)

@@ -475,6 +475,13 @@ func (l Limits) Values() map[string]*int64 {
 	return m
 }
 
+// NullRequiredLimit is the message of a required limit, named field
+// ("burst_allowance", "shadow.burst_allowance"), given as null: only the
+// optional limits can be removed.
+func NullRequiredLimit(field string) string {
+	return fmt.Sprintf("%s must be an integer from 0 to %d (only token limits and max_concurrent can be null)", field, MaxLimit)
+}
+
 // LimitsOf returns the Limits whose Values are values. A name that is not
 // one of LimitNames, or a nil request limit (only the optional limits can
 // be removed), is an EINVALID error naming it; values are not checked
@@ -488,7 +495,7 @@ func LimitsOf(values map[string]*int64) (Limits, error) {
 		case !ok:
 			return Limits{}, Errorf(EINVALID, "unknown field %s in limits", Quote(name))
 		case !f.Optional && v == nil:
-			return Limits{}, Errorf(EINVALID, "%s must be an integer from 0 to %d (only token limits and max_concurrent can be null)", name, MaxLimit)
+			return Limits{}, Errorf(EINVALID, "%s", NullRequiredLimit(name))
 		}
 		f.SetOverride(&l, Override{Set: true, Limit: v})
 	}

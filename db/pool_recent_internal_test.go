@@ -2,6 +2,7 @@ package db
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -56,6 +57,165 @@ func TestPoolRowsMergeInBulk(t *testing.T) {
 		staged, merged := rows("pool_recent"), rows("requests")
 		if want := i % every; staged != want || merged != i-want {
 			t.Errorf("after check %d: %d rows in pool_recent and %d in requests, want %d and %d", i, staged, merged, want, i-want)
+		}
+	}
+}
+
+// The writer's copy of pool_recent (stagedRows) follows what commits: a
+// pool's row staged by a transaction that rolls back leaves no trace in
+// the next check's count, which would otherwise number its row after the
+// one that never was.
+func TestStagedPoolRowsFollowRollback(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "g.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	svc := policy.NewService(s, s, policy.WithClock(func() time.Time { return now }), policy.WithUsers(s))
+	minute := int64(1000)
+	pool, err := policy.PoolLimitsOf(map[string]*int64{"requests_per_minute": &minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := svc.PutTier(ctx, policy.Tier{Name: "team", RequestsPerMinute: 100, RequestsPerHour: 100, RequestsPerDay: 100,
+		Features: []string{"*"}, Account: &pool}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := svc.PutAccount(ctx, policy.Account{AccountID: "acme", Tier: "team"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := svc.PutUser(ctx, policy.UserRecord{UserID: "m", Account: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(want int64) {
+		t.Helper()
+		d, err := svc.Check(ctx, policy.Request{UserID: "m"}, false)
+		if err != nil || !d.Allowed() || d.Account == nil || d.Account.Windows[policy.Minute].Count != want {
+			t.Fatalf("check: %+v, %v; want it admitted, the pool's minute counting %d", d, err, want)
+		}
+	}
+	check(1)
+	key := policy.AccountKey("acme")
+	failed := errors.New("a later job of the batch failed")
+	err = s.writer.do(ctx, func(tx *writeTx) error {
+		h := &tx.poolHist
+		h.reset(tx, tx, key)
+		if err := tx.record(h, &policy.Admission{At: now, Record: true}); err != nil {
+			return err
+		}
+		if h.staged() == nil {
+			t.Error("the pool's row is not staged in the writer's copy")
+		}
+		return failed
+	})
+	if !errors.Is(err, failed) {
+		t.Fatalf("the failing job: %v", err)
+	}
+	check(2)
+	var n int
+	if err := s.db.QueryRow(`SELECT (SELECT count(*) FROM requests WHERE user_id = ?1) + (SELECT count(*) FROM pool_recent WHERE user_id = ?1)`, key).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Errorf("the pool has %d rows stored, want 2", n)
+	}
+}
+
+// A pool's staged rows answer as they would from requests: two stores
+// take the same checks, one merging at every commit and one every 100
+// rows, and decide alike after the pooled limit is lowered below the
+// windows' counts, so that retry_after needs the k-th oldest row, in
+// requests or in the writer's copy, stepped to or searched for.
+func TestStagedPoolRowsAnswerAsRequests(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	open := func(every int) *policy.Service {
+		s, err := Open(ctx, filepath.Join(t.TempDir(), "g.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		if err := s.writer.do(ctx, func(tx *writeTx) error { tx.w.maxStaged = every; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return policy.NewService(s, s, policy.WithClock(func() time.Time { return now }), policy.WithUsers(s))
+	}
+	merged, staged := open(1), open(100)
+	svcs := []*policy.Service{merged, staged}
+	putTier := func(poolMinute int64) {
+		t.Helper()
+		pool, err := policy.PoolLimitsOf(map[string]*int64{"requests_per_minute": &poolMinute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, svc := range svcs {
+			if _, _, err := svc.PutTier(ctx, policy.Tier{Name: "team", RequestsPerMinute: 1000, RequestsPerHour: 1000, RequestsPerDay: 1000,
+				Features: []string{"*"}, Account: &pool}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	putTier(1000)
+	for _, svc := range svcs {
+		for _, a := range [...]string{"acme", "beta"} {
+			if _, _, err := svc.PutAccount(ctx, policy.Account{AccountID: a, Tier: "team"}); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := svc.PutUser(ctx, policy.UserRecord{UserID: "m-" + a, Account: a}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	check := func(user string) [2]policy.Decision {
+		t.Helper()
+		var ds [2]policy.Decision
+		for i, svc := range svcs {
+			d, err := svc.Check(ctx, policy.Request{UserID: user}, false)
+			if err != nil || d.Account == nil {
+				t.Fatalf("check of %s: %+v, %v", user, d, err)
+			}
+			ds[i] = d
+		}
+		return ds
+	}
+	// acme: 150 rows, the oldest 100 merged in the second store, 0.1 s
+	// apart, and the newest 50 staged, 0.9 s apart, so that a search
+	// aiming by the numbers of all 150 would probe past the last row in
+	// requests; beta: 6 rows, all staged.
+	for i := range 150 {
+		check("m-acme")
+		if i >= 144 {
+			check("m-beta")
+		}
+		if i < 100 {
+			now = now.Add(100 * time.Millisecond)
+		} else {
+			now = now.Add(900 * time.Millisecond)
+		}
+	}
+	for _, c := range []struct {
+		user  string
+		limit int64 // the k-th oldest row is count - limit + 1
+	}{
+		{"m-acme", 140}, // k = 11: in requests, stepped to
+		{"m-acme", 70},  // k = 81: in requests, searched for beside staged rows
+		{"m-acme", 51},  // k = 100: the newest in requests, searched for
+		{"m-acme", 50},  // k = 101: the oldest staged
+		{"m-acme", 20},  // k = 131: staged
+		{"m-beta", 2},   // k = 5: staged
+	} {
+		putTier(c.limit)
+		ds := check(c.user)
+		m, s := ds[0], ds[1]
+		if m.Allowed() || m.RetryAfter <= 0 {
+			t.Fatalf("%s under a pooled minute of %d: %+v, want a refusal", c.user, c.limit, m)
+		}
+		if s.Allowed() != m.Allowed() || s.Reason != m.Reason || s.RetryAfter != m.RetryAfter ||
+			s.Account.Windows[policy.Minute] != m.Account.Windows[policy.Minute] {
+			t.Errorf("%s under a pooled minute of %d: staged %+v (%+v), merged %+v (%+v)", c.user, c.limit,
+				s, s.Account.Windows[policy.Minute], m, m.Account.Windows[policy.Minute])
 		}
 	}
 }

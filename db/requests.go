@@ -234,9 +234,10 @@ type firstRow struct {
 }
 
 // of returns q, or its pool variant when the history is an account's
-// pool (see poolQueries).
+// pool read on a read connection (see poolQueries): the writer reads a
+// pool's rows in pool_recent from memory (see staged).
 func (h *history) of(q query) query {
-	if p := poolVariant[q]; p != 0 && policy.IsAccountKey(h.user) {
+	if p := poolVariant[q]; p != 0 && h.tx == nil && policy.IsAccountKey(h.user) {
 		return p
 	}
 	return q
@@ -257,13 +258,17 @@ func (h *history) load() error {
 			return nil
 		}
 	}
-	err := h.q.queryRow(h.of(qLast), h.user).Scan(&h.lastTS, &h.lastSeq)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-	case err != nil:
-		return unavailable(err)
-	default:
-		h.any = true
+	if s := h.staged(); s != nil {
+		h.any, h.lastTS, h.lastSeq = true, s.ts[len(s.ts)-1], s.first+int64(len(s.ts))-1
+	} else {
+		err := h.q.queryRow(h.of(qLast), h.user).Scan(&h.lastTS, &h.lastSeq)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return unavailable(err)
+		default:
+			h.any = true
+		}
 	}
 	h.loaded = true
 	if h.tx != nil {
@@ -377,6 +382,9 @@ func (h *history) fillCursor(i int, c int64) error {
 	if err := rows.Err(); err != nil {
 		return unavailable(err)
 	}
+	if err := h.stagedAfter(k); err != nil {
+		return err
+	}
 	return h.filled(i, k)
 }
 
@@ -399,6 +407,9 @@ func (h *history) fillCursors(c *[len(policy.Windows)]int64) error {
 		return unavailable(err)
 	}
 	for i := range c {
+		if err := h.stagedAfter(&h.st.windows[i]); err != nil {
+			return err
+		}
 		if err := h.filled(i, &h.st.windows[i]); err != nil {
 			return err
 		}
@@ -466,7 +477,14 @@ func (h *history) first(cutoff int64) (firstRow, bool, error) {
 		}
 	}
 	r := &h.scanned
-	if err := h.q.queryRow(h.of(qFirstAfter), h.user, cutoff).Scan(&r.ts, &r.seq); err != nil {
+	err := h.q.queryRow(h.of(qFirstAfter), h.user, cutoff).Scan(&r.ts, &r.seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		// None in requests: a pool's may be staged.
+		if ts, seq, ok := h.staged().firstAfter(cutoff); ok {
+			r.ts, r.seq, err = ts, seq, nil
+		}
+	}
+	if err != nil {
 		return firstRow{}, false, unavailable(err)
 	}
 	r.cutoff, r.found = cutoff, true
@@ -524,6 +542,20 @@ func (h *history) NthAfter(t time.Time, k int64) (time.Time, error) {
 		}
 		return time.UnixMicro(r.ts), nil
 	}
+	if s := h.staged(); s != nil {
+		// A pool's newest rows are in memory; the others, all older,
+		// in requests.
+		r, ok, err := h.first(cutoff)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if !ok || k-1 > h.lastSeq-r.seq {
+			return time.Time{}, errNoNth
+		}
+		if ts, ok := s.at(r.seq + k - 1); ok {
+			return time.UnixMicro(ts), nil
+		}
+	}
 	if k <= nthOffsetMax {
 		var ts int64
 		if err := h.q.queryRow(h.of(qNthAfter), h.user, cutoff, k-1).Scan(&ts); err != nil {
@@ -563,10 +595,18 @@ func (h *history) NthAfter(t time.Time, k int64) (time.Time, error) {
 // Probes only read, with their own statement, not through first: the
 // writer's cursors and firstAfter keep only what callers asked about.
 func (h *history) seekSeq(lo firstRow, target int64) (int64, error) {
-	if target == h.lastSeq {
-		return h.lastTS, nil
-	}
 	hiTS, hiSeq := h.lastTS, h.lastSeq
+	if h.staged() != nil {
+		// target is in requests (NthAfter answers staged rows), which
+		// hold the pool's rows before the staged ones: the search is
+		// over them.
+		if err := h.q.queryRow(qLast, h.user).Scan(&hiTS, &hiSeq); err != nil {
+			return 0, unavailable(err)
+		}
+	}
+	if target == hiSeq {
+		return hiTS, nil
+	}
 	bisect := false
 	for probes := 0; target-lo.seq > nthOffsetMax && probes < nthMaxProbes; probes++ {
 		if hiTS == lo.ts {
@@ -713,11 +753,17 @@ func (tx *writeTx) record(h *history, a *policy.Admission) error {
 	if a.TierID != 0 {
 		tierID = a.TierID
 	}
-	if _, err := tx.exec(h.of(qInsert), user, ts, seq, tierID); err != nil {
+	insert := qInsert
+	if policy.IsAccountKey(user) {
+		insert = qPoolInsert
+	}
+	if _, err := tx.exec(insert, user, ts, seq, tierID); err != nil {
 		return unavailable(err)
 	}
-	if tx.w != nil && policy.IsAccountKey(user) {
-		tx.w.staged++
+	if tx.w != nil && insert == qPoolInsert {
+		if err := tx.w.stage(user, ts, seq); err != nil {
+			return err
+		}
 	}
 	st := h.st
 	st.any, st.lastTS, st.lastSeq = true, ts, seq
@@ -783,6 +829,9 @@ func (s *Store) Forget(ctx context.Context, userID string) error {
 			return err
 		}
 		tx.forgetUser(userID)
+		if tx.w != nil {
+			tx.w.unstage(userID)
+		}
 		for _, q := range [...]query{qForget, qPoolForget, qCallsForget, qTokForget} {
 			if _, err := tx.exec(q, userID); err != nil {
 				return unavailable(err)

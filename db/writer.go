@@ -55,9 +55,15 @@ type writer struct {
 	// empty it (see try).
 	users       map[string]*userState
 	dataVersion int64
-	// staged counts the rows in pool_recent, or more: at maxStaged
-	// (see the constant) the next commit merges them.
+	// pools holds each account pool's rows in pool_recent, as this
+	// writer wrote them (see pool_recent.go), and staged counts them, or
+	// more: at maxStaged the next commit merges them into requests.
+	// poolsStale says pool_recent may hold rows pools lacks (another
+	// process wrote, a transaction rolled back, the writer is new): the
+	// next transaction merges them all before anything else.
+	pools             map[string]*stagedRows
 	staged, maxStaged int
+	poolsStale        bool
 
 	// tierView is the writer's copy of the tiers table, against which
 	// admissions confirm the tier their check began with (see
@@ -214,8 +220,8 @@ func newWriter(ctx context.Context, db *sql.DB, maxBatch int, commitDelay time.D
 		jobs:  make(chan *job, 1024),
 		done:  make(chan struct{}),
 		// Rows a previous process left in pool_recent move with the
-		// first commit.
-		staged: maxStaged, maxStaged: maxStaged,
+		// first transaction.
+		pools: make(map[string]*stagedRows), maxStaged: maxStaged, poolsStale: true,
 	}
 	if err := w.connect(ctx); err != nil {
 		return nil, err
@@ -261,7 +267,7 @@ func (w *writer) reopen(ctx context.Context) error {
 	_ = old.Raw(func(any) error { return driver.ErrBadConn }) // closes it
 	_ = old.Close()
 	clear(w.users)
-	w.tiersStale = true
+	w.tiersStale, w.poolsStale = true, true
 	w.ioErr = nil
 	w.reopened++
 	return nil
@@ -441,8 +447,15 @@ func (w *writer) try(tx *writeTx, batch []*job) (int, error) {
 	}
 	if v != w.dataVersion {
 		clear(w.users)
-		w.tiersStale = true
+		w.tiersStale, w.poolsStale = true, true
 		w.dataVersion = v
+	}
+	if w.poolsStale {
+		if err := tx.mergePool(); err != nil {
+			w.rollback(tx)
+			return -1, err
+		}
+		w.mergedPools()
 	}
 	for i, j := range batch {
 		var err error
@@ -479,7 +492,7 @@ func (w *writer) try(tx *writeTx, batch []*job) (int, error) {
 		return -1, unavailable(err)
 	}
 	if merged {
-		w.staged = 0
+		w.mergedPools()
 	}
 	w.counts.settle(taken, true)
 	w.commitSucceeded()
@@ -490,7 +503,7 @@ func (w *writer) rollback(tx *writeTx) {
 	for _, u := range tx.touched {
 		delete(w.users, u)
 	}
-	w.tiersStale = true
+	w.tiersStale, w.poolsStale = true, true
 	tx.touched = tx.touched[:0]
 	// SQLite may already have rolled back (disk full, I/O error); the error
 	// of a ROLLBACK without a transaction says nothing new.

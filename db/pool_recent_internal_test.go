@@ -10,37 +10,55 @@ import (
 	"github.com/policyguard/policyguard/policy"
 )
 
-// A member's checks leave its pool's rows in pool_recent until it holds
-// maxStaged of them; the commit that reaches it moves them all into
-// requests, and the pool's windows count the same throughout.
-func TestPoolRowsMergeInBulk(t *testing.T) {
+// poolStore opens a store on a new file, its writer merging pool_recent
+// once it holds every rows, and a service on it whose clock reads *now.
+func poolStore(t *testing.T, every int, now *time.Time) (*Store, *policy.Service) {
+	t.Helper()
 	ctx := context.Background()
 	s, err := Open(ctx, filepath.Join(t.TempDir(), "g.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	svc := policy.NewService(s, s, policy.WithClock(func() time.Time { return now }), policy.WithUsers(s))
-	minute := int64(1000)
-	pool, err := policy.PoolLimitsOf(map[string]*int64{"requests_per_minute": &minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := svc.PutTier(ctx, policy.Tier{Name: "team", RequestsPerMinute: 100, RequestsPerHour: 100, RequestsPerDay: 100,
-		Features: []string{"*"}, Account: &pool}); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := svc.PutAccount(ctx, policy.Account{AccountID: "acme", Tier: "team"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := svc.PutUser(ctx, policy.UserRecord{UserID: "m", Account: "acme"}); err != nil {
-		t.Fatal(err)
-	}
-	const every = 3
 	if err := s.writer.do(ctx, func(tx *writeTx) error { tx.w.maxStaged = every; return nil }); err != nil {
 		t.Fatal(err)
 	}
+	return s, policy.NewService(s, s, policy.WithClock(func() time.Time { return *now }), policy.WithUsers(s))
+}
+
+// putTeam puts tier team, 1,000 requests a window for each user and
+// poolMinute a minute for an account's pool, and each account of accts on
+// it with its member "m-" + account.
+func putTeam(t *testing.T, svc *policy.Service, poolMinute int64, accts ...string) {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := policy.PoolLimitsOf(map[string]*int64{"requests_per_minute": &poolMinute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := svc.PutTier(ctx, policy.Tier{Name: "team", RequestsPerMinute: 1000, RequestsPerHour: 1000, RequestsPerDay: 1000,
+		Features: []string{"*"}, Account: &pool}); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range accts {
+		if _, _, err := svc.PutAccount(ctx, policy.Account{AccountID: a, Tier: "team"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := svc.PutUser(ctx, policy.UserRecord{UserID: "m-" + a, Account: a}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A member's checks leave its pool's rows in pool_recent until it holds
+// maxStaged of them; the commit that reaches it moves them all into
+// requests, and the pool's windows count the same throughout.
+func TestPoolRowsMergeInBulk(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	const every = 3
+	s, svc := poolStore(t, every, &now)
+	putTeam(t, svc, 1000, "acme")
 	key := policy.AccountKey("acme")
 	rows := func(table string) (n int) {
 		t.Helper()
@@ -50,7 +68,7 @@ func TestPoolRowsMergeInBulk(t *testing.T) {
 		return n
 	}
 	for i := 1; i <= 2*every+1; i++ {
-		d, err := svc.Check(ctx, policy.Request{UserID: "m"}, false)
+		d, err := svc.Check(ctx, policy.Request{UserID: "m-acme"}, false)
 		if err != nil || !d.Allowed() || d.Account == nil || d.Account.Windows[policy.Minute].Count != int64(i) {
 			t.Fatalf("check %d: %+v, %v; want it admitted, the pool's minute counting %d", i, d, err, i)
 		}
@@ -67,31 +85,12 @@ func TestPoolRowsMergeInBulk(t *testing.T) {
 // one that never was.
 func TestStagedPoolRowsFollowRollback(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "g.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	svc := policy.NewService(s, s, policy.WithClock(func() time.Time { return now }), policy.WithUsers(s))
-	minute := int64(1000)
-	pool, err := policy.PoolLimitsOf(map[string]*int64{"requests_per_minute": &minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := svc.PutTier(ctx, policy.Tier{Name: "team", RequestsPerMinute: 100, RequestsPerHour: 100, RequestsPerDay: 100,
-		Features: []string{"*"}, Account: &pool}); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := svc.PutAccount(ctx, policy.Account{AccountID: "acme", Tier: "team"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := svc.PutUser(ctx, policy.UserRecord{UserID: "m", Account: "acme"}); err != nil {
-		t.Fatal(err)
-	}
+	s, svc := poolStore(t, maxStaged, &now)
+	putTeam(t, svc, 1000, "acme")
 	check := func(want int64) {
 		t.Helper()
-		d, err := svc.Check(ctx, policy.Request{UserID: "m"}, false)
+		d, err := svc.Check(ctx, policy.Request{UserID: "m-acme"}, false)
 		if err != nil || !d.Allowed() || d.Account == nil || d.Account.Windows[policy.Minute].Count != want {
 			t.Fatalf("check: %+v, %v; want it admitted, the pool's minute counting %d", d, err, want)
 		}
@@ -99,7 +98,7 @@ func TestStagedPoolRowsFollowRollback(t *testing.T) {
 	check(1)
 	key := policy.AccountKey("acme")
 	failed := errors.New("a later job of the batch failed")
-	err = s.writer.do(ctx, func(tx *writeTx) error {
+	err := s.writer.do(ctx, func(tx *writeTx) error {
 		h := &tx.poolHist
 		h.reset(tx, tx, key)
 		if err := tx.record(h, &policy.Admission{At: now, Record: true}); err != nil {
@@ -131,42 +130,11 @@ func TestStagedPoolRowsFollowRollback(t *testing.T) {
 func TestStagedPoolRowsAnswerAsRequests(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	open := func(every int) *policy.Service {
-		s, err := Open(ctx, filepath.Join(t.TempDir(), "g.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		if err := s.writer.do(ctx, func(tx *writeTx) error { tx.w.maxStaged = every; return nil }); err != nil {
-			t.Fatal(err)
-		}
-		return policy.NewService(s, s, policy.WithClock(func() time.Time { return now }), policy.WithUsers(s))
-	}
-	merged, staged := open(1), open(100)
+	_, merged := poolStore(t, 1, &now)
+	_, staged := poolStore(t, 100, &now)
 	svcs := []*policy.Service{merged, staged}
-	putTier := func(poolMinute int64) {
-		t.Helper()
-		pool, err := policy.PoolLimitsOf(map[string]*int64{"requests_per_minute": &poolMinute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, svc := range svcs {
-			if _, _, err := svc.PutTier(ctx, policy.Tier{Name: "team", RequestsPerMinute: 1000, RequestsPerHour: 1000, RequestsPerDay: 1000,
-				Features: []string{"*"}, Account: &pool}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	putTier(1000)
 	for _, svc := range svcs {
-		for _, a := range [...]string{"acme", "beta"} {
-			if _, _, err := svc.PutAccount(ctx, policy.Account{AccountID: a, Tier: "team"}); err != nil {
-				t.Fatal(err)
-			}
-			if _, _, err := svc.PutUser(ctx, policy.UserRecord{UserID: "m-" + a, Account: a}); err != nil {
-				t.Fatal(err)
-			}
-		}
+		putTeam(t, svc, 1000, "acme", "beta")
 	}
 	check := func(user string) [2]policy.Decision {
 		t.Helper()
@@ -206,7 +174,9 @@ func TestStagedPoolRowsAnswerAsRequests(t *testing.T) {
 		{"m-acme", 20},  // k = 131: staged
 		{"m-beta", 2},   // k = 5: staged
 	} {
-		putTier(c.limit)
+		for _, svc := range svcs {
+			putTeam(t, svc, c.limit)
+		}
 		ds := check(c.user)
 		m, s := ds[0], ds[1]
 		if m.Allowed() || m.RetryAfter <= 0 {

@@ -283,9 +283,9 @@ func (s *Store) FinishCall(ctx context.Context, id string, tokens *int64, now ti
 //
 // Unlike admissions, finishes are not batched into one statement: the
 // server already shares one WAL flush among commits that arrive together,
-// and a batch made every finish wait for the one before it (BenchmarkCallPostgres,
-// 16 callers: a finish took 4.0 to 4.4 ms, not 2.2 to 2.5, for no more
-// calls a second).
+// and a batch made every finish wait for the one before it
+// (BenchmarkCallPostgres, 16 callers: a finish took 4.0 to 4.4 ms, not
+// 2.2 to 2.5, for no more calls a second).
 func (w *pgWriter) callStatement(ctx context.Context, id string, refused func(callRow) error, query string, args ...any) (policy.Call, error) {
 	if err := w.enter(); err != nil {
 		return policy.Call{}, err

@@ -57,8 +57,7 @@ const maxStaged = 2048
 // account's pool; 0 for none.
 var poolVariant = [numQueries]query{
 	qLast: qPoolLast, qFirstAfter: qPoolFirstAfter, qFirstAfter3: qPoolFirstAfter3,
-	qRowsAfter: qPoolRowsAfter, qRowsAfter3: qPoolRowsAfter3, qNthAfter: qPoolNthAfter,
-	qAround: qPoolAround, qInsert: qPoolInsert,
+	qNthAfter: qPoolNthAfter, qAround: qPoolAround, qInsert: qPoolInsert,
 }
 
 // both returns the rows of sel over requests and over pool_recent, in
@@ -74,18 +73,11 @@ func firstAfter(n string) string {
 	return both(`SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?`+n+` ORDER BY ts, seq LIMIT 1`, "1, 2", "1")
 }
 
-// rowsAfter is the oldest readahead rows after cutoff ?N of pool ?1.
-func rowsAfter(n string) string {
-	return both(`SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?`+n+` ORDER BY ts, seq LIMIT 8`, "1, 2", "8")
-}
-
 // poolQueries are the pool variants on SQLite.
 var poolQueries = map[query]string{
 	qPoolLast:        both(`SELECT ts, seq FROM requests WHERE user_id = ?1 ORDER BY ts DESC, seq DESC LIMIT 1`, "1 DESC, 2 DESC", "1"),
 	qPoolFirstAfter:  firstAfter("2"),
 	qPoolFirstAfter3: `SELECT 0, ts, seq FROM (` + firstAfter("2") + `) UNION ALL SELECT 1, ts, seq FROM (` + firstAfter("3") + `) UNION ALL SELECT 2, ts, seq FROM (` + firstAfter("4") + `)`,
-	qPoolRowsAfter:   rowsAfter("2"),
-	qPoolRowsAfter3:  `SELECT 0, ts, seq FROM (` + rowsAfter("2") + `) UNION ALL SELECT 1, ts, seq FROM (` + rowsAfter("3") + `) UNION ALL SELECT 2, ts, seq FROM (` + rowsAfter("4") + `)`,
 	// The k-th row after the cutoff (?3 is k-1, as qNthAfter's OFFSET):
 	// each table's first k, and the k-th of them together.
 	qPoolNthAfter: `SELECT ts FROM (` + both(`SELECT ts, seq FROM requests WHERE user_id = ?1 AND ts > ?2 ORDER BY ts, seq LIMIT ?3 + 1`, "1, 2", "1 OFFSET ?3") + `)`,

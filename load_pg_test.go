@@ -116,11 +116,9 @@ func startPostgres(t *testing.T, out io.Writer, cfg loadConfig, bin, dir string)
 
 // replicaProcs is the GOMAXPROCS of each of k replicas sharing this
 // machine: its share of the CPUs, at least one, as a container's CPU limit
-// of that share would set it (Go reads the limit). With the default, each
-// replica would schedule goroutines on every CPU: three replicas on two
-// CPUs ran six Ps, whose idle ones woke threads that found nothing to do,
-// and the set served 0.74x and 0.88x of one replica (medians of six
-// rounds) where with one P each it served 0.96x in the same rounds.
+// of that share would set it (Go reads the limit). With the default, every
+// replica would run a P per CPU, and idle Ps wake threads that find
+// nothing to do (the README's advice to operators).
 func replicaProcs(k int) int {
 	return max(runtime.NumCPU()/k, 1)
 }

@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/policyguard/policyguard/api"
+	"github.com/policyguard/policyguard/api/gateway"
 	"github.com/policyguard/policyguard/db"
 	"github.com/policyguard/policyguard/policy"
 	"github.com/policyguard/policyguard/web"
@@ -287,7 +288,7 @@ type config struct {
 	PGLockTimeout      time.Duration
 	// Gateway configures /llm/{upstream}/...: nil when no upstream is
 	// named.
-	Gateway *api.GatewayConfig
+	Gateway *gateway.Config
 }
 
 // storeOptions returns the options of db.Open for the configured database.
@@ -396,23 +397,23 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	})
 	var passthrough bool
 	fs.BoolVar(&passthrough, "gateway-passthrough", false, "forward the gateway paths no metered route takes, each counted as a request with no tokens; without it they are a 404 (GUARDRAIL_GATEWAY_PASSTHROUGH)")
-	maxOutput := env("GUARDRAIL_GATEWAY_MAX_OUTPUT", strconv.Itoa(api.DefaultGatewayMaxOutput))
-	fs.Func("gateway-max-output", fmt.Sprintf("output tokens the gateway reserves for a call that sets no output cap (GUARDRAIL_GATEWAY_MAX_OUTPUT, default %d)", api.DefaultGatewayMaxOutput), func(s string) error {
+	maxOutput := env("GUARDRAIL_GATEWAY_MAX_OUTPUT", strconv.Itoa(gateway.DefaultMaxOutput))
+	fs.Func("gateway-max-output", fmt.Sprintf("output tokens the gateway reserves for a call that sets no output cap (GUARDRAIL_GATEWAY_MAX_OUTPUT, default %d)", gateway.DefaultMaxOutput), func(s string) error {
 		maxOutput = s
 		return nil
 	})
-	drain := env("GUARDRAIL_GATEWAY_DRAIN", api.DefaultGatewayDrain.String())
-	fs.Func("gateway-drain", fmt.Sprintf("how long the gateway reads on from an upstream after its client went away, to learn the tokens used; a call whose usage does not come is charged its reservation (GUARDRAIL_GATEWAY_DRAIN, default %v)", api.DefaultGatewayDrain), func(s string) error {
+	drain := env("GUARDRAIL_GATEWAY_DRAIN", gateway.DefaultDrain.String())
+	fs.Func("gateway-drain", fmt.Sprintf("how long the gateway reads on from an upstream after its client went away, to learn the tokens used; a call whose usage does not come is charged its reservation (GUARDRAIL_GATEWAY_DRAIN, default %v)", gateway.DefaultDrain), func(s string) error {
 		drain = s
 		return nil
 	})
-	upstreamTimeout := env("GUARDRAIL_UPSTREAM_TIMEOUT", api.DefaultUpstreamTimeout.String())
-	fs.Func("upstream-timeout", fmt.Sprintf("how long an exchange with an upstream may last, a streamed answer included (GUARDRAIL_UPSTREAM_TIMEOUT, default %v)", api.DefaultUpstreamTimeout), func(s string) error {
+	upstreamTimeout := env("GUARDRAIL_UPSTREAM_TIMEOUT", gateway.DefaultUpstreamTimeout.String())
+	fs.Func("upstream-timeout", fmt.Sprintf("how long an exchange with an upstream may last, a streamed answer included (GUARDRAIL_UPSTREAM_TIMEOUT, default %v)", gateway.DefaultUpstreamTimeout), func(s string) error {
 		upstreamTimeout = s
 		return nil
 	})
-	maxBody := env("GUARDRAIL_GATEWAY_MAX_BODY", strconv.Itoa(api.DefaultGatewayMaxBody))
-	fs.Func("gateway-max-body", fmt.Sprintf("the largest request body the gateway accepts, in bytes; larger is a 413 (GUARDRAIL_GATEWAY_MAX_BODY, default %d, 32 MiB)", api.DefaultGatewayMaxBody), func(s string) error {
+	maxBody := env("GUARDRAIL_GATEWAY_MAX_BODY", strconv.Itoa(gateway.DefaultMaxBody))
+	fs.Func("gateway-max-body", fmt.Sprintf("the largest request body the gateway accepts, in bytes; larger is a 413 (GUARDRAIL_GATEWAY_MAX_BODY, default %d, 32 MiB)", gateway.DefaultMaxBody), func(s string) error {
 		maxBody = s
 		return nil
 	})
@@ -515,7 +516,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		}
 		passthrough = b
 	}
-	gw := &api.GatewayConfig{Passthrough: passthrough}
+	gw := &gateway.Config{Passthrough: passthrough}
 	if gw.MaxOutput, err = strconv.ParseInt(maxOutput, 10, 64); err != nil || gw.MaxOutput < 1 || gw.MaxOutput > policy.MaxLimit {
 		return cfg, fmt.Errorf("gateway max output %q: must be a whole number of tokens from 1 to %d (-gateway-max-output, GUARDRAIL_GATEWAY_MAX_OUTPUT)", maxOutput, policy.MaxLimit)
 	}
@@ -539,7 +540,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		if spec = strings.TrimSpace(spec); spec == "" {
 			continue
 		}
-		up, err := api.ParseUpstream(spec)
+		up, err := gateway.ParseUpstream(spec)
 		if err != nil {
 			return cfg, err
 		}

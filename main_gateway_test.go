@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/policyguard/policyguard/api"
+	"github.com/policyguard/policyguard/api/gateway"
 )
 
 // The gateway's settings: upstreams from -upstream (repeatable) or else
@@ -41,7 +41,7 @@ func TestGatewaySettings(t *testing.T) {
 	if g == nil || len(g.Upstreams) != 2 || g.Passthrough || g.MaxOutput != 4096 || g.Drain != time.Minute || g.UpstreamTimeout != 10*time.Minute || g.MaxBody != 32<<20 {
 		t.Fatalf("defaults: %+v", g)
 	}
-	for i, want := range []api.Upstream{
+	for i, want := range []gateway.Upstream{
 		{Name: "openai", Protocol: "openai", Key: "sk-one"},
 		{Name: "my-claude", Protocol: "anthropic", Key: "sk-two"},
 	} {

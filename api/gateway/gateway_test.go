@@ -1,4 +1,4 @@
-package api_test
+package gateway_test
 
 import (
 	"context"

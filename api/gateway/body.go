@@ -1,4 +1,4 @@
-package api
+package gateway
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"github.com/policyguard/policyguard/api/internal/jsonmsg"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -172,11 +173,11 @@ func bodyError(body []byte, err error) error {
 	if err == nil {
 		return policy.Errorf(policy.EINVALID, "request body must be a JSON object")
 	}
-	return jsonError(body, err)
+	return jsonmsg.Error(body, err)
 }
 
-// reservation returns the tokens a call of route r with this body and
-// size may use: an upper bound of its prompt's tokens plus its output.
+// reservation returns the tokens a call with this body of size bytes may
+// use: an upper bound of its prompt's tokens plus its output.
 //
 // The prompt's bound is the body's length in bytes. Every token of
 // text the models read is at least one byte of UTF-8 (the tokenizers of
@@ -192,12 +193,13 @@ func bodyError(body []byte, err error) error {
 // the reservation is an estimate, and the settle, which counts what the
 // upstream reports, is exact.
 //
-// The output is the largest output cap the body sets, or maxOutput when
-// it sets none, for each of n (or best_of) choices; embeddings have none.
+// The output, when withOutput (each protocol says which routes have
+// one), is the largest output cap the body sets, or maxOutput when it
+// sets none, for each of n (or best_of) choices.
 // The sum is at most policy.MaxLimit.
-func (cb *callBody) reservation(r route, size int, maxOutput int64) int64 {
+func (cb *callBody) reservation(size int, withOutput bool, maxOutput int64) int64 {
 	tokens := int64(size) + cb.media*mediaTokens + cb.tools*toolTokens
-	if r != routeEmbeddings {
+	if withOutput {
 		out := cb.outputCap
 		if out < 0 {
 			out = maxOutput
@@ -205,64 +207,4 @@ func (cb *callBody) reservation(r route, size int, maxOutput int64) int64 {
 		tokens += out * cb.choices
 	}
 	return min(tokens, policy.MaxLimit)
-}
-
-// hidesUsage reports whether the gateway asks the upstream for usage in
-// a stream on the client's behalf: an OpenAI chat or text completion
-// streamed without stream_options.include_usage. The chunk that carries
-// only the usage is then kept from the client.
-func (cb *callBody) hidesUsage(r route) bool {
-	return cb.stream && !cb.includeUsage && (r == routeChat || r == routeCompletions)
-}
-
-// withIncludeUsage returns body with stream_options.include_usage set to
-// true, the other members and stream options kept.
-func withIncludeUsage(body []byte) ([]byte, error) {
-	dec := jsontext.NewDecoder(bytes.NewReader(body))
-	var out bytes.Buffer
-	out.Grow(len(body) + 40)
-	enc := jsontext.NewEncoder(&out)
-	if _, err := dec.ReadToken(); err != nil {
-		return nil, err
-	}
-	if err := enc.WriteToken(jsontext.BeginObject); err != nil {
-		return nil, err
-	}
-	opts := map[string]jsontext.Value{}
-	for dec.PeekKind() == '"' {
-		tok, err := dec.ReadToken()
-		if err != nil {
-			return nil, err
-		}
-		name := tok.String() // the token is valid only until the next read
-		v, err := dec.ReadValue()
-		if err != nil {
-			return nil, err
-		}
-		if name == "stream_options" {
-			if v.Kind() == '{' {
-				if err := json.Unmarshal(v, &opts); err != nil {
-					return nil, err
-				}
-			}
-			continue
-		}
-		if err := enc.WriteToken(jsontext.String(name)); err != nil {
-			return nil, err
-		}
-		if err := enc.WriteValue(v); err != nil {
-			return nil, err
-		}
-	}
-	opts["include_usage"] = jsontext.Value("true")
-	if err := enc.WriteToken(jsontext.String("stream_options")); err != nil {
-		return nil, err
-	}
-	if err := json.MarshalEncode(enc, opts, json.Deterministic(true)); err != nil {
-		return nil, err
-	}
-	if err := enc.WriteToken(jsontext.EndObject); err != nil {
-		return nil, err
-	}
-	return bytes.TrimRight(out.Bytes(), "\n"), nil
 }

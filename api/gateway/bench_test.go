@@ -1,4 +1,4 @@
-package api_test
+package gateway_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/policyguard/policyguard/api"
+	"github.com/policyguard/policyguard/api/gateway"
 	"github.com/policyguard/policyguard/db"
 	"github.com/policyguard/policyguard/policy"
 )
@@ -68,7 +69,7 @@ func BenchmarkGatewayChat(b *testing.B) {
 				}
 			}
 			srv := api.NewServer(api.Config{Service: svc, Logger: slog.New(slog.DiscardHandler),
-				Gateway: &api.GatewayConfig{Upstreams: []api.Upstream{{Name: "openai", Protocol: api.ProtocolOpenAI, BaseURL: base, Key: "sk-bench"}}}})
+				Gateway: &gateway.Config{Upstreams: []gateway.Upstream{{Name: "openai", Protocol: gateway.ProtocolOpenAI, BaseURL: base, Key: "sk-bench"}}}})
 			return srv, "/llm/openai/chat/completions", keys
 		}},
 	} {

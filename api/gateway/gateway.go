@@ -1,35 +1,44 @@
-package api
-
-// The gateway: /llm/{upstream}/... is an OpenAI- or Anthropic-compatible
-// model API that forwards to an upstream, so that an agent changes its
-// SDK's base URL and nothing else, and can neither skip its limits nor
-// misreport its tokens.
+// Package gateway forwards OpenAI- and Anthropic-compatible model calls to
+// upstreams, metered as checks of the guardrail service: under
+// /llm/{upstream}/... an agent changes its SDK's base URL and nothing else,
+// and can neither skip its limits nor misreport its tokens. Package api
+// mounts it (api.Config.Gateway).
 //
 // A request passes through these steps, each refusing in the upstream's
-// own error shape (gateway_answer.go):
+// own error shape:
 //
 //  1. The upstream is found by name, and the path after it must be
 //     clean: no dot segments, no empty segments, no escaped slash or dot.
 //  2. The gateway key is read from Authorization: Bearer (any route) or
-//     x-api-key (anthropic routes) and Service.Authenticate reads it from
-//     the store, so a revoked key is refused at once on every replica. A
-//     service key names its user in X-Guard-User; a user key must not.
+//     the protocol's own field (x-api-key for anthropic) and
+//     Keys.Authenticate reads it from the store, so a revoked key is
+//     refused at once on every replica. A service key names its user in
+//     X-Guard-User; a user key must not.
 //  3. The route decides what is metered. A metered call's body is read
 //     (at most MaxBody), its model must be one the user's tier allows
 //     (the tier of the user's record, else the default tier; never one
-//     the client names), and Service.Check decides it, reserving an
-//     upper bound of its tokens (gateway_body.go). A refusal never
-//     reaches the upstream.
+//     the client names), and Calls.Check decides it, reserving an upper
+//     bound of its tokens (body.go). A refusal never reaches the upstream.
 //  4. The call is forwarded with the upstream's key instead of the
-//     gateway key, and its answer relayed as it arrives (gateway_relay.go);
-//     the tokens the upstream reports settle the call (FinishCall), which
+//     gateway key, and its answer relayed as it arrives (relay.go); the
+//     tokens the upstream reports settle the call (FinishCall), which
 //     frees its concurrency slot. While the exchange is live the call is
 //     kept alive, so a stream longer than the call timeout keeps its slot.
+//
+// What differs between protocols lives in one file each (openai.go,
+// anthropic.go): the metered paths and how their bodies bound a call's
+// tokens, where the usage is in an answer and in an event stream, the
+// error shape, and the rate-limit header fields. The relay knows none of
+// it. A third protocol is one new file implementing protocol and one line
+// in protocols.
+package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -50,12 +59,75 @@ const (
 	ProtocolAnthropic = "anthropic"
 )
 
-// Defaults of the GatewayConfig fields left zero.
+// protocol is what the gateway knows of one model API; the relay knows
+// none of it.
+type protocol interface {
+	// paths returns the metered paths (POST only) with their routes, and
+	// the path of the model list (GET only).
+	paths() (metered map[string]route, models string)
+	// gatewayKey returns the gateway key the request sends in a field of
+	// the protocol's own ("" for none: Authorization: Bearer is read for
+	// every protocol), and where a client may send it, for messages.
+	gatewayKey(h http.Header) (secret, where string)
+	// authorize sets the upstream's key in h as the protocol expects,
+	// with any other field it requires.
+	authorize(h http.Header, key string)
+	// writeError answers c with status and msg in the protocol's shape.
+	writeError(c echo.Context, status int, kind errKind, msg string) error
+	// limitHeaders writes the rate-limit fields: reqs is the tightest
+	// request window, tokens the tightest token window (nil when the tier
+	// limits no tokens), at now.
+	limitHeaders(h http.Header, reqs policy.WindowState, tokens *policy.TokenState, now time.Time)
+	// reservation returns the tokens a call of route r with body cb of
+	// size bytes may use.
+	reservation(cb *callBody, r route, size int, maxOutput int64) int64
+	// prepare returns the body to send upstream for a call of route r,
+	// and whether the relay keeps from the client the usage the gateway
+	// asked for on its behalf.
+	prepare(cb *callBody, r route, body []byte) ([]byte, bool, error)
+	// total returns the tokens u counts, and whether it counts any; it is
+	// between 0 and policy.MaxLimit.
+	total(u *usageJSON) (int64, bool)
+	// event reads one event of a stream of route r, its name and its data,
+	// into st and says what to do with it.
+	event(st *streamState, r route, name string, data []byte) eventAction
+}
+
+// protocols are the protocols the gateway speaks: a protocol is one
+// line here and a file of its own.
+var protocols = []struct {
+	name string
+	protocol
+}{
+	{ProtocolOpenAI, openAI{}},
+	{ProtocolAnthropic, anthropic{}},
+}
+
+// protocolNamed returns the protocol of name, nil for none.
+func protocolNamed(name string) protocol {
+	for _, p := range protocols {
+		if p.name == name {
+			return p.protocol
+		}
+	}
+	return nil
+}
+
+// protocolNames returns the names of protocols, for messages.
+func protocolNames() string {
+	names := make([]string, len(protocols))
+	for i, p := range protocols {
+		names[i] = p.name
+	}
+	return strings.Join(names, " or ")
+}
+
+// Defaults of the Config fields left zero.
 const (
-	DefaultGatewayMaxOutput = 4096
-	DefaultGatewayDrain     = 60 * time.Second
-	DefaultUpstreamTimeout  = 10 * time.Minute
-	DefaultGatewayMaxBody   = 32 << 20
+	DefaultMaxOutput       = 4096
+	DefaultDrain           = 60 * time.Second
+	DefaultUpstreamTimeout = 10 * time.Minute
+	DefaultMaxBody         = 32 << 20
 )
 
 // Upstream is a model API the gateway forwards to.
@@ -72,27 +144,82 @@ type Upstream struct {
 	Key string
 }
 
-// GatewayConfig configures the gateway routes, /llm/{upstream}/...
-type GatewayConfig struct {
+// Config configures the gateway routes, /llm/{upstream}/...
+type Config struct {
 	Upstreams []Upstream
 	// Passthrough forwards the paths no metered route takes, each counted
 	// as a request with no tokens; without it they are a 404.
 	Passthrough bool
 	// MaxOutput is the output cap reserved for a call that sets none
-	// (0: DefaultGatewayMaxOutput).
+	// (0: DefaultMaxOutput).
 	MaxOutput int64
 	// Drain is how long the gateway keeps reading an upstream after its
-	// client went away, to learn the usage (0: DefaultGatewayDrain).
+	// client went away, to learn the usage (0: DefaultDrain).
 	Drain time.Duration
 	// UpstreamTimeout bounds a whole exchange with the upstream, its
 	// answer included (0: DefaultUpstreamTimeout).
 	UpstreamTimeout time.Duration
 	// MaxBody is the largest request body accepted; more is a 413
-	// (0: DefaultGatewayMaxBody).
+	// (0: DefaultMaxBody).
 	MaxBody int64
 	// Transport sends the requests upstream; nil is a transport of the
 	// gateway's own. Redirects are never followed either way.
 	Transport http.RoundTripper
+
+	// Tests set these (export_test.go): ticker paces the keepalives of
+	// live calls; onClientGone runs when an exchange's client went away,
+	// onSettled when an exchange ended and its call, if any, was settled.
+	ticker                  func(time.Duration) (<-chan time.Time, func())
+	onClientGone, onSettled func()
+}
+
+// Keys is what the gateway asks of the service about a request's key,
+// user and tier. *policy.Service implements it.
+type Keys interface {
+	Authenticate(ctx context.Context, secret string) (policy.Key, error)
+	TierOf(ctx context.Context, userID, account string) (policy.Tier, error)
+	Tier(ctx context.Context, name string) (policy.Tier, error)
+	Account(ctx context.Context, id string) (policy.Account, error)
+}
+
+// Calls is what the gateway asks of the service to meter a call.
+// *policy.Service implements it.
+type Calls interface {
+	Check(ctx context.Context, req policy.Request, dryRun bool) (policy.Decision, error)
+	KeepAlive(ctx context.Context, id string) (policy.Call, error)
+	FinishCall(ctx context.Context, id string, tokens *int64) (policy.Call, error)
+	CallTimeout() time.Duration
+	Now() time.Time
+}
+
+// Metrics records what the gateway does. Its methods must be safe for
+// concurrent use.
+type Metrics interface {
+	// ObserveCheck records a check the gateway made, as POST /v1/check's.
+	ObserveCheck(d *policy.Decision, err error, took time.Duration)
+	// ObserveFinish records the settle of a call; before is the service's
+	// time before it.
+	ObserveFinish(call *policy.Call, err error, before time.Time)
+	// ObserveRequest counts one request with its outcome; tier is empty
+	// before the user is known.
+	ObserveRequest(upstream, tier, outcome string)
+	// ObserveSettle counts the tokens a call was charged; drained reports
+	// whether its client had gone away, and usage whether the upstream's
+	// count settled it.
+	ObserveSettle(upstream, tier string, tokens int64, drained, usage bool)
+	// ObserveUpstreamLatency records the time an upstream took to answer.
+	ObserveUpstreamLatency(upstream string, took time.Duration)
+}
+
+// LogFunc logs a line about the request of c.
+type LogFunc func(c echo.Context, level slog.Level, msg string, attrs ...slog.Attr)
+
+// Deps are the parts of the service the gateway uses.
+type Deps struct {
+	Keys    Keys
+	Calls   Calls
+	Metrics Metrics
+	Log     LogFunc
 }
 
 var upstreamNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
@@ -108,8 +235,8 @@ func ParseUpstream(spec string) (Upstream, error) {
 		return Upstream{}, fmt.Errorf("upstream %q: the name must match [a-z0-9][a-z0-9_-]{0,62}", name)
 	}
 	protocol, raw, _ := strings.Cut(rest, ":")
-	if protocol != ProtocolOpenAI && protocol != ProtocolAnthropic {
-		return Upstream{}, fmt.Errorf("upstream %s: the protocol must be openai or anthropic, as in %s=openai:https://api.openai.com/v1", name, name)
+	if protocolNamed(protocol) == nil {
+		return Upstream{}, fmt.Errorf("upstream %s: the protocol must be %s, as in %s=openai:https://api.openai.com/v1", name, protocolNames(), name)
 	}
 	u, err := url.Parse(raw)
 	switch {
@@ -126,9 +253,17 @@ func ParseUpstream(spec string) (Upstream, error) {
 	return Upstream{Name: name, Protocol: protocol, BaseURL: u}, nil
 }
 
-// gateway is the configured gateway of a Server.
-type gateway struct {
-	upstreams   map[string]*Upstream
+// upstream is a configured upstream with its protocol.
+type upstream struct {
+	Upstream
+	proto protocol
+}
+
+// Gateway serves the /llm routes of a server. It is safe for concurrent
+// use.
+type Gateway struct {
+	Deps
+	upstreams   map[string]*upstream
 	transport   http.RoundTripper
 	passthrough bool
 	maxOutput   int64
@@ -136,47 +271,49 @@ type gateway struct {
 	drain       time.Duration
 	timeout     time.Duration
 
-	// ticker paces the keepalives of live calls; tests give their own
-	// (export_test.go), as they do the hooks below, which may be nil.
-	ticker func(time.Duration) (<-chan time.Time, func())
-	// onClientGone runs when an exchange's client went away; onSettled
-	// when an exchange ended and its call, if any, was settled.
+	ticker                  func(time.Duration) (<-chan time.Time, func())
 	onClientGone, onSettled func()
 }
 
-// newGateway returns the gateway of cfg. It panics on a configuration no
-// caller should make: a nil base URL, an unknown protocol or a name given
-// twice (main checks what it reads before).
-func newGateway(cfg *GatewayConfig) *gateway {
-	g := &gateway{
-		upstreams:   make(map[string]*Upstream, len(cfg.Upstreams)),
-		transport:   cfg.Transport,
-		passthrough: cfg.Passthrough,
-		maxOutput:   orDefault(cfg.MaxOutput, DefaultGatewayMaxOutput),
-		maxBody:     orDefault(cfg.MaxBody, DefaultGatewayMaxBody),
-		drain:       orDefault(cfg.Drain, DefaultGatewayDrain),
-		timeout:     orDefault(cfg.UpstreamTimeout, DefaultUpstreamTimeout),
-		ticker: func(d time.Duration) (<-chan time.Time, func()) {
+// New returns the gateway of cfg. It panics on a configuration no caller
+// should make: a nil base URL, an unknown protocol or a name given twice
+// (main checks what it reads before).
+func New(cfg *Config, deps Deps) *Gateway {
+	g := &Gateway{
+		Deps:         deps,
+		upstreams:    make(map[string]*upstream, len(cfg.Upstreams)),
+		transport:    cfg.Transport,
+		passthrough:  cfg.Passthrough,
+		maxOutput:    orDefault(cfg.MaxOutput, DefaultMaxOutput),
+		maxBody:      orDefault(cfg.MaxBody, DefaultMaxBody),
+		drain:        orDefault(cfg.Drain, DefaultDrain),
+		timeout:      orDefault(cfg.UpstreamTimeout, DefaultUpstreamTimeout),
+		ticker:       cfg.ticker,
+		onClientGone: cfg.onClientGone,
+		onSettled:    cfg.onSettled,
+	}
+	if g.ticker == nil {
+		g.ticker = func(d time.Duration) (<-chan time.Time, func()) {
 			t := time.NewTicker(d)
 			return t.C, t.Stop
-		},
+		}
 	}
 	g.maxOutput = min(g.maxOutput, policy.MaxLimit)
-	for i := range cfg.Upstreams {
-		up := cfg.Upstreams[i]
-		if up.BaseURL == nil || !upstreamNameRE.MatchString(up.Name) || (up.Protocol != ProtocolOpenAI && up.Protocol != ProtocolAnthropic) {
-			panic(fmt.Sprintf("api: upstream %q needs a name, a protocol (openai or anthropic) and a base URL", up.Name))
+	for _, up := range cfg.Upstreams {
+		p := protocolNamed(up.Protocol)
+		if up.BaseURL == nil || !upstreamNameRE.MatchString(up.Name) || p == nil {
+			panic(fmt.Sprintf("gateway: upstream %q needs a name, a protocol (%s) and a base URL", up.Name, protocolNames()))
 		}
 		if g.upstreams[up.Name] != nil {
-			panic(fmt.Sprintf("api: upstream %q is given twice", up.Name))
+			panic(fmt.Sprintf("gateway: upstream %q is given twice", up.Name))
 		}
-		g.upstreams[up.Name] = &up
+		g.upstreams[up.Name] = &upstream{Upstream: up, proto: p}
 	}
 	if g.transport == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		// Many agents call one upstream at once: keep their connections.
 		t.MaxIdleConnsPerHost = 256
-		// The gateway asks for gzip itself and reads it (gateway_relay.go).
+		// The gateway asks for gzip itself and reads it (relay.go).
 		t.DisableCompression = true
 		g.transport = t
 	}
@@ -190,12 +327,6 @@ func orDefault[T int64 | time.Duration](v, def T) T {
 	return v
 }
 
-// isGatewayPath reports whether path is under /llm/, whose body limit the
-// gateway applies itself.
-func (s *Server) isGatewayPath(path string) bool {
-	return s.gateway != nil && strings.HasPrefix(path, "/llm/")
-}
-
 // route is what the gateway does with a path of an upstream.
 type route int
 
@@ -206,30 +337,17 @@ const (
 	routeResponses                // openai POST /responses
 	routeEmbeddings               // openai POST /embeddings
 	routeMessages                 // anthropic POST /v1/messages
-	routeModels                   // openai GET /models, anthropic GET /v1/models
+	routeModels                   // the model list: GET only
 )
 
-// meteredPaths are the metered routes' paths by protocol: POST only.
-var meteredPaths = map[string]map[string]route{
-	ProtocolOpenAI: {
-		"/chat/completions": routeChat,
-		"/completions":      routeCompletions,
-		"/responses":        routeResponses,
-		"/embeddings":       routeEmbeddings,
-	},
-	ProtocolAnthropic: {"/v1/messages": routeMessages},
-}
-
-// modelsPaths are the paths of the model lists, by protocol: GET only.
-var modelsPaths = map[string]string{ProtocolOpenAI: "/models", ProtocolAnthropic: "/v1/models"}
-
 // findRoute returns the route of method and path (after /llm/{name}) of
-// an upstream speaking protocol.
-func findRoute(protocol, method, path string) route {
-	if r, ok := meteredPaths[protocol][path]; ok && method == http.MethodPost {
+// an upstream speaking p.
+func findRoute(p protocol, method, path string) route {
+	metered, models := p.paths()
+	if r, ok := metered[path]; ok && method == http.MethodPost {
 		return r
 	}
-	if path == modelsPaths[protocol] && method == http.MethodGet {
+	if path == models && method == http.MethodGet {
 		return routeModels
 	}
 	return routeOther
@@ -241,10 +359,11 @@ func findRoute(protocol, method, path string) route {
 // it, so that no variant of a metered path is forwarded unmetered. (The
 // paths themselves pass with other methods: GET /chat/completions lists
 // stored completions.)
-func nearRoute(protocol, path string) bool {
-	p := strings.ToLower(strings.TrimRight(path, "/"))
-	_, metered := meteredPaths[protocol][p]
-	return p != path && (metered || p == modelsPaths[protocol])
+func nearRoute(p protocol, path string) bool {
+	metered, models := p.paths()
+	lower := strings.ToLower(strings.TrimRight(path, "/"))
+	_, isMetered := metered[lower]
+	return lower != path && (isMetered || lower == models)
 }
 
 // cleanPath reports whether path, escaped as it came, is a plain path:
@@ -273,9 +392,8 @@ func cleanPath(path string) bool {
 // of its call. Its methods run on the request's goroutine, but for
 // clientGone, which the request's context may run at any time.
 type exchange struct {
-	s     *Server
-	g     *gateway
-	up    *Upstream
+	g     *Gateway
+	up    *upstream
 	c     echo.Context
 	req   *http.Request
 	route route
@@ -316,20 +434,25 @@ var (
 	errUpstreamTimeout = errors.New("the upstream did not end within the upstream timeout")
 )
 
-func (s *Server) handleGateway(c echo.Context) error {
-	up := s.gateway.upstreams[c.Param("name")]
+// settleTimeout bounds a settle or a keepalive of a call, which the
+// client's leaving must not cancel.
+const settleTimeout = 5 * time.Second
+
+// Handle answers a request of the route /llm/:name/*.
+func (g *Gateway) Handle(c echo.Context) error {
+	up := g.upstreams[c.Param("name")]
 	if up == nil {
 		// No protocol to answer in: the Anthropic shape, whose
 		// error.message and error.type OpenAI's SDKs read as well.
-		return writeGatewayError(c, ProtocolAnthropic, http.StatusNotFound, errNotFound,
+		return anthropic{}.writeError(c, http.StatusNotFound, errNotFound,
 			fmt.Sprintf("no upstream named %s", policy.Quote(c.Param("name"))))
 	}
 	req := c.Request()
-	x := &exchange{s: s, g: s.gateway, up: up, c: c, req: req, outcome: outcomeForwarded}
+	x := &exchange{g: g, up: up, c: c, req: req, outcome: outcomeForwarded}
 	x.path = strings.TrimPrefix(req.URL.EscapedPath(), "/llm/"+up.Name)
-	x.route = findRoute(up.Protocol, req.Method, x.path)
+	x.route = findRoute(up.proto, req.Method, x.path)
 	x.serve()
-	s.metrics.observeGatewayRequest(up.Name, x.tier, x.outcome)
+	g.Metrics.ObserveRequest(up.Name, x.tier, x.outcome)
 	if x.cut && !x.gone.Load() {
 		// As httputil.ReverseProxy does: the server drops the
 		// connection instead of ending the answer.
@@ -366,7 +489,7 @@ func (x *exchange) serve() {
 		x.models()
 	case x.route != routeOther:
 		x.metered()
-	case !x.g.passthrough || nearRoute(x.up.Protocol, x.path):
+	case !x.g.passthrough || nearRoute(x.up.proto, x.path):
 		x.fail(http.StatusNotFound, errNotFound, fmt.Sprintf("no route %s %s: the gateway forwards only its metered routes", x.req.Method, policy.Quote(x.path)))
 	default:
 		x.passthrough()
@@ -376,22 +499,17 @@ func (x *exchange) serve() {
 // authenticate reads the gateway key of the request and returns it, or
 // answers 401 (503 when storage failed) and returns false.
 func (x *exchange) authenticate() (policy.Key, bool) {
-	secret := ""
-	if x.up.Protocol == ProtocolAnthropic {
-		secret = strings.Trim(x.req.Header.Get("X-Api-Key"), " \t")
-	}
+	secret, where := x.up.proto.gatewayKey(x.req.Header)
 	if secret == "" {
-		secret = bearerToken(x.req)
-	}
-	if secret == "" {
-		where := "Authorization: Bearer <key>"
-		if x.up.Protocol == ProtocolAnthropic {
-			where += " or x-api-key: <key>"
+		if scheme, token, ok := strings.Cut(x.req.Header.Get(echo.HeaderAuthorization), " "); ok && strings.EqualFold(scheme, "Bearer") {
+			secret = strings.Trim(token, " \t")
 		}
+	}
+	if secret == "" {
 		x.fail(http.StatusUnauthorized, errAuth, "missing gateway key: send it as "+where)
 		return policy.Key{}, false
 	}
-	key, err := x.s.svc.Authenticate(x.req.Context(), secret)
+	key, err := x.g.Keys.Authenticate(x.req.Context(), secret)
 	switch code := policy.ErrorCode(err); {
 	case err == nil:
 		return key, true
@@ -459,14 +577,14 @@ func (x *exchange) accountOf(key policy.Key) (string, bool) {
 // client names. It records nothing; the check that follows confirms it
 // (see metered).
 func (x *exchange) userTier() (policy.Tier, error) {
-	t, err := x.s.svc.TierOf(x.req.Context(), x.user, x.account)
+	t, err := x.g.Keys.TierOf(x.req.Context(), x.user, x.account)
 	if policy.ErrorCode(err) != policy.EINVALID {
 		return t, err
 	}
 	if x.account != "" {
 		// An account X-Guard-Account names that does not exist is the
 		// client's doing, as context.account_id's is a check's.
-		switch _, aerr := x.s.svc.Account(x.req.Context(), x.account); policy.ErrorCode(aerr) {
+		switch _, aerr := x.g.Keys.Account(x.req.Context(), x.account); policy.ErrorCode(aerr) {
 		case policy.ENOTFOUND, policy.EINVALID:
 			return policy.Tier{}, policy.Errorf(policy.EINVALID, "%s: %s", headerGuardAccount, policy.ErrorMessage(err))
 		}
@@ -480,7 +598,7 @@ func (x *exchange) userTier() (policy.Tier, error) {
 // check, from a dry run: what the user has left, with nothing consumed.
 func (x *exchange) windowHeaders() {
 	x.limitsSet = true
-	d, err := x.s.svc.Check(x.req.Context(), policy.Request{UserID: x.user, Account: x.account}, true)
+	d, err := x.g.Calls.Check(x.req.Context(), policy.Request{UserID: x.user, Account: x.account}, true)
 	if err != nil || d.Windows == nil {
 		return
 	}
@@ -498,21 +616,45 @@ func (x *exchange) windowHeaders() {
 		}
 		d.Windows = &ws
 	}
-	setGatewayLimitHeaders(x.c.Response().Header(), x.up.Protocol, &d, x.s.svc.Now())
+	x.limitHeaders(&d)
+}
+
+// limitHeaders writes the rate-limit fields of d in the protocol's words:
+// for requests, the tightest window (the fewest remaining, the shorter on
+// a tie) and for tokens, when the tier limits them, the tightest token
+// window.
+func (x *exchange) limitHeaders(d *policy.Decision) {
+	if d.Windows == nil {
+		return
+	}
+	ws := d.TighterWindows()
+	tw := policy.Windows[0]
+	for _, w := range policy.Windows {
+		if ws[w].Remaining < ws[tw].Remaining {
+			tw = w
+		}
+	}
+	var tokens *policy.TokenState
+	for _, w := range policy.Windows {
+		if t := ws[w].Tokens; t != nil && t.Limited && (tokens == nil || t.Remaining < tokens.Remaining) {
+			tokens = t
+		}
+	}
+	x.up.proto.limitHeaders(x.c.Response().Header(), ws[tw], tokens, x.g.Calls.Now())
 }
 
 // check decides the call as POST /v1/check does, reserving tokens. It
 // answers a refusal or a failure itself and then returns false.
 func (x *exchange) check(tokens int64) (policy.Decision, bool) {
 	start := time.Now()
-	d, err := x.s.svc.Check(x.req.Context(), policy.Request{UserID: x.user, Account: x.account, Tokens: tokens}, false)
-	x.s.metrics.observeCheck(&d, err, false, time.Since(start))
+	d, err := x.g.Calls.Check(x.req.Context(), policy.Request{UserID: x.user, Account: x.account, Tokens: tokens}, false)
+	x.g.Metrics.ObserveCheck(&d, err, time.Since(start))
 	if err != nil {
 		x.failErr(err)
 		return d, false
 	}
 	x.tier, x.limitsSet = d.Tier, true
-	setGatewayLimitHeaders(x.c.Response().Header(), x.up.Protocol, &d, x.s.svc.Now())
+	x.limitHeaders(&d)
 	switch d.Outcome {
 	case policy.Admitted:
 		x.callID, x.reserved = d.CallID, tokens
@@ -535,7 +677,7 @@ func (x *exchange) keepAlive() {
 		x.stopKeep = func() {}
 		return
 	}
-	ticks, stop := x.g.ticker(max(x.s.svc.CallTimeout()/3, time.Millisecond))
+	ticks, stop := x.g.ticker(max(x.g.Calls.CallTimeout()/3, time.Millisecond))
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
@@ -545,11 +687,11 @@ func (x *exchange) keepAlive() {
 			case <-done:
 				return
 			case <-ticks:
-				ctx, cancel := context.WithTimeout(context.Background(), finishTimeout)
-				_, err := x.s.svc.KeepAlive(ctx, x.callID)
+				ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+				_, err := x.g.Calls.KeepAlive(ctx, x.callID)
 				cancel()
 				if err != nil {
-					x.s.logRequest(x.c, slog.LevelWarn, "gateway keepalive failed", slog.String("call_id", x.callID), slog.String("err", policy.ErrorMessage(err)))
+					x.g.Log(x.c, slog.LevelWarn, "gateway keepalive failed", slog.String("call_id", x.callID), slog.String("err", policy.ErrorMessage(err)))
 				}
 			}
 		}
@@ -576,19 +718,16 @@ func (x *exchange) settle(tokens *int64) {
 	if tokens != nil {
 		charged = *tokens
 	}
-	x.s.metrics.observeGatewayTokens(x.up.Name, x.tier, charged)
-	if x.gone.Load() {
-		x.s.metrics.observeGatewayDrain(x.up.Name, tokens != nil)
-	}
+	x.g.Metrics.ObserveSettle(x.up.Name, x.tier, charged, x.gone.Load(), tokens != nil)
 	if x.callID != "" {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(x.req.Context()), finishTimeout)
-		before := x.s.svc.Now()
-		call, err := x.s.svc.FinishCall(ctx, x.callID, tokens)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(x.req.Context()), settleTimeout)
+		before := x.g.Calls.Now()
+		call, err := x.g.Calls.FinishCall(ctx, x.callID, tokens)
 		cancel()
-		x.s.metrics.observeFinish(&call, err, before)
+		x.g.Metrics.ObserveFinish(&call, err, before)
 		if err != nil {
 			// The call then expires with its reservation.
-			x.s.logRequest(x.c, slog.LevelError, "gateway settle failed", slog.String("call_id", x.callID), slog.String("err", policy.ErrorMessage(err)))
+			x.g.Log(x.c, slog.LevelError, "gateway settle failed", slog.String("call_id", x.callID), slog.String("err", policy.ErrorMessage(err)))
 		}
 	}
 	if x.g.onSettled != nil {
@@ -611,4 +750,112 @@ func (x *exchange) clientGone() {
 			x.g.onClientGone()
 		}
 	})
+}
+
+// metered handles a call on a metered route.
+func (x *exchange) metered() {
+	body, ok := x.readBody()
+	if !ok {
+		return
+	}
+	cb, err := readCallBody(body)
+	if err != nil {
+		x.failErr(err)
+		return
+	}
+	tier, err := x.userTier()
+	if err != nil {
+		x.failErr(err)
+		return
+	}
+	x.tier = tier.Name
+	if !tier.AllowsModel(cb.model) {
+		x.modelRefused(cb.model, tier.Name)
+		return
+	}
+	d, ok := x.check(x.up.proto.reservation(&cb, x.route, len(body), x.g.maxOutput))
+	if !ok {
+		return
+	}
+	defer x.settle(nil) // on every way out, the slot is freed
+	zero := int64(0)
+	if d.Tier != tier.Name {
+		// The user's record changed in between: the tier the call was
+		// decided under must include the model as well.
+		t, err := x.g.Keys.Tier(x.req.Context(), d.Tier)
+		if err != nil || !t.AllowsModel(cb.model) {
+			x.settle(&zero)
+			if err != nil {
+				x.failErr(err)
+			} else {
+				x.modelRefused(cb.model, d.Tier)
+			}
+			return
+		}
+	}
+	body, hide, err := x.up.proto.prepare(&cb, x.route, body)
+	if err != nil {
+		x.settle(&zero)
+		x.failErr(err)
+		return
+	}
+	x.keepAlive()
+	x.forward(bytes.NewReader(body), int64(len(body)), relayMetered, hide, nil)
+}
+
+// models relays the upstream's model list, filtered to the models the
+// user's tier includes. It is not a call: it is checked for nothing.
+func (x *exchange) models() {
+	tier, err := x.userTier()
+	if err != nil {
+		x.failErr(err)
+		return
+	}
+	x.tier = tier.Name
+	x.windowHeaders()
+	x.forward(http.NoBody, 0, relayModels, false, &tier)
+}
+
+// passthrough forwards a request no metered route takes, counted as a
+// request with no tokens.
+func (x *exchange) passthrough() {
+	// Read whole before the check, so that one over the limit is
+	// refused before anything is counted or sent.
+	body, ok := x.readBody()
+	if !ok {
+		return
+	}
+	if _, ok := x.check(0); !ok {
+		return
+	}
+	defer x.settle(nil) // its reservation: 0
+	x.keepAlive()
+	var rd io.Reader = http.NoBody
+	if len(body) > 0 {
+		rd = bytes.NewReader(body)
+	}
+	x.forward(rd, int64(len(body)), relayRaw, false, nil)
+}
+
+// readBody reads a metered call's body, at most MaxBody bytes; beyond
+// that it answers 413 and returns false.
+func (x *exchange) readBody() ([]byte, bool) {
+	if x.req.ContentLength > x.g.maxBody {
+		x.tooLarge()
+		return nil, false
+	}
+	body, err := io.ReadAll(io.LimitReader(x.req.Body, x.g.maxBody+1))
+	switch {
+	case err != nil:
+		x.fail(http.StatusBadRequest, errInvalid, "the request body could not be read")
+		return nil, false
+	case int64(len(body)) > x.g.maxBody:
+		x.tooLarge()
+		return nil, false
+	}
+	return body, true
+}
+
+func (x *exchange) tooLarge() {
+	x.fail(http.StatusRequestEntityTooLarge, errTooLarge, fmt.Sprintf("request body is larger than %d bytes", x.g.maxBody))
 }

@@ -1,4 +1,4 @@
-package api_test
+package gateway_test
 
 import (
 	"compress/gzip"
@@ -21,6 +21,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/policyguard/policyguard/api"
+	"github.com/policyguard/policyguard/api/gateway"
 	"github.com/policyguard/policyguard/db"
 	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
@@ -366,7 +367,7 @@ const gwTier = `{"requests_per_minute":1000,"requests_per_hour":10000,"requests_
 // newGatewayEnv starts a gateway with two upstreams of the fake, openai
 // (openai) and claude (anthropic), both under configure's changes, and
 // puts alice, whose key it returns, in tier "gw".
-func newGatewayEnv(t *testing.T, configure func(*api.GatewayConfig)) (*gwEnv, string) {
+func newGatewayEnv(t *testing.T, configure func(*gateway.Config)) (*gwEnv, string) {
 	t.Helper()
 	store, err := db.Open(context.Background(), dbtest.DSN(t, "test.db"))
 	if err != nil {
@@ -380,13 +381,24 @@ func newGatewayEnv(t *testing.T, configure func(*api.GatewayConfig)) (*gwEnv, st
 	base, _ := url.Parse(fake.srv.URL)
 	openAIBase := base.JoinPath("/v1")
 	ct := newCountingTransport()
-	cfg := &api.GatewayConfig{
-		Upstreams: []api.Upstream{
-			{Name: "openai", Protocol: api.ProtocolOpenAI, BaseURL: openAIBase, Key: openAIUpstreamKey},
-			{Name: "claude", Protocol: api.ProtocolAnthropic, BaseURL: base, Key: anthropicUpstreamKey},
+	cfg := &gateway.Config{
+		Upstreams: []gateway.Upstream{
+			{Name: "openai", Protocol: gateway.ProtocolOpenAI, BaseURL: openAIBase, Key: openAIUpstreamKey},
+			{Name: "claude", Protocol: gateway.ProtocolAnthropic, BaseURL: base, Key: anthropicUpstreamKey},
 		},
 		Transport: ct,
 	}
+	e := &gwEnv{svc: svc, fake: fake, transport: ct,
+		settled: make(chan struct{}, 100), gone: make(chan struct{}, 100), settledPulse: pulse{ch: make(chan struct{})}}
+	gateway.SetHooks(cfg, nil,
+		func() { e.gone <- struct{}{} },
+		func() {
+			select {
+			case e.settled <- struct{}{}:
+			default:
+			}
+			e.settledPulse.fire()
+		})
 	if configure != nil {
 		configure(cfg)
 	}
@@ -398,17 +410,7 @@ func newGatewayEnv(t *testing.T, configure func(*api.GatewayConfig)) (*gwEnv, st
 		Logger:  slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Gateway: cfg,
 	})
-	e := &gwEnv{env: &env{t: t, srv: srv, store: store, clock: clk}, svc: svc, fake: fake, transport: ct, logs: logs,
-		settled: make(chan struct{}, 100), gone: make(chan struct{}, 100), settledPulse: pulse{ch: make(chan struct{})}}
-	api.SetGatewayHooks(srv, nil,
-		func() { e.gone <- struct{}{} },
-		func() {
-			select {
-			case e.settled <- struct{}{}:
-			default:
-			}
-			e.settledPulse.fire()
-		})
+	e.env, e.logs = &env{t: t, srv: srv, store: store, clock: clk}, logs
 	t.Cleanup(func() {
 		// Whatever the test did, the keys went nowhere.
 		for _, key := range []string{openAIUpstreamKey, anthropicUpstreamKey} {

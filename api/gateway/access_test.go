@@ -93,13 +93,13 @@ func TestGatewayKeys(t *testing.T) {
 		{"a service key naming bob", "/llm/openai/chat/completions", chatBody, map[string]string{"Authorization": "Bearer " + service, "X-Guard-User": "bob"}, 200, "", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sent := len(e.fake.requests())
+			sent := len(e.fake.Requests())
 			res, body := e.raw(http.MethodPost, tc.path, tc.body, tc.header)
 			if res.StatusCode != tc.status {
 				t.Fatalf("%d %s, want %d", res.StatusCode, body, tc.status)
 			}
 			if tc.status == 200 {
-				if got := len(e.fake.requests()); got != sent+1 {
+				if got := len(e.fake.Requests()); got != sent+1 {
 					t.Errorf("the upstream got %d requests, want 1", got-sent)
 				}
 				return
@@ -109,7 +109,7 @@ func TestGatewayKeys(t *testing.T) {
 				protocol = gateway.ProtocolAnthropic
 			}
 			wantError(t, protocol, body, tc.errType, tc.code, tc.msg)
-			if got := len(e.fake.requests()); got != sent {
+			if got := len(e.fake.Requests()); got != sent {
 				t.Errorf("a refused request reached the upstream")
 			}
 		})
@@ -141,7 +141,7 @@ func TestGatewayRevokedKeyIsRefusedAtOnce(t *testing.T) {
 	if !errors.As(err, &oe) || oe.StatusCode != http.StatusUnauthorized || oe.Code != "invalid_api_key" {
 		t.Fatalf("after revoking: %v, want 401 invalid_api_key", err)
 	}
-	if got := len(e.fake.requests()); got != 1 {
+	if got := len(e.fake.Requests()); got != 1 {
 		t.Errorf("the upstream got %d requests, want only the first", got)
 	}
 }
@@ -183,7 +183,7 @@ func TestGatewayRateLimited(t *testing.T) {
 		t.Fatalf("anthropic: %v, want 429 with Retry-After", err)
 	}
 	wantError(t, gateway.ProtocolAnthropic, ae.RawJSON(), "rate_limit_error", "", "per-minute limit exceeded")
-	if got := len(e.fake.requests()); got != 1 {
+	if got := len(e.fake.Requests()); got != 1 {
 		t.Errorf("the upstream got %d requests, want only the admitted one", got)
 	}
 	// Refusals are checks like any other: counted where checks are.
@@ -256,7 +256,7 @@ func TestGatewayModels(t *testing.T) {
 		t.Fatalf("claude-opus-4: %v, want 403", err)
 	}
 	wantError(t, gateway.ProtocolAnthropic, ae.RawJSON(), "permission_error", "", `model "claude-opus-4" is not included in tier "gw"`)
-	if len(e.fake.requests()) != 0 {
+	if len(e.fake.Requests()) != 0 {
 		t.Fatal("a refused model reached the upstream")
 	}
 	if tokens, _, requests := e.usage("alice"); tokens != 0 || requests != 0 {
@@ -323,11 +323,11 @@ func TestGatewayRoutes(t *testing.T) {
 				{"POST", "/llm/openai/chat%2Fcompletions", false, ""},
 				{"POST", "/llm/openai//chat/completions", false, ""},
 			} {
-				sent := len(e.fake.requests())
+				sent := len(e.fake.Requests())
 				_, _, requests := e.usage("alice")
 				res, body := e.rawURL(tc.method, tc.path, `{}`, auth)
 				if passthrough && tc.forwarded {
-					reqs := e.fake.requests()
+					reqs := e.fake.Requests()
 					if res.StatusCode != 200 || len(reqs) != sent+1 || reqs[sent].Path != tc.upstream {
 						t.Errorf("%s %s: %d %s, want it forwarded to %s", tc.method, tc.path, res.StatusCode, body, tc.upstream)
 						continue
@@ -349,7 +349,7 @@ func TestGatewayRoutes(t *testing.T) {
 					continue
 				}
 				wantError(t, protocol, body, map[string]string{gateway.ProtocolOpenAI: "invalid_request_error", gateway.ProtocolAnthropic: "not_found_error"}[protocol], "unknown_url", "no route")
-				if len(e.fake.requests()) != sent {
+				if len(e.fake.Requests()) != sent {
 					t.Errorf("%s %s reached the upstream", tc.method, tc.path)
 				}
 			}
@@ -406,7 +406,7 @@ func TestGatewayHeaders(t *testing.T) {
 	if res.StatusCode != 200 {
 		t.Fatalf("%d %s", res.StatusCode, body)
 	}
-	got := e.fake.requests()[0].Header
+	got := e.fake.Requests()[0].Header
 	for _, name := range []string{"X-Client-Hop", "Keep-Alive", "Proxy-Authorization", "Proxy-Connection", "X-Guard-Trace", "Cookie", "X-Forwarded-For", "X-Api-Key"} {
 		if v, ok := got[name]; ok {
 			t.Errorf("the upstream got %s: %q", name, v)
@@ -447,7 +447,7 @@ func TestGatewayHeaders(t *testing.T) {
 		if res, body := e.raw(http.MethodPost, "/llm/claude/v1/messages", messageBody, header); res.StatusCode != 200 {
 			t.Fatalf("%d %s", res.StatusCode, body)
 		}
-		reqs := e.fake.requests()
+		reqs := e.fake.Requests()
 		got := reqs[len(reqs)-1].Header
 		if got.Get("X-Api-Key") != anthropicUpstreamKey || got.Get("Authorization") != "" || got.Get("Anthropic-Version") != want {
 			t.Errorf("anthropic upstream got x-api-key %q, authorization %q, anthropic-version %q; want its key only and version %s",
@@ -500,7 +500,7 @@ func TestGatewayBodyLimit(t *testing.T) {
 			}
 		})
 	}
-	if n := len(e.fake.requests()); n != 0 {
+	if n := len(e.fake.Requests()); n != 0 {
 		t.Errorf("the upstream got %d requests", n)
 	}
 	if tokens, inFlight, _ := e.usage("alice"); tokens != 0 || inFlight != 0 {
@@ -516,7 +516,7 @@ func TestGatewayPassesRedirects(t *testing.T) {
 	if res.StatusCode != http.StatusTemporaryRedirect || res.Header.Get("Location") != "/v1/elsewhere" {
 		t.Fatalf("%d %v %s, want the upstream's 307 to /v1/elsewhere", res.StatusCode, res.Header, body)
 	}
-	if reqs := e.fake.requests(); len(reqs) != 1 {
+	if reqs := e.fake.Requests(); len(reqs) != 1 {
 		t.Fatalf("the upstream got %d requests: the gateway followed the redirect", len(reqs))
 	}
 	if tokens, inFlight, requests := e.usage("alice"); tokens != 0 || inFlight != 0 || requests != 1 {

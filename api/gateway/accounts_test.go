@@ -54,7 +54,7 @@ func TestGatewayAccountHeader(t *testing.T) {
 		{"a pool without room for the tokens", as("frank", "stingy"), 429, "tokens", "account per-minute token limit exceeded", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sent := len(e.fake.requests())
+			sent := len(e.fake.Requests())
 			res, body := e.raw(http.MethodPost, "/llm/openai/chat/completions", chatBody, tc.header)
 			if res.StatusCode != tc.status {
 				t.Fatalf("%d %s, want %d", res.StatusCode, body, tc.status)
@@ -63,7 +63,7 @@ func TestGatewayAccountHeader(t *testing.T) {
 				t.Errorf("X-Ratelimit-Remaining-Requests %q, want %q (the tighter of the user's and the pool's)", res.Header.Get("X-Ratelimit-Remaining-Requests"), tc.remaining)
 			}
 			if tc.status == 200 {
-				if got := len(e.fake.requests()); got != sent+1 {
+				if got := len(e.fake.Requests()); got != sent+1 {
 					t.Errorf("the upstream got %d requests, want 1", got-sent)
 				}
 				return
@@ -76,7 +76,7 @@ func TestGatewayAccountHeader(t *testing.T) {
 			} else {
 				wantError(t, gateway.ProtocolOpenAI, body, tc.errType, "", tc.msg)
 			}
-			if got := len(e.fake.requests()); got != sent {
+			if got := len(e.fake.Requests()); got != sent {
 				t.Errorf("a refused request reached the upstream")
 			}
 		})

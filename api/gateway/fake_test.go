@@ -1,10 +1,8 @@
 package gateway_test
 
 import (
-	"compress/gzip"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/policyguard/policyguard/api"
 	"github.com/policyguard/policyguard/api/gateway"
+	"github.com/policyguard/policyguard/api/internal/fakeupstream"
 	"github.com/policyguard/policyguard/db"
 	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
@@ -37,257 +36,28 @@ const (
 // The usage the fake upstream reports for each route, and its total as
 // the gateway must settle it.
 const (
-	chatTokens        = 11 + 7
-	completionTokens  = 15 + 8
-	responseTokens    = 13 + 8
-	embeddingTokens   = 5
-	anthropicTokens   = 17 + 9 + 3 + 2 // input, output, cache creation, cache read
-	errorUsageTokens  = 4
-	fakeStreamChunks  = 2 // content events before the usage in every stream
-	fakeModelListSize = 3
+	chatTokens        = fakeupstream.ChatTokens
+	completionTokens  = fakeupstream.CompletionTokens
+	responseTokens    = fakeupstream.ResponseTokens
+	embeddingTokens   = fakeupstream.EmbeddingTokens
+	anthropicTokens   = fakeupstream.AnthropicTokens
+	errorUsageTokens  = fakeupstream.ErrorUsageTokens
+	fakeStreamChunks  = fakeupstream.StreamChunks
+	fakeModelListSize = fakeupstream.ModelListSize
 )
 
-// fakeUpstream speaks both protocols as the providers do, streaming
-// included, and misbehaves when a request's X-Fake header says so (a
-// comma-separated list):
-//
-//	gzip         answers gzip-encoded
-//	fail         answers 500 with an error body and no usage
-//	fail-usage   answers 400 with an error body that reports usage
-//	redirect     answers 307 to /v1/elsewhere
-//	echo-key     answers 401 echoing the key it was sent, in a field and the body
-//	hang         never answers
-//	hang-stream  sends a stream's first event, then nothing more
-//	cut          sends a stream's first event, then drops the connection
-//	hold         sends a stream's first event, then waits for release
-//	slow         waits 150 ms before each event
-//	no-usage     answers 200 with a body that reports no usage
-//	usage-is-reservation  answers an Anthropic message whose usage is the
-//	             gateway's reservation for it: its body's bytes and max_tokens
+// fakeUpstream is the fake upstream (package fakeupstream, whose doc
+// lists what X-Fake makes it do) served on a loopback port.
 type fakeUpstream struct {
-	srv     *httptest.Server
-	closing chan struct{}
-
-	mu      sync.Mutex
-	reqs    []fakeRequest
-	release chan struct{} // closed by the test: "hold" streams go on
-	arrived chan struct{} // a value for each request, when there is room
-}
-
-// fakeRequest is a request as the fake upstream received it.
-type fakeRequest struct {
-	Method, Path, RawQuery string
-	Header                 http.Header
-	Body                   []byte
+	*fakeupstream.Fake
+	srv *httptest.Server
 }
 
 func newFakeUpstream(t *testing.T) *fakeUpstream {
-	f := &fakeUpstream{closing: make(chan struct{}), release: make(chan struct{}), arrived: make(chan struct{}, 100)}
-	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	f := &fakeUpstream{Fake: fakeupstream.New()}
+	f.srv = httptest.NewServer(f.Fake)
 	t.Cleanup(f.srv.Close)
 	return f
-}
-
-// requests returns what the fake received so far.
-func (f *fakeUpstream) requests() []fakeRequest {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]fakeRequest(nil), f.reqs...)
-}
-
-// releaseHeld lets every "hold" stream go on.
-func (f *fakeUpstream) releaseHeld() { close(f.release) }
-
-func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	f.mu.Lock()
-	f.reqs = append(f.reqs, fakeRequest{r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Clone(), body})
-	f.mu.Unlock()
-	select {
-	case f.arrived <- struct{}{}:
-	default:
-	}
-	flags := map[string]bool{}
-	for _, fl := range strings.Split(r.Header.Get("X-Fake"), ",") {
-		flags[strings.TrimSpace(fl)] = true
-	}
-	wait := func(release <-chan struct{}) {
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		case <-f.closing:
-		}
-	}
-	// Fields of the provider's own, which the gateway must replace or drop.
-	h := w.Header()
-	h.Set("X-Ratelimit-Limit-Requests", "999")
-	h.Set("Anthropic-Ratelimit-Requests-Limit", "999")
-	h.Set("X-Request-Id", "req_upstream_1")
-	h.Set("Set-Cookie", "__cf_bm=upstream; Path=/")
-	h.Set("Connection", "X-Upstream-Hop")
-	h.Set("X-Upstream-Hop", "1")
-	h.Set("Keep-Alive", "timeout=5")
-	h.Set("X-Upstream-Kept", "yes")
-	switch {
-	case flags["hang"]:
-		wait(nil)
-		return
-	case flags["redirect"]:
-		h.Set("Location", "/v1/elsewhere")
-		w.WriteHeader(http.StatusTemporaryRedirect)
-		return
-	case flags["echo-key"]:
-		sent := r.Header.Get("Authorization") + r.Header.Get("X-Api-Key")
-		h.Set("X-Echo", sent)
-		h.Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusUnauthorized)
-		fmt.Fprintf(w, `{"error":{"message":"key %s refused","type":"invalid_request_error"}}`, sent)
-		return
-	case flags["fail"]:
-		h.Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusInternalServerError)
-		io.WriteString(w, `{"error":{"message":"the upstream broke","type":"server_error"}}`)
-		return
-	case flags["usage-is-reservation"]:
-		var m struct {
-			MaxTokens int `json:"max_tokens"`
-		}
-		json.Unmarshal(body, &m)
-		h.Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"id":"msg_1","type":"message","role":"assistant","content":[],"usage":{"input_tokens":%d,"output_tokens":0}}`, len(body)+m.MaxTokens)
-		return
-	case flags["no-usage"]:
-		h.Set("Content-Type", "application/json")
-		io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[]}`)
-		return
-	case flags["fail-usage"]:
-		h.Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusBadRequest)
-		fmt.Fprintf(w, `{"error":{"message":"refused after reading","type":"invalid_request_error"},"usage":{"input_tokens":%d,"total_tokens":%d}}`, errorUsageTokens, errorUsageTokens)
-		return
-	}
-
-	var out io.Writer = w
-	flush := func() { w.(http.Flusher).Flush() }
-	if flags["gzip"] {
-		h.Set("Content-Encoding", "gzip")
-		zw := gzip.NewWriter(w)
-		defer zw.Close()
-		out = zw
-		flush = func() { zw.Flush(); w.(http.Flusher).Flush() }
-	}
-	var req struct {
-		Model         string `json:"model"`
-		Stream        bool   `json:"stream"`
-		StreamOptions *struct {
-			IncludeUsage bool `json:"include_usage"`
-		} `json:"stream_options"`
-	}
-	json.Unmarshal(body, &req)
-	if !req.Stream {
-		h.Set("Content-Type", "application/json")
-		io.WriteString(out, fakeAnswer(r.URL.Path, req.Model))
-		return
-	}
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
-	events := fakeStream(r.URL.Path, req.Model, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
-	for i, ev := range events {
-		if flags["slow"] {
-			select {
-			case <-time.After(150 * time.Millisecond):
-			case <-r.Context().Done():
-			}
-		}
-		io.WriteString(out, ev)
-		flush()
-		if i > 0 {
-			continue
-		}
-		switch {
-		case flags["cut"]:
-			panic(http.ErrAbortHandler)
-		case flags["hang-stream"]:
-			wait(nil)
-			return
-		case flags["hold"]:
-			f.mu.Lock()
-			release := f.release
-			f.mu.Unlock()
-			wait(release)
-		}
-		if r.Context().Err() != nil {
-			return
-		}
-	}
-}
-
-// fakeAnswer is the body of a call that is not streamed.
-func fakeAnswer(path, model string) string {
-	switch path {
-	case "/v1/chat/completions":
-		return `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"` + model + `","choices":[{"index":0,"message":{"role":"assistant","content":"Hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":11,"completion_tokens":7,"total_tokens":18}}`
-	case "/v1/completions":
-		return `{"id":"cmpl-1","object":"text_completion","created":1,"model":"` + model + `","choices":[{"index":0,"text":"Hello","finish_reason":"stop"}],"usage":{"prompt_tokens":15,"completion_tokens":8,"total_tokens":23}}`
-	case "/v1/responses":
-		return `{"id":"resp_1","object":"response","created_at":1,"status":"completed","model":"` + model + `","output":[{"type":"message","id":"msg_1","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Hello","annotations":[]}]}],"usage":{"input_tokens":13,"output_tokens":8,"total_tokens":21,"input_tokens_details":{"cached_tokens":0},"output_tokens_details":{"reasoning_tokens":0}},"metadata":{}}`
-	case "/v1/embeddings":
-		return `{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.1,0.2]}],"model":"` + model + `","usage":{"prompt_tokens":5,"total_tokens":5}}`
-	case "/v1/messages":
-		return `{"id":"msg_1","type":"message","role":"assistant","model":"` + model + `","content":[{"type":"text","text":"Hello"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":17,"output_tokens":9,"cache_creation_input_tokens":3,"cache_read_input_tokens":2}}`
-	case "/v1/models":
-		return `{"object":"list","data":[{"id":"gpt-4o-mini","object":"model","created":1,"owned_by":"openai"},{"id":"gpt-4o","object":"model","created":1,"owned_by":"openai"},{"id":"claude-sonnet-4-5","type":"model","display_name":"Claude","created_at":"2025-01-01T00:00:00Z"}],"has_more":false,"first_id":"gpt-4o-mini","last_id":"claude-sonnet-4-5"}`
-	}
-	return `{"ok":true,"path":"` + path + `"}`
-}
-
-// fakeStream is the events of a streamed call: fakeStreamChunks content
-// events, the usage (for chat and text completions only when asked for)
-// and the end.
-func fakeStream(path, model string, includeUsage bool) []string {
-	data := func(s string) string { return "data: " + s + "\n\n" }
-	event := func(name, s string) string { return "event: " + name + "\ndata: " + s + "\n\n" }
-	var evs []string
-	switch path {
-	case "/v1/chat/completions":
-		chunk := func(choices, usage string) string {
-			return data(`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"` + model + `","choices":` + choices + `,"usage":` + usage + `}`)
-		}
-		evs = append(evs,
-			chunk(`[{"index":0,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}]`, "null"),
-			chunk(`[{"index":0,"delta":{"content":"lo"},"finish_reason":"stop"}]`, "null"))
-		if includeUsage {
-			evs = append(evs, chunk(`[]`, `{"prompt_tokens":11,"completion_tokens":7,"total_tokens":18}`))
-		}
-		evs = append(evs, data("[DONE]"))
-	case "/v1/completions":
-		chunk := func(choices, usage string) string {
-			return data(`{"id":"cmpl-1","object":"text_completion","created":1,"model":"` + model + `","choices":` + choices + `,"usage":` + usage + `}`)
-		}
-		evs = append(evs,
-			chunk(`[{"index":0,"text":"Hel","finish_reason":null}]`, "null"),
-			chunk(`[{"index":0,"text":"lo","finish_reason":"stop"}]`, "null"))
-		if includeUsage {
-			evs = append(evs, chunk(`[]`, `{"prompt_tokens":15,"completion_tokens":8,"total_tokens":23}`))
-		}
-		evs = append(evs, data("[DONE]"))
-	case "/v1/responses":
-		resp := func(status, usage string) string {
-			return `{"id":"resp_1","object":"response","created_at":1,"status":"` + status + `","model":"` + model + `","output":[],"usage":` + usage + `}`
-		}
-		evs = append(evs,
-			event("response.created", `{"type":"response.created","sequence_number":0,"response":`+resp("in_progress", "null")+`}`),
-			event("response.output_text.delta", `{"type":"response.output_text.delta","sequence_number":1,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"Hello"}`),
-			event("response.completed", `{"type":"response.completed","sequence_number":2,"response":`+resp("completed", `{"input_tokens":13,"output_tokens":8,"total_tokens":21,"input_tokens_details":{"cached_tokens":0},"output_tokens_details":{"reasoning_tokens":0}}`)+`}`))
-	case "/v1/messages":
-		evs = append(evs,
-			event("message_start", `{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"`+model+`","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":17,"output_tokens":1,"cache_creation_input_tokens":3,"cache_read_input_tokens":2}}}`),
-			event("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`),
-			event("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}`),
-			event("content_block_stop", `{"type":"content_block_stop","index":0}`),
-			event("message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":9}}`),
-			event("message_stop", `{"type":"message_stop"}`))
-	}
-	return evs
 }
 
 // countingTransport sends the gateway's requests upstream and counts the
@@ -421,7 +191,7 @@ func newGatewayEnv(t *testing.T, configure func(*gateway.Config)) (*gwEnv, strin
 	})
 	e.server = httptest.NewServer(srv)
 	t.Cleanup(e.server.Close)
-	t.Cleanup(func() { close(fake.closing) }) // first: nothing hangs on the fake
+	t.Cleanup(fake.Close) // first: nothing hangs on the fake
 	e.putTier("gw", gwTier)
 	e.assign("alice", "gw")
 	return e, e.newKey("alice")

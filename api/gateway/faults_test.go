@@ -31,7 +31,7 @@ func TestGatewayDrainsAfterTheClientLeaves(t *testing.T) {
 		cancel()
 		s.Close()
 		await(t, e.gone, "disconnect seen by the gateway")
-		e.fake.releaseHeld() // the upstream goes on after the client left
+		e.fake.ReleaseHeld() // the upstream goes on after the client left
 		await(t, e.settled, "settle")
 		if tokens, inFlight, _ := e.usage("alice"); tokens != chatTokens || inFlight != 0 {
 			t.Errorf("tokens %d, in flight %d; want the upstream's %d and none", tokens, inFlight, chatTokens)
@@ -64,7 +64,7 @@ func TestGatewayDrainsAfterTheClientLeaves(t *testing.T) {
 			_, err := oa.Chat.Completions.New(ctx, chat("gpt-4o-mini"), option.WithHeader("X-Fake", "hang"))
 			failed <- err
 		}()
-		await(t, e.fake.arrived, "the request upstream")
+		await(t, e.fake.Arrived(), "the request upstream")
 		cancel()
 		if err := <-failed; err == nil {
 			t.Fatal("a call whose client left succeeded")
@@ -83,7 +83,7 @@ func TestGatewayDrainsAfterTheClientLeaves(t *testing.T) {
 // gateway asked for), with output cap out and no media or tools: its
 // bytes plus out.
 func (e *gwEnv) reservation(out int64) int64 {
-	reqs := e.fake.requests()
+	reqs := e.fake.Requests()
 	return int64(len(reqs[len(reqs)-1].Body)) + out
 }
 
@@ -220,7 +220,7 @@ func TestGatewayKeepsLongCallsAlive(t *testing.T) {
 	if _, err := an.Messages.New(ctx, claudeMessage("claude-sonnet-4-5")); statusOf(err) != http.StatusTooManyRequests {
 		t.Fatalf("a second call 16 minutes into the first: %v, want 429: the first kept its slot", err)
 	}
-	e.fake.releaseHeld()
+	e.fake.ReleaseHeld()
 	for long.Next() {
 	}
 	if err := long.Err(); err != nil {

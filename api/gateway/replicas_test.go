@@ -80,7 +80,7 @@ func newReplicas(t *testing.T, tier string) (*replicas, string) {
 		t.Cleanup(hs.Close)
 		r.urls = append(r.urls, hs.URL)
 	}
-	t.Cleanup(func() { close(r.fake.closing) })
+	t.Cleanup(func() { r.fake.Close() })
 	return r, key
 }
 

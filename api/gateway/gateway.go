@@ -8,7 +8,11 @@
 // own error shape:
 //
 //  1. The upstream is found by name, and the path after it must be
-//     clean: no dot segments, no empty segments, no escaped slash or dot.
+//     clean (no dot segments, no empty segments, no escaped slash or dot:
+//     404) and, with its query, unambiguous (no escape of a character
+//     that needs none, no control character, no escape escaped twice, no
+//     ";" parameter: 400), so that the path the gateway routes and meters
+//     is the one the upstream receives and routes, byte for byte.
 //  2. The gateway key is read from Authorization: Bearer (any route) or
 //     the protocol's own field (x-api-key for anthropic) and
 //     Keys.Authenticate reads it from the store, so a revoked key is
@@ -388,6 +392,57 @@ func cleanPath(path string) bool {
 	return !strings.Contains(path, "//")
 }
 
+// ambiguous returns why the escaped path or query s could be read
+// otherwise by an upstream than by the gateway, or "" when it could not:
+// an escape of an unreserved character (%63 for c, which many servers
+// decode before routing), an escaped or raw control character or space,
+// a second round of escaping (%25), or a ";" parameter. The gateway
+// neither decodes nor rewrites s: what it routes and meters on is the
+// path the upstream receives, byte for byte.
+func ambiguous(s string) string {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c < 0x20 || c == 0x7f || c == ' ':
+			return "a control character or space"
+		case c == ';':
+			return `a ";" parameter`
+		case c != '%':
+			continue
+		}
+		if i+2 >= len(s) || !isHex(s[i+1]) || !isHex(s[i+2]) {
+			return "an invalid escape"
+		}
+		d := unhex(s[i+1])<<4 | unhex(s[i+2])
+		switch {
+		case d < 0x20 || d == 0x7f || d == ' ':
+			return "an escaped control character or space"
+		case d == '%':
+			return "an escape escaped twice"
+		case d == ';':
+			return `an escaped ";"`
+		case 'a' <= d && d <= 'z', 'A' <= d && d <= 'Z', '0' <= d && d <= '9', d == '-', d == '.', d == '_', d == '~':
+			return fmt.Sprintf("%%%c%c, an escape of %q, which needs none", s[i+1], s[i+2], rune(d))
+		}
+		i += 2
+	}
+	return ""
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
+}
+
 // exchange is one request to the gateway, from its arrival to the settle
 // of its call. Its methods run on the request's goroutine, but for
 // clientGone, which the request's context may run at any time.
@@ -465,6 +520,14 @@ func (g *Gateway) Handle(c echo.Context) error {
 func (x *exchange) serve() {
 	if !cleanPath(x.path) {
 		x.fail(http.StatusNotFound, errNotFound, fmt.Sprintf("no route %s %s", x.req.Method, policy.Quote(x.path)))
+		return
+	}
+	if why := ambiguous(x.path); why != "" {
+		x.fail(http.StatusBadRequest, errInvalid, fmt.Sprintf("the path %s holds %s: send it plainly", policy.Quote(x.path), why))
+		return
+	}
+	if why := ambiguous(x.req.URL.RawQuery); why != "" {
+		x.fail(http.StatusBadRequest, errInvalid, fmt.Sprintf("the query holds %s: send it plainly", why))
 		return
 	}
 	key, ok := x.authenticate()

@@ -1,0 +1,64 @@
+package gateway_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/policyguard/policyguard/api/gateway"
+)
+
+// A path or query an upstream might read otherwise than the gateway (an
+// escaped letter, which common servers decode before routing, a space or
+// control character, an escape escaped twice, a ";" parameter) is a 400
+// in the protocol's shape, even with passthrough: so no metered route is
+// forwarded unmetered under another spelling, and nothing is counted or
+// sent.
+func TestGatewayCanonicalPath(t *testing.T) {
+	e, key := newGatewayEnv(t, func(c *gateway.Config) { c.Passthrough = true })
+	auth := map[string]string{"Authorization": "Bearer " + key}
+	body := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`
+	for _, tc := range []struct{ protocol, path string }{
+		{gateway.ProtocolOpenAI, "/llm/openai/chat/%63ompletions"},
+		{gateway.ProtocolOpenAI, "/llm/openai/%63hat/completions"},
+		{gateway.ProtocolOpenAI, "/llm/openai/chat/completions%20"},
+		{gateway.ProtocolOpenAI, "/llm/openai/chat/completions;x=1"},
+		{gateway.ProtocolOpenAI, "/llm/openai/chat/completions%3bx=1"},
+		{gateway.ProtocolOpenAI, "/llm/openai/chat/completions%00"},
+		{gateway.ProtocolOpenAI, "/llm/openai/chat/completions%09"},
+		{gateway.ProtocolOpenAI, "/llm/openai/chat/completions%252e"},
+		{gateway.ProtocolOpenAI, "/llm/openai/chat/completion%73"},
+		{gateway.ProtocolOpenAI, "/llm/openai/files/file%2Dabc"},
+		{gateway.ProtocolOpenAI, "/llm/openai/chat/completions?api-version=%2561"},
+		{gateway.ProtocolOpenAI, "/llm/openai/chat/completions?a=%00"},
+		{gateway.ProtocolOpenAI, "/llm/openai/chat/completions?a=1;b=2"},
+		{gateway.ProtocolOpenAI, "/llm/openai/files?purpose=%62atch"},
+		{gateway.ProtocolAnthropic, "/llm/claude/v1/%6Dessages"},
+		{gateway.ProtocolAnthropic, "/llm/claude/v1/messages%00"},
+	} {
+		sent := len(e.fake.Requests())
+		_, _, before := e.usage("alice")
+		res, got := e.rawURL(http.MethodPost, tc.path, body, auth)
+		if res.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s: %d %s, want 400", tc.path, res.StatusCode, got)
+			continue
+		}
+		wantError(t, tc.protocol, got, "invalid_request_error", "", "send it plainly")
+		if n := len(e.fake.Requests()); n != sent {
+			t.Errorf("%s reached the upstream", tc.path)
+		}
+		if _, _, after := e.usage("alice"); after != before {
+			t.Errorf("%s was counted", tc.path)
+		}
+	}
+	// An escape of a character that needs one is kept as it came, and so
+	// forwarded.
+	res, got := e.rawURL(http.MethodGet, "/llm/openai/files/a%3Ab?purpose=a%2Bb", "", auth)
+	reqs := e.fake.Requests()
+	if res.StatusCode != 200 || len(reqs) == 0 || reqs[len(reqs)-1].Path != "/v1/files/a:b" || reqs[len(reqs)-1].RawQuery != "purpose=a%2Bb" {
+		t.Errorf("an escaped colon: %d %s, want it forwarded as it came", res.StatusCode, got)
+	}
+	if !strings.Contains(got, `"ok":true`) {
+		t.Errorf("an escaped colon: answer %s", got)
+	}
+}

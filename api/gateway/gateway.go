@@ -8,11 +8,12 @@
 // own error shape:
 //
 //  1. The upstream is found by name, and the path after it must be
-//     clean (no dot segments, no empty segments, no escaped slash or dot:
-//     404) and, with its query, unambiguous (no escape of a character
-//     that needs none, no control character, no escape escaped twice, no
-//     ";" parameter: 400), so that the path the gateway routes and meters
-//     is the one the upstream receives and routes, byte for byte.
+//     clean, or it is a 404: no dot segments, no empty segments, no
+//     escaped slash or dot. The path and the query must be unambiguous,
+//     or they are a 400: no escape of a character that needs none, no
+//     control character, no escape escaped twice, no ";" parameter. So
+//     the path the gateway routes and meters is the one the upstream
+//     receives and routes, byte for byte.
 //  2. The gateway key is read from Authorization: Bearer (any route) or
 //     the protocol's own field (x-api-key for anthropic) and
 //     Keys.Authenticate reads it from the store, so a revoked key is

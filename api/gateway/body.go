@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"strconv"
+	"strings"
 
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -54,8 +55,9 @@ var mediaTypes = map[string]bool{
 
 // readCallBody reads the members of a metered call's body that the
 // gateway needs, and counts the parts that cost more than their bytes. A
-// body that is not one JSON object, or names a member twice (which an
-// upstream might read otherwise than the gateway), is EINVALID.
+// body that is not one JSON object, names a member twice, or names one
+// the gateway reads in another letter case (which an upstream might read
+// otherwise than the gateway) is EINVALID.
 func readCallBody(body []byte) (callBody, error) {
 	cb := callBody{outputCap: -1, choices: 1}
 	dec := jsontext.NewDecoder(bytes.NewReader(body))
@@ -67,7 +69,11 @@ func readCallBody(body []byte) (callBody, error) {
 		if err != nil {
 			break
 		}
-		switch n := name.String(); n {
+		n := name.String()
+		if err := caseVariant(n, readNames); err != nil {
+			return cb, err
+		}
+		switch n {
 		case "model":
 			v, err := dec.ReadValue()
 			if err != nil {
@@ -102,11 +108,19 @@ func readCallBody(body []byte) (callBody, error) {
 			if err != nil {
 				return cb, bodyError(body, err)
 			}
-			var opts struct {
-				IncludeUsage bool `json:"include_usage"`
-			}
-			if json.Unmarshal(v, &opts) == nil {
-				cb.includeUsage = opts.IncludeUsage
+			if v.Kind() == '{' {
+				var opts map[string]jsontext.Value
+				if err := json.Unmarshal(v, &opts); err != nil {
+					return cb, bodyError(body, err)
+				}
+				for name, v := range opts {
+					if err := caseVariant(name, streamOptionNames); err != nil {
+						return cb, err
+					}
+					if name == "include_usage" {
+						cb.includeUsage = v.Kind() == 't'
+					}
+				}
 			}
 		case "tools":
 			if dec.PeekKind() == '[' {
@@ -139,6 +153,28 @@ func readCallBody(body []byte) (callBody, error) {
 		return cb, policy.Errorf(policy.EINVALID, "request body must hold a single JSON object")
 	}
 	return cb, nil
+}
+
+// The names the gateway reads, at the top level of a call's body and in
+// its stream_options.
+var (
+	readNames = []string{"model", "stream", "stream_options", "max_completion_tokens", "max_tokens",
+		"max_output_tokens", "n", "best_of"}
+	streamOptionNames = []string{"include_usage"}
+)
+
+// caseVariant returns an EINVALID error when name differs only in letter
+// case from one of names: an upstream that matches names ignoring case
+// (Go's encoding/json does) would read it as that one, and the gateway
+// would have checked another model or output cap than the one called.
+// /v1/check refuses such names as duplicates too.
+func caseVariant(name string, names []string) error {
+	for _, n := range names {
+		if name != n && strings.EqualFold(name, n) {
+			return policy.Errorf(policy.EINVALID, "duplicate key %s in the request body: names that differ only in case count as the same, and the gateway reads %s", policy.Quote(name), policy.Quote(n))
+		}
+	}
+	return nil
 }
 
 // countMedia reads the next value of dec and counts the media parts in

@@ -62,3 +62,40 @@ func TestGatewayCanonicalPath(t *testing.T) {
 		t.Errorf("an escaped colon: answer %s", got)
 	}
 }
+
+// A metered body naming a member the gateway reads (model, the output
+// caps, stream, stream_options and its include_usage) in another letter
+// case is a 400, as /v1/check refuses such duplicates: an upstream that
+// matches names ignoring case would otherwise run another model, or
+// another cap, than the one the gateway checked.
+func TestGatewayCaseVariantNames(t *testing.T) {
+	e, key := newGatewayEnv(t, nil)
+	setTierModels(t, e.env, "gw", []string{"gpt-4o-mini", "claude-sonnet-4-5"})
+	auth := map[string]string{"Authorization": "Bearer " + key}
+	msgs := `"messages":[{"role":"user","content":"hi"}]`
+	for _, tc := range []struct{ protocol, path, body string }{
+		{gateway.ProtocolOpenAI, "/llm/openai/chat/completions", `{"model":"gpt-4o-mini","Model":"gpt-4o",` + msgs + `}`},
+		{gateway.ProtocolOpenAI, "/llm/openai/chat/completions", `{"MODEL":"gpt-4o",` + msgs + `}`},
+		{gateway.ProtocolOpenAI, "/llm/openai/chat/completions", `{"model":"gpt-4o-mini","max_completion_tokens":10,"Max_Completion_Tokens":100000,` + msgs + `}`},
+		{gateway.ProtocolOpenAI, "/llm/openai/chat/completions", `{"model":"gpt-4o-mini","N":50,` + msgs + `}`},
+		{gateway.ProtocolOpenAI, "/llm/openai/chat/completions", `{"model":"gpt-4o-mini","stream":false,"Stream":true,` + msgs + `}`},
+		{gateway.ProtocolOpenAI, "/llm/openai/chat/completions", `{"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":true,"Include_Usage":false},` + msgs + `}`},
+		{gateway.ProtocolOpenAI, "/llm/openai/responses", `{"model":"gpt-4o-mini","max_output_tokens":10,"Max_output_tokens":100000,"input":"hi"}`},
+		{gateway.ProtocolAnthropic, "/llm/claude/v1/messages", `{"model":"claude-sonnet-4-5","max_tokens":10,"Max_tokens":100000,` + msgs + `}`},
+		{gateway.ProtocolAnthropic, "/llm/claude/v1/messages", `{"model":"claude-sonnet-4-5","mOdel":"claude-opus-4-1","max_tokens":10,` + msgs + `}`},
+	} {
+		sent := len(e.fake.Requests())
+		res, got := e.raw(http.MethodPost, tc.path, tc.body, auth)
+		if res.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s: %d %s, want 400", tc.body, res.StatusCode, got)
+			continue
+		}
+		wantError(t, tc.protocol, got, "invalid_request_error", "", "names that differ only in case count as the same")
+		if len(e.fake.Requests()) != sent {
+			t.Errorf("%s reached the upstream", tc.body)
+		}
+	}
+	if tokens, inFlight, requests := e.usage("alice"); tokens != 0 || inFlight != 0 || requests != 0 {
+		t.Errorf("alice: %d tokens, %d in flight, %d requests; want nothing counted", tokens, inFlight, requests)
+	}
+}

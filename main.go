@@ -395,8 +395,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		upstreams = append(upstreams, s)
 		return nil
 	})
-	var passthrough bool
-	fs.BoolVar(&passthrough, "gateway-passthrough", false, "forward the gateway paths no metered route takes, each counted as a request with no tokens; without it they are a 404 (GUARDRAIL_GATEWAY_PASSTHROUGH)")
+	// Gateway passthrough: an entry for the configuration table.
+	passthrough := env("GUARDRAIL_GATEWAY_PASSTHROUGH", "")
+	fs.StringVar(&passthrough, "gateway-passthrough", passthrough, "comma-separated path prefixes, such as /files,/models, whose other gateway paths are forwarded, each counted as a request with no tokens; prefixes of model calls the gateway cannot meter (batches, realtime, ...) are refused; other paths are a 404 (GUARDRAIL_GATEWAY_PASSTHROUGH)")
 	maxOutput := env("GUARDRAIL_GATEWAY_MAX_OUTPUT", strconv.Itoa(gateway.DefaultMaxOutput))
 	fs.Func("gateway-max-output", fmt.Sprintf("output tokens the gateway reserves for a call that sets no output cap (GUARDRAIL_GATEWAY_MAX_OUTPUT, default %d)", gateway.DefaultMaxOutput), func(s string) error {
 		maxOutput = s
@@ -509,14 +510,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if !set["upstream"] {
 		upstreams = strings.Split(getenv("GUARDRAIL_UPSTREAMS"), ",")
 	}
-	if v := getenv("GUARDRAIL_GATEWAY_PASSTHROUGH"); v != "" && !set["gateway-passthrough"] {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return cfg, fmt.Errorf("GUARDRAIL_GATEWAY_PASSTHROUGH %q: must be true or false", v)
+	gw := &gateway.Config{}
+	for _, prefix := range strings.Split(passthrough, ",") {
+		if prefix = strings.TrimSpace(prefix); prefix != "" {
+			gw.Passthrough = append(gw.Passthrough, prefix)
 		}
-		passthrough = b
 	}
-	gw := &gateway.Config{Passthrough: passthrough}
 	if gw.MaxOutput, err = strconv.ParseInt(maxOutput, 10, 64); err != nil || gw.MaxOutput < 1 || gw.MaxOutput > policy.MaxLimit {
 		return cfg, fmt.Errorf("gateway max output %q: must be a whole number of tokens from 1 to %d (-gateway-max-output, GUARDRAIL_GATEWAY_MAX_OUTPUT)", maxOutput, policy.MaxLimit)
 	}
@@ -557,6 +556,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 			return cfg, fmt.Errorf("the key in %s %w", variable, err)
 		}
 		gw.Upstreams = append(gw.Upstreams, up)
+	}
+	if err := gw.Validate(); err != nil {
+		return cfg, fmt.Errorf("%w (-gateway-passthrough, GUARDRAIL_GATEWAY_PASSTHROUGH)", err)
 	}
 	if len(gw.Upstreams) > 0 {
 		cfg.Gateway = gw

@@ -304,7 +304,11 @@ func TestGatewayModels(t *testing.T) {
 func TestGatewayRoutes(t *testing.T) {
 	for _, passthrough := range []bool{false, true} {
 		t.Run(fmt.Sprintf("passthrough=%t", passthrough), func(t *testing.T) {
-			e, key := newGatewayEnv(t, func(c *gateway.Config) { c.Passthrough = passthrough })
+			e, key := newGatewayEnv(t, func(c *gateway.Config) {
+				if passthrough {
+					c.Passthrough = passthroughPrefixes
+				}
+			})
 			auth := map[string]string{"Authorization": "Bearer " + key}
 			for _, tc := range []struct {
 				method, path string
@@ -459,7 +463,7 @@ func TestGatewayHeaders(t *testing.T) {
 // A body over the gateway's limit is a 413 in the protocol's shape,
 // whether its length is declared or not; nothing is checked or sent.
 func TestGatewayBodyLimit(t *testing.T) {
-	e, key := newGatewayEnv(t, func(c *gateway.Config) { c.MaxBody = 1024; c.Passthrough = true })
+	e, key := newGatewayEnv(t, func(c *gateway.Config) { c.MaxBody = 1024; c.Passthrough = passthroughPrefixes })
 	big := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` + strings.Repeat("a", 2000) + `"}]}`
 	for _, tc := range []struct {
 		name, path string

@@ -22,6 +22,10 @@ var anthropicPaths = map[string]route{"/v1/messages": routeMessages}
 
 func (anthropic) paths() (map[string]route, string) { return anthropicPaths, "/v1/models" }
 
+// unmetered are the paths that make model calls the gateway does not
+// meter: message batches, and the legacy text completions.
+func (anthropic) unmetered() []string { return []string{"/v1/messages/batches", "/v1/complete"} }
+
 func (anthropic) gatewayKey(h http.Header) (string, string) {
 	return strings.Trim(h.Get("X-Api-Key"), " \t"), "Authorization: Bearer <key> or x-api-key: <key>"
 }

@@ -93,6 +93,10 @@ type protocol interface {
 	// total returns the tokens u counts, and whether it counts any; it is
 	// between 0 and policy.MaxLimit.
 	total(u *usageJSON) (int64, bool)
+	// unmetered returns the path prefixes that reach model calls the
+	// gateway cannot meter: never forwarded, whatever Config.Passthrough
+	// says.
+	unmetered() []string
 	// event reads one event of a stream of route r, its name and its data,
 	// into st and says what to do with it.
 	event(st *streamState, r route, name string, data []byte) eventAction
@@ -152,9 +156,13 @@ type Upstream struct {
 // Config configures the gateway routes, /llm/{upstream}/...
 type Config struct {
 	Upstreams []Upstream
-	// Passthrough forwards the paths no metered route takes, each counted
-	// as a request with no tokens; without it they are a 404.
-	Passthrough bool
+	// Passthrough lists the path prefixes (such as /files, at a segment
+	// boundary) whose paths no metered route takes the gateway forwards,
+	// each counted as a request with no tokens; other paths are a 404. A
+	// prefix that reaches model calls the gateway cannot meter (each
+	// protocol names them: batches, realtime sessions, assistants'
+	// runs, ...) is refused by Validate.
+	Passthrough []string
 	// MaxOutput is the output cap reserved for a call that sets none
 	// (0: DefaultMaxOutput).
 	MaxOutput int64
@@ -258,6 +266,64 @@ func ParseUpstream(spec string) (Upstream, error) {
 	return Upstream{Name: name, Protocol: protocol, BaseURL: u}, nil
 }
 
+// Validate reports whether c is a configuration New takes: each upstream
+// has a name, a known protocol and a base URL, no name is given twice,
+// and no passthrough prefix reaches a path a protocol of its upstreams
+// cannot meter (or holds one: "/" would forward everything).
+func (c *Config) Validate() error {
+	seen := map[string]bool{}
+	for _, up := range c.Upstreams {
+		p := protocolNamed(up.Protocol)
+		switch {
+		case up.BaseURL == nil || !upstreamNameRE.MatchString(up.Name) || p == nil:
+			return fmt.Errorf("upstream %q needs a name, a protocol (%s) and a base URL", up.Name, protocolNames())
+		case seen[up.Name]:
+			return fmt.Errorf("upstream %q is given twice", up.Name)
+		}
+		seen[up.Name] = true
+		for _, prefix := range c.Passthrough {
+			if !strings.HasPrefix(prefix, "/") || ambiguous(prefix) != "" || !cleanPath(prefix) {
+				return fmt.Errorf("passthrough prefix %q: want a plain path such as /files", prefix)
+			}
+			var reached []string
+			for _, u := range p.unmetered() {
+				if underPrefix(u, prefix) || underPrefix(prefix, u) {
+					reached = append(reached, u)
+				}
+			}
+			if len(reached) > 0 {
+				return fmt.Errorf("passthrough prefix %s would forward %s of upstream %s (%s) unmetered: the gateway cannot meter the model calls they make; name narrower prefixes",
+					prefix, strings.Join(reached, ", "), up.Name, up.Protocol)
+			}
+		}
+	}
+	return nil
+}
+
+// underPrefix reports whether path is prefix or under it, at a segment
+// boundary, ignoring letter case as some upstreams do.
+func underPrefix(path, prefix string) bool {
+	prefix = strings.TrimRight(prefix, "/")
+	return len(path) >= len(prefix) && strings.EqualFold(path[:len(prefix)], prefix) &&
+		(len(path) == len(prefix) || path[len(prefix)] == '/')
+}
+
+// passes reports whether the gateway forwards path, which no metered
+// route takes, of an upstream speaking p.
+func (g *Gateway) passes(p protocol, path string) bool {
+	for _, u := range p.unmetered() {
+		if underPrefix(path, u) {
+			return false
+		}
+	}
+	for _, prefix := range g.passthrough {
+		if strings.HasPrefix(path, strings.TrimRight(prefix, "/")) && underPrefix(path, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
 // upstream is a configured upstream with its protocol.
 type upstream struct {
 	Upstream
@@ -270,7 +336,7 @@ type Gateway struct {
 	Deps
 	upstreams   map[string]*upstream
 	transport   http.RoundTripper
-	passthrough bool
+	passthrough []string
 	maxOutput   int64
 	maxBody     int64
 	drain       time.Duration
@@ -280,9 +346,8 @@ type Gateway struct {
 	onClientGone, onSettled func()
 }
 
-// New returns the gateway of cfg. It panics on a configuration no caller
-// should make: a nil base URL, an unknown protocol or a name given twice
-// (main checks what it reads before).
+// New returns the gateway of cfg. It panics on a configuration Validate
+// refuses (main validates what it reads before).
 func New(cfg *Config, deps Deps) *Gateway {
 	g := &Gateway{
 		Deps:         deps,
@@ -304,15 +369,11 @@ func New(cfg *Config, deps Deps) *Gateway {
 		}
 	}
 	g.maxOutput = min(g.maxOutput, policy.MaxLimit)
+	if err := cfg.Validate(); err != nil {
+		panic("gateway: " + err.Error())
+	}
 	for _, up := range cfg.Upstreams {
-		p := protocolNamed(up.Protocol)
-		if up.BaseURL == nil || !upstreamNameRE.MatchString(up.Name) || p == nil {
-			panic(fmt.Sprintf("gateway: upstream %q needs a name, a protocol (%s) and a base URL", up.Name, protocolNames()))
-		}
-		if g.upstreams[up.Name] != nil {
-			panic(fmt.Sprintf("gateway: upstream %q is given twice", up.Name))
-		}
-		g.upstreams[up.Name] = &upstream{Upstream: up, proto: p}
+		g.upstreams[up.Name] = &upstream{Upstream: up, proto: protocolNamed(up.Protocol)}
 	}
 	if g.transport == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
@@ -553,8 +614,8 @@ func (x *exchange) serve() {
 		x.models()
 	case x.route != routeOther:
 		x.metered()
-	case !x.g.passthrough || nearRoute(x.up.proto, x.path):
-		x.fail(http.StatusNotFound, errNotFound, fmt.Sprintf("no route %s %s: the gateway forwards only its metered routes", x.req.Method, policy.Quote(x.path)))
+	case !x.g.passes(x.up.proto, x.path) || nearRoute(x.up.proto, x.path):
+		x.fail(http.StatusNotFound, errNotFound, fmt.Sprintf("no route %s %s: the gateway forwards only its metered routes and the passthrough prefixes", x.req.Method, policy.Quote(x.path)))
 	default:
 		x.passthrough()
 	}

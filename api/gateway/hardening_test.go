@@ -2,11 +2,16 @@ package gateway_test
 
 import (
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
 	"github.com/policyguard/policyguard/api/gateway"
 )
+
+// passthroughPrefixes are the passthrough prefixes of the tests that
+// forward: every path they forward is under one.
+var passthroughPrefixes = []string{"/files", "/audio", "/chat", "/v1/chat", "/v1/messages/count_tokens"}
 
 // A path or query an upstream might read otherwise than the gateway (an
 // escaped letter, which common servers decode before routing, a space or
@@ -15,7 +20,7 @@ import (
 // forwarded unmetered under another spelling, and nothing is counted or
 // sent.
 func TestGatewayCanonicalPath(t *testing.T) {
-	e, key := newGatewayEnv(t, func(c *gateway.Config) { c.Passthrough = true })
+	e, key := newGatewayEnv(t, func(c *gateway.Config) { c.Passthrough = passthroughPrefixes })
 	auth := map[string]string{"Authorization": "Bearer " + key}
 	body := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`
 	for _, tc := range []struct{ protocol, path string }{
@@ -98,4 +103,72 @@ func TestGatewayCaseVariantNames(t *testing.T) {
 	if tokens, inFlight, requests := e.usage("alice"); tokens != 0 || inFlight != 0 || requests != 0 {
 		t.Errorf("alice: %d tokens, %d in flight, %d requests; want nothing counted", tokens, inFlight, requests)
 	}
+}
+
+// Passthrough forwards only the paths under the prefixes it lists, and
+// refuses at start a prefix that would reach model calls the gateway
+// cannot meter (batches, realtime sessions, assistants' runs, ...): a way
+// to spend any model's tokens unmetered.
+func TestGatewayPassthroughAllowlist(t *testing.T) {
+	e, key := newGatewayEnv(t, nil)
+	for _, tc := range []struct {
+		prefixes []string
+		want     string // in the error; "" for none
+	}{
+		{passthroughPrefixes, ""},
+		{[]string{"/files", "/batches"}, "/batches"},
+		{[]string{"/BATCHES"}, "/batches"},
+		{[]string{"/"}, "/batches"},
+		{[]string{"/realtime/sessions"}, "/realtime"},
+		{[]string{"/threads"}, "/threads"},
+		{[]string{"/assistants/"}, "/assistants"},
+		{[]string{"/v1"}, "/v1/messages/batches"},
+		{[]string{"/v1/messages"}, "/v1/messages/batches"},
+		{[]string{"/v1/complete"}, "/v1/complete"},
+		{[]string{"files"}, "want a plain path"},
+		{[]string{"/files/../batches"}, "want a plain path"},
+	} {
+		cfg := gateway.Config{Upstreams: []gateway.Upstream{
+			{Name: "openai", Protocol: gateway.ProtocolOpenAI, BaseURL: mustURL(t, e.server.URL), Key: "k"},
+			{Name: "claude", Protocol: gateway.ProtocolAnthropic, BaseURL: mustURL(t, e.server.URL), Key: "k"},
+		}, Passthrough: tc.prefixes}
+		err := cfg.Validate()
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("Validate of %q: %v, want an error naming %q", tc.prefixes, err, tc.want)
+		}
+	}
+
+	e, key = newGatewayEnv(t, func(c *gateway.Config) { c.Passthrough = []string{"/files", "/v1/files"} })
+	for _, tc := range []struct {
+		method, path string
+		forwarded    bool
+	}{
+		{"GET", "/llm/openai/files", true},
+		{"GET", "/llm/openai/files/file-abc/content", true},
+		{"GET", "/llm/claude/v1/files", true},
+		{"POST", "/llm/openai/batches", false},
+		{"GET", "/llm/openai/batches/batch_1", false},
+		{"POST", "/llm/claude/v1/messages/batches", false},
+		{"POST", "/llm/openai/realtime/sessions", false},
+		{"POST", "/llm/openai/threads/runs", false},
+		{"GET", "/llm/openai/filesystem", false},
+		{"GET", "/llm/openai/Files", false},
+		{"POST", "/llm/openai/audio/speech", false},
+	} {
+		sent := len(e.fake.Requests())
+		res, body := e.rawURL(tc.method, tc.path, `{}`, map[string]string{"Authorization": "Bearer " + key})
+		forwarded := len(e.fake.Requests()) > sent
+		if forwarded != tc.forwarded || tc.forwarded && res.StatusCode != 200 || !tc.forwarded && res.StatusCode != 404 {
+			t.Errorf("%s %s: %d %s (forwarded %t), want forwarded %t", tc.method, tc.path, res.StatusCode, body, forwarded, tc.forwarded)
+		}
+	}
+}
+
+func mustURL(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }

@@ -28,6 +28,13 @@ var openAIPaths = map[string]route{
 
 func (openAI) paths() (map[string]route, string) { return openAIPaths, "/models" }
 
+// unmetered are the paths that make model calls whose tokens no answer
+// of theirs reports to the gateway: batches, realtime sessions, the
+// assistants' threads and runs, evals and fine-tuning jobs.
+func (openAI) unmetered() []string {
+	return []string{"/batches", "/realtime", "/assistants", "/threads", "/evals", "/fine_tuning"}
+}
+
 func (openAI) gatewayKey(http.Header) (string, string) { return "", "Authorization: Bearer <key>" }
 
 func (openAI) authorize(h http.Header, key string) { h["Authorization"] = []string{"Bearer " + key} }

@@ -395,6 +395,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		upstreams = append(upstreams, s)
 		return nil
 	})
+	// Gateway body memory: an entry for the configuration table.
+	bodyMemory := env("GUARDRAIL_GATEWAY_BODY_MEMORY", strconv.Itoa(gateway.DefaultBodyMemory))
+	fs.StringVar(&bodyMemory, "gateway-body-memory", bodyMemory, fmt.Sprintf("the bytes of gateway request bodies held at once; a request that finds no room within 2s is a 503 (GUARDRAIL_GATEWAY_BODY_MEMORY, default %d, 256 MiB)", gateway.DefaultBodyMemory))
 	// Gateway passthrough: an entry for the configuration table.
 	passthrough := env("GUARDRAIL_GATEWAY_PASSTHROUGH", "")
 	fs.StringVar(&passthrough, "gateway-passthrough", passthrough, "comma-separated path prefixes, such as /files,/models, whose other gateway paths are forwarded, each counted as a request with no tokens; prefixes of model calls the gateway cannot meter (batches, realtime, ...) are refused; other paths are a 404 (GUARDRAIL_GATEWAY_PASSTHROUGH)")
@@ -518,6 +521,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if gw.MaxOutput, err = strconv.ParseInt(maxOutput, 10, 64); err != nil || gw.MaxOutput < 1 || gw.MaxOutput > policy.MaxLimit {
 		return cfg, fmt.Errorf("gateway max output %q: must be a whole number of tokens from 1 to %d (-gateway-max-output, GUARDRAIL_GATEWAY_MAX_OUTPUT)", maxOutput, policy.MaxLimit)
+	}
+	if gw.BodyMemory, err = strconv.ParseInt(bodyMemory, 10, 64); err != nil || gw.BodyMemory < 1 {
+		return cfg, fmt.Errorf("gateway body memory %q: must be a whole number of bytes of at least 1 (-gateway-body-memory, GUARDRAIL_GATEWAY_BODY_MEMORY)", bodyMemory)
 	}
 	if gw.MaxBody, err = strconv.ParseInt(maxBody, 10, 64); err != nil || gw.MaxBody < 1 {
 		return cfg, fmt.Errorf("gateway max body %q: must be a whole number of bytes of at least 1 (-gateway-max-body, GUARDRAIL_GATEWAY_MAX_BODY)", maxBody)

@@ -54,6 +54,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/policyguard/policyguard/policy"
 )
@@ -137,7 +138,16 @@ const (
 	DefaultDrain           = 60 * time.Second
 	DefaultUpstreamTimeout = 10 * time.Minute
 	DefaultMaxBody         = 32 << 20
+	DefaultBodyMemory      = 256 << 20
 )
+
+// defaultBodyReads is how many request bodies a user may send at once
+// when its tier sets no max_concurrent.
+const defaultBodyReads = 4
+
+// bodyMemoryWait is how long a request waits for room among the bytes of
+// request bodies held before it is answered 503.
+const bodyMemoryWait = 2 * time.Second
 
 // Upstream is a model API the gateway forwards to.
 type Upstream struct {
@@ -175,6 +185,10 @@ type Config struct {
 	// MaxBody is the largest request body accepted; more is a 413
 	// (0: DefaultMaxBody).
 	MaxBody int64
+	// BodyMemory bounds the bytes of request bodies held at once, from
+	// their reading to the end of their upstream exchange; a request that
+	// finds no room within bodyMemoryWait is a 503 (0: DefaultBodyMemory).
+	BodyMemory int64
 	// Transport sends the requests upstream; nil is a transport of the
 	// gateway's own. Redirects are never followed either way.
 	Transport http.RoundTripper
@@ -338,9 +352,14 @@ type Gateway struct {
 	transport   http.RoundTripper
 	passthrough []string
 	maxOutput   int64
-	maxBody     int64
-	drain       time.Duration
-	timeout     time.Duration
+	// bodyMem holds a unit per byte of request body held; bodyReads
+	// counts each user's bodies being read.
+	bodyMem   *semaphore.Weighted
+	readsMu   sync.Mutex
+	bodyReads map[string]int64
+	maxBody   int64
+	drain     time.Duration
+	timeout   time.Duration
 
 	ticker                  func(time.Duration) (<-chan time.Time, func())
 	onClientGone, onSettled func()
@@ -356,6 +375,8 @@ func New(cfg *Config, deps Deps) *Gateway {
 		passthrough:  cfg.Passthrough,
 		maxOutput:    orDefault(cfg.MaxOutput, DefaultMaxOutput),
 		maxBody:      orDefault(cfg.MaxBody, DefaultMaxBody),
+		bodyMem:      semaphore.NewWeighted(orDefault(cfg.BodyMemory, DefaultBodyMemory)),
+		bodyReads:    map[string]int64{},
 		drain:        orDefault(cfg.Drain, DefaultDrain),
 		timeout:      orDefault(cfg.UpstreamTimeout, DefaultUpstreamTimeout),
 		ticker:       cfg.ticker,
@@ -539,6 +560,10 @@ type exchange struct {
 	drainT   *time.Timer
 
 	outcome string // the label of policyguard_gateway_requests_total
+	// bodyHeld is the bytes of body memory the exchange holds; reading
+	// reports whether it holds one of its user's body reads.
+	bodyHeld int64
+	reading  bool
 	// cut reports whether the upstream's answer ended early: the
 	// client's is then cut too, so that it does not take a part for the
 	// whole.
@@ -569,6 +594,9 @@ func (g *Gateway) Handle(c echo.Context) error {
 	x.path = strings.TrimPrefix(req.URL.EscapedPath(), "/llm/"+up.Name)
 	x.route = findRoute(up.proto, req.Method, x.path)
 	x.serve()
+	if x.bodyHeld > 0 {
+		g.bodyMem.Release(x.bodyHeld)
+	}
 	g.Metrics.ObserveRequest(up.Name, x.tier, x.outcome)
 	if x.cut && !x.gone.Load() {
 		// As httputil.ReverseProxy does: the server drops the
@@ -602,13 +630,6 @@ func (x *exchange) serve() {
 	if x.account, ok = x.accountOf(key); !ok {
 		return
 	}
-	// The request is a key holder's: it may take as long as the upstream
-	// does, which the server's own deadlines (made for checks) do not
-	// allow.
-	rc := http.NewResponseController(x.c.Response())
-	deadline := time.Now().Add(x.g.timeout + x.g.drain + time.Minute)
-	_ = rc.SetReadDeadline(deadline)
-	_ = rc.SetWriteDeadline(deadline)
 	switch {
 	case x.route == routeModels:
 		x.models()
@@ -879,21 +900,22 @@ func (x *exchange) clientGone() {
 
 // metered handles a call on a metered route.
 func (x *exchange) metered() {
-	body, ok := x.readBody()
-	if !ok {
-		return
-	}
-	cb, err := readCallBody(body)
-	if err != nil {
-		x.failErr(err)
-		return
-	}
 	tier, err := x.userTier()
 	if err != nil {
 		x.failErr(err)
 		return
 	}
 	x.tier = tier.Name
+	body, ok := x.readBody(&tier)
+	if !ok {
+		return
+	}
+	defer x.bodyRead()
+	cb, err := readCallBody(body)
+	if err != nil {
+		x.failErr(err)
+		return
+	}
 	if !tier.AllowsModel(cb.model) {
 		x.modelRefused(cb.model, tier.Name)
 		return
@@ -924,6 +946,7 @@ func (x *exchange) metered() {
 		x.failErr(err)
 		return
 	}
+	x.bodyRead()
 	x.keepAlive()
 	x.forward(bytes.NewReader(body), int64(len(body)), relayMetered, hide, nil)
 }
@@ -946,13 +969,20 @@ func (x *exchange) models() {
 func (x *exchange) passthrough() {
 	// Read whole before the check, so that one over the limit is
 	// refused before anything is counted or sent.
-	body, ok := x.readBody()
+	tier, err := x.userTier()
+	if err != nil {
+		x.failErr(err)
+		return
+	}
+	body, ok := x.readBody(&tier)
 	if !ok {
 		return
 	}
+	defer x.bodyRead()
 	if _, ok := x.check(0); !ok {
 		return
 	}
+	x.bodyRead()
 	defer x.settle(nil) // its reservation: 0
 	x.keepAlive()
 	var rd io.Reader = http.NoBody
@@ -962,23 +992,110 @@ func (x *exchange) passthrough() {
 	x.forward(rd, int64(len(body)), relayRaw, false, nil)
 }
 
-// readBody reads a metered call's body, at most MaxBody bytes; beyond
-// that it answers 413 and returns false.
-func (x *exchange) readBody() ([]byte, bool) {
+// readBody reads the request's body, at most MaxBody bytes (beyond
+// that it answers 413) and returns false, holding body memory for it; the
+// exchange then holds one of the user's body reads until bodyRead. A
+// user's body reads at once are at most its tier's max_concurrent (or
+// defaultBodyReads): more is a 429. Body memory that does not come within
+// bodyMemoryWait is a 503. The server's read deadline, meant for checks,
+// stands until the body is read and checked: only the upstream exchange
+// (forward) gets the long one.
+func (x *exchange) readBody(t *policy.Tier) ([]byte, bool) {
 	if x.req.ContentLength > x.g.maxBody {
 		x.tooLarge()
 		return nil, false
 	}
-	body, err := io.ReadAll(io.LimitReader(x.req.Body, x.g.maxBody+1))
-	switch {
-	case err != nil:
-		x.fail(http.StatusBadRequest, errInvalid, "the request body could not be read")
-		return nil, false
-	case int64(len(body)) > x.g.maxBody:
-		x.tooLarge()
+	reads := int64(defaultBodyReads)
+	if t.MaxConcurrent != nil && *t.MaxConcurrent > 0 {
+		reads = *t.MaxConcurrent
+	}
+	x.g.readsMu.Lock()
+	if x.g.bodyReads[x.user] >= reads {
+		x.g.readsMu.Unlock()
+		h := x.c.Response().Header()
+		h.Set("Retry-After", "1")
+		h.Set("Retry-After-Ms", "1000")
+		x.fail(http.StatusTooManyRequests, errRateLimit, fmt.Sprintf("user %s is sending %d request bodies already, the most its tier's max_concurrent allows", policy.Quote(x.user), reads))
 		return nil, false
 	}
-	return body, true
+	x.g.bodyReads[x.user]++
+	x.g.readsMu.Unlock()
+	x.reading = true
+	body, status := x.readHeld()
+	switch status {
+	case http.StatusOK:
+		return body, true
+	case http.StatusServiceUnavailable:
+		h := x.c.Response().Header()
+		h.Set("Retry-After", "1")
+		h.Set("Retry-After-Ms", "1000")
+		x.fail(status, errUnavailable, "the gateway holds as many request bodies as it may; try again")
+	case http.StatusRequestEntityTooLarge:
+		x.tooLarge()
+	default:
+		x.fail(http.StatusBadRequest, errInvalid, "the request body could not be read")
+	}
+	x.bodyRead()
+	return nil, false
+}
+
+// readHeld reads the body into memory it holds (x.bodyHeld), the declared
+// length at once, else a MiB at a time, and returns it with 200, or 400,
+// 413 or 503.
+func (x *exchange) readHeld() ([]byte, int) {
+	hold := func(n int64) bool {
+		ctx, cancel := context.WithTimeout(x.req.Context(), bodyMemoryWait)
+		defer cancel()
+		if x.g.bodyMem.Acquire(ctx, n) != nil {
+			return false
+		}
+		x.bodyHeld += n
+		return true
+	}
+	if n := x.req.ContentLength; n >= 0 {
+		if !hold(n) {
+			return nil, http.StatusServiceUnavailable
+		}
+		body := make([]byte, n)
+		if _, err := io.ReadFull(x.req.Body, body); err != nil {
+			return nil, http.StatusBadRequest
+		}
+		return body, http.StatusOK
+	}
+	var buf bytes.Buffer
+	for {
+		const step = 1 << 20
+		if !hold(step) {
+			return nil, http.StatusServiceUnavailable
+		}
+		buf.Grow(step)
+		n, err := io.CopyN(&buf, x.req.Body, step)
+		switch {
+		case int64(buf.Len()) > x.g.maxBody:
+			return nil, http.StatusRequestEntityTooLarge
+		case err == io.EOF:
+			// Give back what the last step did not take.
+			x.g.bodyMem.Release(step - n)
+			x.bodyHeld -= step - n
+			return buf.Bytes(), http.StatusOK
+		case err != nil:
+			return nil, http.StatusBadRequest
+		}
+	}
+}
+
+// bodyRead ends the exchange's body read, once: the user may send
+// another.
+func (x *exchange) bodyRead() {
+	if !x.reading {
+		return
+	}
+	x.reading = false
+	x.g.readsMu.Lock()
+	if x.g.bodyReads[x.user]--; x.g.bodyReads[x.user] <= 0 {
+		delete(x.g.bodyReads, x.user)
+	}
+	x.g.readsMu.Unlock()
 }
 
 func (x *exchange) tooLarge() {

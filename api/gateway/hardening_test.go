@@ -1,10 +1,20 @@
 package gateway_test
 
 import (
+	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/policyguard/policyguard/api/gateway"
 )
@@ -171,4 +181,164 @@ func mustURL(t *testing.T, s string) *url.URL {
 		t.Fatal(err)
 	}
 	return u
+}
+
+// peakRSS returns the process's peak resident set since resetPeakRSS, in
+// bytes, from VmHWM in /proc/self/status.
+func peakRSS(t *testing.T) int64 {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skipf("no /proc/self/status: %v", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmHWM:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	t.Skip("no VmHWM in /proc/self/status")
+	return 0
+}
+
+// resetPeakRSS starts peakRSS's count again (Linux 4.0 on).
+func resetPeakRSS(t *testing.T) {
+	t.Helper()
+	runtime.GC()
+	debug.FreeOSMemory()
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		t.Skipf("cannot reset the peak RSS: %v", err)
+	}
+}
+
+// bigBody is a chat completion body of about size bytes, made as it is
+// read: a long conversation of 4 KiB messages. It returns its length.
+func bigBody(size int) (io.Reader, int64) {
+	const head, tail = `{"model":"gpt-4o-mini","messages":[`, `{"role":"user","content":"end"}]}`
+	msg := `{"role":"user","content":"` + strings.Repeat("a", 4096) + `"},`
+	n := size / len(msg)
+	return io.MultiReader(strings.NewReader(head), &repeatReader{s: msg, n: n}, strings.NewReader(tail)),
+		int64(len(head) + n*len(msg) + len(tail))
+}
+
+type repeatReader struct {
+	s   string
+	n   int
+	off int
+}
+
+func (r *repeatReader) Read(p []byte) (int, error) {
+	total := 0
+	for len(p) > 0 && r.n > 0 {
+		c := copy(p, r.s[r.off:])
+		p, total, r.off = p[c:], total+c, r.off+c
+		if r.off == len(r.s) {
+			r.off, r.n = 0, r.n-1
+		}
+	}
+	if total == 0 && r.n == 0 {
+		return 0, io.EOF
+	}
+	return total, nil
+}
+
+// One key holder posting 30 bodies of 32 MiB at once does not take the
+// process's memory: the user's body reads at once are at most its
+// max_concurrent (5), the others a 429 before their body is read, and
+// every body held counts against -gateway-body-memory. All are answered
+// 429 (the tier's tokens do not cover them), none is forwarded, and the
+// process's peak RSS stays under 400 MiB (30 bodies read at once took
+// 1.5 GB).
+func TestGatewayBodyMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("sends 960 MiB over loopback")
+	}
+	e, key := newGatewayEnv(t, nil)
+	e.putTier("big", `{"requests_per_minute":1000,"requests_per_hour":10000,"requests_per_day":100000,"burst_allowance":0,"tokens_per_day":1000,"max_concurrent":5}`)
+	e.assign("alice", "big")
+	resetPeakRSS(t)
+	const size = 32 << 20
+	statuses := make([]int, 30)
+	var wg sync.WaitGroup
+	for i := range statuses {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body, length := bigBody(size)
+			req, _ := http.NewRequest(http.MethodPost, e.server.URL+"/llm/openai/chat/completions", body)
+			req.ContentLength = length
+			req.Header.Set("Authorization", "Bearer "+key)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				statuses[i] = -1 // refused before the body was sent whole
+				return
+			}
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			statuses[i] = res.StatusCode
+		}()
+	}
+	wg.Wait()
+	peak := peakRSS(t)
+	answered := 0
+	for i, status := range statuses {
+		if status != http.StatusTooManyRequests && status != -1 {
+			t.Errorf("request %d: %d, want 429", i, status)
+		}
+		if status > 0 {
+			answered++
+		}
+	}
+	if answered < 5 {
+		t.Errorf("%d requests answered, want at least the 5 read", answered)
+	}
+	if n := len(e.fake.Requests()); n != 0 {
+		t.Errorf("%d requests reached the upstream", n)
+	}
+	t.Logf("peak RSS %d MiB", peak>>20)
+	if peak > 400<<20 {
+		t.Errorf("peak RSS %d MiB, want under 400 MiB", peak>>20)
+	}
+}
+
+// A key holder's body sent slowly is cut by the server's read timeout, as
+// anyone's is: the long deadline of an upstream exchange begins only once
+// the body is read and the call checked.
+func TestGatewaySlowBodyCut(t *testing.T) {
+	e, key := newGatewayEnv(t, nil)
+	srv := httptest.NewUnstartedServer(e.srv)
+	srv.Config.ReadTimeout = 300 * time.Millisecond
+	srv.Start()
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	fmt.Fprintf(conn, "POST /llm/openai/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{", key)
+	answered := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, conn) // until the server answers and closes, or only closes
+		close(answered)
+	}()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-answered:
+			if took := time.Since(start); took > 3*time.Second {
+				t.Errorf("the slow body was cut after %v, want about the read timeout", took)
+			}
+			if n := len(e.fake.Requests()); n != 0 {
+				t.Errorf("%d requests reached the upstream", n)
+			}
+			return
+		case <-tick.C:
+			conn.Write([]byte(" ")) // a byte of white space at a time
+			if time.Since(start) > 6*time.Second {
+				t.Fatalf("the slow body was still being read after %v", time.Since(start))
+			}
+		}
+	}
 }

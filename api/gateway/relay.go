@@ -77,6 +77,13 @@ func (x *exchange) forward(body io.Reader, length int64, mode relayMode, hideUsa
 	}()
 	stopWatch := context.AfterFunc(x.req.Context(), x.clientGone)
 	defer stopWatch()
+	// The body is read and the call checked: the exchange may take as
+	// long as the upstream does, which the server's own deadlines (made
+	// for checks) do not allow.
+	rc := http.NewResponseController(x.c.Response())
+	deadline := time.Now().Add(x.g.timeout + x.g.drain + time.Minute)
+	_ = rc.SetReadDeadline(deadline)
+	_ = rc.SetWriteDeadline(deadline)
 
 	req, err := x.upstreamRequest(ctx, body, length)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/policyguard/policyguard/api/gateway"
+	"github.com/policyguard/policyguard/api/internal/fakeupstream"
 )
 
 // passthroughPrefixes are the passthrough prefixes of the tests that
@@ -340,5 +341,59 @@ func TestGatewaySlowBodyCut(t *testing.T) {
 				t.Fatalf("the slow body was still being read after %v", time.Since(start))
 			}
 		}
+	}
+}
+
+// An upstream's answer cannot take the process's memory: a gzip body of
+// about 512 KiB that expands to 512 MiB, as a JSON answer (its usage
+// after the expanse) and as an event stream (one line of it), keeps the
+// process's peak RSS under 400 MiB. The JSON answer is relayed whole and
+// settled at its reservation (its usage is past what the gateway reads);
+// the stream is cut at its long line, charged its reservation. Either
+// way the call is settled, and the upstream's connection closed.
+func TestGatewayAnswerBomb(t *testing.T) {
+	if testing.Short() {
+		t.Skip("decompresses 1 GiB")
+	}
+	e, key := newGatewayEnv(t, nil)
+	for _, tc := range []struct {
+		flag      string
+		wholeSize int64 // relayed whole; -1: cut
+	}{
+		{"bomb-json", 512 << 20},
+		{"bomb-stream", -1},
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			tokensBefore, _, _ := e.usage("alice")
+			resetPeakRSS(t)
+			req, _ := http.NewRequest(http.MethodPost, e.server.URL+"/llm/openai/chat/completions", strings.NewReader(chatBody))
+			req.Header.Set("Authorization", "Bearer "+key)
+			req.Header.Set("X-Fake", tc.flag)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			peak := peakRSS(t)
+			if res.StatusCode != 200 {
+				t.Errorf("status %d, want 200", res.StatusCode)
+			}
+			if tc.wholeSize > 0 && (err != nil || n < tc.wholeSize) {
+				t.Errorf("relayed %d bytes (%v), want all of the answer", n, err)
+			}
+			if tc.wholeSize < 0 && (err == nil || n > 2<<20) {
+				t.Errorf("relayed %d bytes (%v), want the stream cut at its long line", n, err)
+			}
+			await(t, e.settled, "the settle")
+			tokens, inFlight, _ := e.usage("alice")
+			if inFlight != 0 || tokens-tokensBefore <= fakeupstream.ChatTokens {
+				t.Errorf("%d tokens charged, %d in flight; want the reservation charged", tokens-tokensBefore, inFlight)
+			}
+			t.Logf("peak RSS %d MiB", peak>>20)
+			if peak > 400<<20 {
+				t.Errorf("peak RSS %d MiB, want under 400 MiB", peak>>20)
+			}
+		})
 	}
 }

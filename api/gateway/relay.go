@@ -47,8 +47,24 @@ const (
 	relayRaw                      // passthrough: as it comes
 )
 
-// maxModelList is the largest model list the gateway reads to filter.
-const maxModelList = 16 << 20
+// What the gateway holds of an upstream's answer is bounded, whatever
+// the answer, compressed or not:
+//
+//   - maxModelList of a model list, which is filtered whole;
+//   - maxUsageScan of a JSON answer, which is relayed as it comes while
+//     its usage is read from it: an answer whose usage is not within its
+//     first maxUsageScan bytes (decompressed) is relayed on and settled at
+//     its reservation;
+//   - maxEvent of an event of a stream: a longer line or event ends the
+//     relay, as an answer cut short, and the call is charged its
+//     reservation;
+//   - maxErrorBody of an answer other than 2xx, the rest relayed as it
+//     comes.
+const (
+	maxModelList = 16 << 20
+	maxUsageScan = 16 << 20
+	maxEvent     = 1 << 20
+)
 
 // maxErrorBody is how much of an answer other than 2xx the gateway reads
 // to remove the upstream's key from it, should the upstream echo it.
@@ -146,7 +162,7 @@ func (x *exchange) forward(body io.Reader, length int64, mode relayMode, hideUsa
 	default:
 		x.writeHeader(res, decoded)
 		tee := io.TeeReader(rd, writerFunc(x.write))
-		u, found := readUsage(tee)
+		u, found := readUsage(io.LimitReader(tee, maxUsageScan))
 		_, err := io.Copy(io.Discard, tee)
 		up.close()
 		if n, ok := x.up.proto.total(&u); found && ok {
@@ -526,6 +542,11 @@ func (x *exchange) relayStream(ctx context.Context, r io.Reader, up *upstreamBod
 	for {
 		line, err := br.ReadSlice('\n')
 		ev = append(ev, line...)
+		if len(ev) > maxEvent {
+			x.logCut(ctx, fmt.Errorf("an event longer than %d bytes", maxEvent))
+			x.cut, st.final = true, false // charged its reservation
+			break
+		}
 		if err == bufio.ErrBufferFull {
 			continue
 		}

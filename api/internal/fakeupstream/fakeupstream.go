@@ -18,9 +18,14 @@
 //	no-usage     answers 200 with a body that reports no usage
 //	usage-is-reservation  answers an Anthropic message whose usage is the
 //	             gateway's reservation for it: its body's bytes and max_tokens
+//	bomb-json    answers a chat completion, gzip-encoded, whose content is
+//	             512 MiB of "a" (about 512 KiB sent), its usage after it
+//	bomb-stream  answers an event stream, gzip-encoded, whose first event
+//	             is a line of 512 MiB
 package fakeupstream
 
 import (
+	"bytes"
 	"compress/gzip"
 	"fmt"
 	"io"
@@ -189,6 +194,17 @@ func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"id":"msg_1","type":"message","role":"assistant","content":[],"usage":{"input_tokens":%d,"output_tokens":0}}`, len(body)+m.MaxTokens)
 		return
+	case flags["bomb-json"]:
+		h.Set("Content-Type", "application/json")
+		h.Set("Content-Encoding", "gzip")
+		w.Write(bomb(`{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"`,
+			`"},"finish_reason":"stop"}],"usage":{"prompt_tokens":11,"completion_tokens":7,"total_tokens":18}}`))
+		return
+	case flags["bomb-stream"]:
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Content-Encoding", "gzip")
+		w.Write(bomb(`data: {"choices":[{"index":0,"delta":{"content":"`, "\"}}]}\n\ndata: [DONE]\n\n"))
+		return
 	case flags["no-usage"]:
 		h.Set("Content-Type", "application/json")
 		io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[]}`)
@@ -338,4 +354,33 @@ func Stream(path, model string, includeUsage bool) []string {
 			event("message_stop", `{"type":"message_stop"}`))
 	}
 	return evs
+}
+
+// bombMiB is the size of the middle of a bomb, decompressed.
+const bombMiB = 512
+
+// bombMember is a gzip member of a MiB of "a", about a KiB compressed.
+var bombMember = sync.OnceValue(func() []byte {
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	zw.Write(bytes.Repeat([]byte("a"), 1<<20))
+	zw.Close()
+	return buf.Bytes()
+})
+
+// bomb returns a gzip body, of bombMiB+2 members that a reader joins,
+// that decompresses to head, bombMiB MiB of "a", and tail.
+func bomb(head, tail string) []byte {
+	var buf bytes.Buffer
+	member := func(s string) {
+		zw := gzip.NewWriter(&buf)
+		io.WriteString(zw, s)
+		zw.Close()
+	}
+	member(head)
+	for range bombMiB {
+		buf.Write(bombMember())
+	}
+	member(tail)
+	return buf.Bytes()
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"math"
 	"strconv"
 	"strings"
 
@@ -94,10 +95,13 @@ func readCallBody(body []byte) (callBody, error) {
 			if err != nil {
 				return cb, bodyError(body, err)
 			}
-			k, err := strconv.ParseInt(string(v), 10, 64)
-			if err != nil || k < 0 {
+			// As a number of any spelling: an upstream that validates
+			// loosely takes 1e3 or 1000.0 for 1000.
+			f, err := strconv.ParseFloat(string(v), 64)
+			if v.Kind() != '0' || err != nil || f < 0 || f != math.Trunc(f) {
 				continue // the upstream refuses it; nothing to reserve
 			}
+			k := int64(min(f, float64(policy.MaxLimit)))
 			if n == "n" || n == "best_of" {
 				cb.choices = max(cb.choices, min(k, maxChoices))
 			} else {

@@ -51,10 +51,11 @@ func readmeScript(t *testing.T, heading string) string {
 
 // The curl examples of "Rolling out a change" run as printed, in order, on
 // a fresh database with the admin token secret, and answer what the README
-// says they answer.
+// says they answer. The service runs on the test clock, so a figure read a
+// second later on a busy machine is still the one printed.
 func TestREADMERollingOutExamples(t *testing.T) {
 	script := readmeScript(t, "## Rolling out a change")
-	url, stop := startInProcess(t, filepath.Join(t.TempDir(), "readme.db"), "-admin-token", "secret")
+	url, stop := startInProcess(t, filepath.Join(t.TempDir(), "readme.db"), "-admin-token", "secret", "-test-clock")
 	t.Cleanup(func() { stop() })
 	out, err := exec.Command("bash", "-c", strings.ReplaceAll(script, "localhost:8080", strings.TrimPrefix(url, "http://"))).CombinedOutput()
 	if err != nil {
@@ -78,10 +79,11 @@ func TestREADMERollingOutExamples(t *testing.T) {
 
 // The curl examples of "Organizations" run as printed, in order, on a
 // fresh database with the admin token secret, and answer what the README
-// says they answer.
+// says they answer. On the test clock, as above: the refusal's retry_after
+// and the usage's reset read 60 however long the steps between them take.
 func TestREADMEOrganizationsExamples(t *testing.T) {
 	script := readmeScript(t, "## Organizations")
-	url, stop := startInProcess(t, filepath.Join(t.TempDir(), "readme.db"), "-admin-token", "secret")
+	url, stop := startInProcess(t, filepath.Join(t.TempDir(), "readme.db"), "-admin-token", "secret", "-test-clock")
 	t.Cleanup(func() { stop() })
 	out, err := exec.Command("bash", "-c", strings.ReplaceAll(script, "localhost:8080", strings.TrimPrefix(url, "http://"))).CombinedOutput()
 	if err != nil {
@@ -113,6 +115,9 @@ func TestREADMEOrganizationsExamples(t *testing.T) {
 
 // The Tour runs as printed, from a fresh database: it builds the binary,
 // starts it, walks every step and stops it, on a free port instead of 8080.
+// The binary inherits GUARDRAIL_TEST_CLOCK=true: no step of the Tour waits
+// for time to pass, and on a clock that stands still its resets read what
+// the README prints even when a loaded machine takes seconds between steps.
 func TestREADMETour(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary: skipped with -short")
@@ -125,7 +130,7 @@ func TestREADMETour(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	cmd := exec.Command("bash", "-c", strings.ReplaceAll(script, "127.0.0.1:8080", addr))
-	cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir())
+	cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir(), "GUARDRAIL_TEST_CLOCK=true")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("the Tour failed: %v\n%s", err, out)

@@ -114,7 +114,8 @@ func TestREADMEOrganizationsExamples(t *testing.T) {
 }
 
 // The Tour runs as printed, from a fresh database: it builds the binary,
-// starts it, walks every step and stops it, on a free port instead of 8080.
+// starts it, walks every step, stops it and removes its folder, on a free
+// port instead of 8080.
 // The binary inherits GUARDRAIL_TEST_CLOCK=true: no step of the Tour waits
 // for time to pass, and on a clock that stands still its resets read what
 // the README prints even when a loaded machine takes seconds between steps.
@@ -129,11 +130,21 @@ func TestREADMETour(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
+	tmp := t.TempDir()
 	cmd := exec.Command("bash", "-c", strings.ReplaceAll(script, "127.0.0.1:8080", addr))
-	cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir(), "GUARDRAIL_TEST_CLOCK=true")
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp, "GUARDRAIL_TEST_CLOCK=true")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("the Tour failed: %v\n%s", err, out)
+	}
+	// The Tour ends by stopping the service and removing its folder: a
+	// reader who ran it has nothing left behind, and nothing still listens.
+	if left, err := os.ReadDir(tmp); err != nil || len(left) != 0 {
+		t.Errorf("the Tour left %v behind in its temporary folder (%v)", left, err)
+	}
+	if c, err := net.Dial("tcp", addr); err == nil {
+		c.Close()
+		t.Errorf("the service still listens on %s after the Tour", addr)
 	}
 	for _, want := range []string{
 		`{"allowed":true,"reason":null,"retry_after":0,"tier":"pro","guardrail":"rate_limiter","windows":{"minute":{"limit":70,"remaining":69,"reset":60},"hour":{"limit":2000,"remaining":1999,"reset":3600},"day":{"limit":20000,"remaining":19999,"reset":86400}},"call_id":null}`,

@@ -17,7 +17,7 @@ import (
 
 // newKeyEnv is newEnv with the service at hand, to authenticate with the
 // keys the API makes, and a JSON log to search.
-func newKeyEnv(t *testing.T) (*env, *policy.Service, *logBuffer) {
+func newKeyEnv(t *testing.T) (*env, *policy.Service, *dbtest.LockedBuffer) {
 	t.Helper()
 	store, err := db.Open(context.Background(), dbtest.DSN(t, "test.db"))
 	if err != nil {
@@ -26,7 +26,7 @@ func newKeyEnv(t *testing.T) (*env, *policy.Service, *logBuffer) {
 	t.Cleanup(func() { store.Close() })
 	clk := policy.NewTestClock(t0)
 	svc := policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithUsers(store), policy.WithKeys(store))
-	logs := &logBuffer{}
+	logs := &dbtest.LockedBuffer{}
 	srv := api.NewServer(api.Config{
 		Service: svc,
 		Health:  store.Ping,

@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -10,7 +9,6 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/labstack/echo/v4"
@@ -21,27 +19,8 @@ import (
 	"github.com/policyguard/policyguard/policy"
 )
 
-// logBuffer collects log output; the server logs from one goroutine per
-// request.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// lines returns the JSON log lines written so far.
-func (b *logBuffer) lines(t *testing.T) []map[string]any {
+// logLines returns the JSON log lines written to b so far.
+func logLines(t *testing.T, b *dbtest.LockedBuffer) []map[string]any {
 	t.Helper()
 	var out []map[string]any
 	for _, l := range strings.Split(strings.TrimSpace(b.String()), "\n") {
@@ -71,7 +50,7 @@ func (panicGuardrail) Check(_ context.Context, c *policy.Check) (policy.Decision
 
 // newLogEnv is the service logging JSON into the returned buffer, as
 // -log-format json does.
-func newLogEnv(t *testing.T) (*env, *logBuffer) {
+func newLogEnv(t *testing.T) (*env, *dbtest.LockedBuffer) {
 	t.Helper()
 	store, err := db.Open(context.Background(), dbtest.DSN(t, "test.db"))
 	if err != nil {
@@ -79,7 +58,7 @@ func newLogEnv(t *testing.T) (*env, *logBuffer) {
 	}
 	t.Cleanup(func() { store.Close() })
 	clk := policy.NewTestClock(t0)
-	logs := &logBuffer{}
+	logs := &dbtest.LockedBuffer{}
 	srv := api.NewServer(api.Config{
 		Service: policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithGuardrails(panicGuardrail{})),
 		Health:  store.Ping,
@@ -158,7 +137,7 @@ func TestLogsKeepSecretsOut(t *testing.T) {
 		}
 	}
 	var access, failures int
-	for _, l := range logs.lines(t) {
+	for _, l := range logLines(t, logs) {
 		switch l["msg"] {
 		case "request":
 			access++
@@ -195,7 +174,7 @@ func TestRequestIDOnEveryLine(t *testing.T) {
 		{"panic", "panic-id", true, `{"context":{"user_id":"panic"}}`, 500, []string{"panic", "request failed", "request"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := len(logs.lines(t))
+			before := len(logLines(t, logs))
 			header := map[string]string{}
 			if tc.sent != "" {
 				header["X-Request-Id"] = tc.sent
@@ -211,7 +190,7 @@ func TestRequestIDOnEveryLine(t *testing.T) {
 			if !tc.keep && !generated.MatchString(id) {
 				t.Fatalf("X-Request-Id = %q, want 32 hex digits in place of %q", id, tc.sent)
 			}
-			lines := logs.lines(t)[before:]
+			lines := logLines(t, logs)[before:]
 			var msgs []string
 			for _, l := range lines {
 				msgs = append(msgs, l["msg"].(string))
@@ -228,7 +207,7 @@ func TestRequestIDOnEveryLine(t *testing.T) {
 	// Storage failures: the check's error line and the health check's.
 	e.store.Close()
 	for _, path := range []string{"/v1/check", "/healthz"} {
-		before := len(logs.lines(t))
+		before := len(logLines(t, logs))
 		method := "POST"
 		if path == "/healthz" {
 			method = "GET"
@@ -237,7 +216,7 @@ func TestRequestIDOnEveryLine(t *testing.T) {
 		if rec.Code != 503 {
 			t.Fatalf("%s on a closed store: %d", path, rec.Code)
 		}
-		lines := logs.lines(t)[before:]
+		lines := logLines(t, logs)[before:]
 		if len(lines) != 2 {
 			t.Fatalf("%s: %d lines, want an error line and an access line: %v", path, len(lines), lines)
 		}

@@ -32,7 +32,7 @@ func TestPagesShareTheMiddleware(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	logs := &logBuffer{}
+	logs := &dbtest.LockedBuffer{}
 	_, proxies, err := net.ParseCIDR("10.0.0.0/8")
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +67,7 @@ func TestPagesShareTheMiddleware(t *testing.T) {
 		{"GET", "/page/missing", "", 404, `{"message":"no such page thing"}`, []string{"request"}},
 		{"GET", "/page/panic", "", 500, `{"message":"internal error"}`, []string{"panic", "request failed", "request"}},
 	} {
-		before := len(logs.lines(t))
+		before := len(logLines(t, logs))
 		header := map[string]string{"X-Request-Id": "page-" + tc.path[len("/page/"):]}
 		if tc.body != "" {
 			header["Content-Type"] = "application/x-www-form-urlencoded"
@@ -80,7 +80,7 @@ func TestPagesShareTheMiddleware(t *testing.T) {
 			t.Errorf("%s %s: X-Request-Id %q, want %q", tc.method, tc.path, got, header["X-Request-Id"])
 		}
 		var msgs []string
-		for _, l := range logs.lines(t)[before:] {
+		for _, l := range logLines(t, logs)[before:] {
 			msgs = append(msgs, l["msg"].(string))
 			if l["id"] != header["X-Request-Id"] {
 				t.Errorf("%s %s: line %q has id %v", tc.method, tc.path, l["msg"], l["id"])

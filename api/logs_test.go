@@ -3,7 +3,6 @@ package api_test
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -13,8 +12,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/policyguard/policyguard/api"
-	"github.com/policyguard/policyguard/db"
 	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
@@ -48,33 +45,19 @@ func (panicGuardrail) Check(_ context.Context, c *policy.Check) (policy.Decision
 	return policy.Decision{Outcome: policy.Admitted}, nil
 }
 
-// newLogEnv is the service logging JSON into the returned buffer, as
-// -log-format json does.
-func newLogEnv(t *testing.T) (*env, *dbtest.LockedBuffer) {
+// newLogEnv is the service logging JSON into env.logs, as -log-format
+// json does, with a guardrail that panics for user "panic" and a page that
+// reads a form, as the admin page's sign-in does.
+func newLogEnv(t *testing.T) *env {
 	t.Helper()
-	store, err := db.Open(context.Background(), dbtest.DSN(t, "test.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	clk := policy.NewTestClock(t0)
-	logs := &dbtest.LockedBuffer{}
-	srv := api.NewServer(api.Config{
-		Service: policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithGuardrails(panicGuardrail{})),
-		Health:  store.Ping,
-		Admin:   policy.NewAdminGate(adminToken),
-		Logger:  slog.New(slog.NewJSONHandler(logs, nil)),
-		// A page that reads a form, as the admin page's sign-in does.
-		Pages: func(e *echo.Echo) {
-			e.POST("/page/login", func(c echo.Context) error {
-				if c.FormValue("token") != adminToken {
-					return c.NoContent(http.StatusUnauthorized)
-				}
-				return c.Redirect(http.StatusSeeOther, "/page")
-			})
-		},
-	})
-	return &env{t: t, srv: srv, store: store, clock: clk}, logs
+	return newEnv(t, withJSONLog(), withGuardrails(panicGuardrail{}), withPages(func(e *echo.Echo) {
+		e.POST("/page/login", func(c echo.Context) error {
+			if c.FormValue("token") != adminToken {
+				return c.NoContent(http.StatusUnauthorized)
+			}
+			return c.Redirect(http.StatusSeeOther, "/page")
+		})
+	}))
 }
 
 func send(h http.Handler, method, path, body string, header map[string]string) *httptest.ResponseRecorder {
@@ -91,7 +74,8 @@ func send(h http.Handler, method, path, body string, header map[string]string) *
 // can and asserts that none of them reaches the log, while every request
 // still gets its access line.
 func TestLogsKeepSecretsOut(t *testing.T) {
-	e, logs := newLogEnv(t)
+	e := newLogEnv(t)
+	logs := e.logs
 	const (
 		prompt      = "SECRET-PROMPT-the-user-typed-this"
 		bearer      = "SECRET-BEARER-of-an-agent"
@@ -156,7 +140,8 @@ func TestLogsKeepSecretsOut(t *testing.T) {
 // TestRequestIDOnEveryLine follows one request id from the client through
 // every line logged about its request, failures included.
 func TestRequestIDOnEveryLine(t *testing.T) {
-	e, logs := newLogEnv(t)
+	e := newLogEnv(t)
+	logs := e.logs
 	generated := regexp.MustCompile(`^[0-9a-f]{32}$`)
 	for _, tc := range []struct {
 		name, sent string

@@ -117,7 +117,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Gateway:        cfg.Gateway,
 	}), tlsCfg, handler)
 	if cfg.MetricsAddr != "" {
-		stopMetrics, err := cli.ServeMetrics(cfg.MetricsAddr, metrics.Handler(), handler, log, stdout)
+		stopMetrics, err := cli.ServeMetrics(cfg.MetricsAddr, metrics.Handler(), handler, stdout)
 		if err != nil {
 			return err
 		}

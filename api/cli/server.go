@@ -31,17 +31,17 @@ func NewHTTPServer(h http.Handler, tlsCfg *tls.Config, logs slog.Handler) *http.
 // ServeMetrics serves GET /metrics on addr, with the same deadlines as the
 // API: metrics on their own address can stay inside the network while the
 // API faces clients.
-func ServeMetrics(addr string, metrics http.Handler, handler slog.Handler, log *slog.Logger, stdout io.Writer) (stop func() error, err error) {
+func ServeMetrics(addr string, metrics http.Handler, logs slog.Handler, stdout io.Writer) (stop func() error, err error) {
 	mln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metrics)
-	msrv := NewHTTPServer(mux, nil, handler) // the same deadlines as the API's
+	msrv := NewHTTPServer(mux, nil, logs)
 	go func() {
 		if err := msrv.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server failed", "err", err)
+			slog.New(logs).Error("metrics server failed", "err", err)
 		}
 	}()
 	fmt.Fprintf(stdout, "metrics on http://%s/metrics\n", mln.Addr())

@@ -1,8 +1,13 @@
-// Package cli is what the policyguard command needs beyond wiring: the table
-// machinery its settings are read through, its subcommands ("tiers
-// export|import", "backup"), and the writer that batches its log. The
-// command's package main keeps the table itself, the one place a setting is
-// named, and starts the service.
+// Package cli is what the policyguard command needs beyond wiring: the
+// machinery its table of settings is read through (Setting, Parse), its
+// subcommands ("tiers export|import", "backup"), the writer that batches its
+// log, and its HTTP server's deadlines and graceful shutdown. The command's
+// package main keeps the table itself, the one place a setting is named,
+// and wires the service together.
+//
+// It imports api and policy, never db: main hands the subcommands what they
+// need of the store (an Opener, db.Backup), so that only main sees every
+// package.
 package cli
 
 import (

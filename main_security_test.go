@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/policyguard/policyguard/api/cli"
+	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -205,7 +207,7 @@ func TestWarnsWithoutAPITokenBeyondLoopback(t *testing.T) {
 // running service: an oversized header is refused with 431 and a client
 // that never finishes its headers is cut off.
 func TestHTTPServerLimits(t *testing.T) {
-	srv := newHTTPServer(http.NotFoundHandler(), nil, slog.DiscardHandler)
+	srv := cli.NewHTTPServer(http.NotFoundHandler(), nil, slog.DiscardHandler)
 	for name, d := range map[string]time.Duration{
 		"ReadHeaderTimeout": srv.ReadHeaderTimeout, "ReadTimeout": srv.ReadTimeout,
 		"WriteTimeout": srv.WriteTimeout, "IdleTimeout": srv.IdleTimeout,
@@ -266,7 +268,7 @@ func TestSecretsStayOutOfLogs(t *testing.T) {
 	guesses := []string{adminSecret[:len(adminSecret)-1], adminSecret + "0", apiSecret[:len(apiSecret)-1]}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stdout, logs := &lockedBuffer{}, &lockedBuffer{}
+	stdout, logs := &dbtest.LockedBuffer{}, &dbtest.LockedBuffer{}
 	done := make(chan error, 1)
 	args := []string{"-addr", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "secrets.db"), "-admin-token", adminSecret, "-api-token", apiSecret}
 	go func() { done <- run(ctx, args, func(string) string { return "" }, stdout, logs) }()

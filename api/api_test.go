@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -22,44 +21,6 @@ import (
 const adminToken = "test-admin-token"
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-
-type env struct {
-	t     *testing.T
-	srv   *api.Server
-	store *db.Store
-	clock *policy.TestClock
-}
-
-func newEnv(t *testing.T) *env {
-	t.Helper()
-	store, err := db.Open(context.Background(), dbtest.DSN(t, "test.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	clk := policy.NewTestClock(t0)
-	svc := policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithStats(store, store), policy.WithUsers(store), policy.WithKeys(store))
-	srv := api.NewServer(api.Config{
-		Service: svc,
-		Health:  store.Ping,
-		Admin:   policy.NewAdminGate(adminToken),
-		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	return &env{t: t, srv: srv, store: store, clock: clk}
-}
-
-// do sends a request through the whole Echo instance and returns the answer.
-func (e *env) do(method, path, body string, admin bool) *httptest.ResponseRecorder {
-	e.t.Helper()
-	req := httptest.NewRequest(method, path, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	if admin {
-		req.Header.Set("Authorization", "Bearer "+adminToken)
-	}
-	rec := httptest.NewRecorder()
-	e.srv.ServeHTTP(rec, req)
-	return rec
-}
 
 func decode[T any](t *testing.T, rec *httptest.ResponseRecorder) T {
 	t.Helper()
@@ -79,13 +40,6 @@ type decision struct {
 	Windows    map[string]struct {
 		Limit, Remaining, Reset int64
 	} `json:"windows"`
-}
-
-func (e *env) putTier(name, body string) {
-	e.t.Helper()
-	if rec := e.do(http.MethodPut, "/v1/tiers/"+name, body, true); rec.Code != http.StatusCreated && rec.Code != http.StatusOK {
-		e.t.Fatalf("put tier: %d %s", rec.Code, rec.Body)
-	}
 }
 
 func TestLessonCheckOverHTTP(t *testing.T) {
@@ -514,6 +468,33 @@ func TestTrustedProxiesNameTheClient(t *testing.T) {
 	}
 	if got := get(direct, "192.0.2.60:3000", "198.51.100.99", adminToken); got != http.StatusTooManyRequests {
 		t.Errorf("without trusted proxies X-Forwarded-For escaped the throttle: %d, want 429", got)
+	}
+}
+
+// A request without a token guesses nothing, so it is a 401 that does not
+// count toward the throttle: anyone at a shared address (NAT, a proxy not
+// named as trusted) sending such requests cannot lock out the admins there.
+func TestAdminAPINoTokenIsNotCounted(t *testing.T) {
+	e := newEnv(t)
+	get := func(header string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodGet, "/v1/tiers/free", nil)
+		req.RemoteAddr = "192.0.2.77:443"
+		if header != "" {
+			req.Header.Set("Authorization", header)
+		}
+		rec := httptest.NewRecorder()
+		e.srv.ServeHTTP(rec, req)
+		return rec
+	}
+	for i := range 3 * policy.MaxAdminFailures {
+		header := []string{"", "Bearer ", "Basic dXNlcjpwYXNz"}[i%3]
+		if rec := get(header); rec.Code != http.StatusUnauthorized || rec.Header().Get("Retry-After") != "" {
+			t.Fatalf("request %d without a token (Authorization %q): %d (Retry-After %q), want 401 without Retry-After",
+				i+1, header, rec.Code, rec.Header().Get("Retry-After"))
+		}
+	}
+	if rec := get("Bearer " + adminToken); rec.Code != http.StatusOK {
+		t.Fatalf("the right token after %d requests without one: %d %s, want 200", 3*policy.MaxAdminFailures, rec.Code, rec.Body)
 	}
 }
 

@@ -1,11 +1,9 @@
 package gateway_test
 
 import (
-	"bytes"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -56,22 +54,4 @@ func (e *env) putTier(name, body string) {
 	if rec := e.do(http.MethodPut, "/v1/tiers/"+name, body, true); rec.Code != http.StatusCreated && rec.Code != http.StatusOK {
 		e.t.Fatalf("put tier: %d %s", rec.Code, rec.Body)
 	}
-}
-
-// lockedBuffer is a log destination safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

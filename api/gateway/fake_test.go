@@ -123,7 +123,7 @@ type gwEnv struct {
 	server    *httptest.Server
 	fake      *fakeUpstream
 	transport *countingTransport
-	logs      *lockedBuffer
+	logs      *dbtest.LockedBuffer
 	// settled and gone receive a value as each exchange is settled and
 	// as each exchange's client goes away.
 	settled, gone chan struct{}
@@ -172,7 +172,7 @@ func newGatewayEnv(t *testing.T, configure func(*gateway.Config)) (*gwEnv, strin
 	if configure != nil {
 		configure(cfg)
 	}
-	logs := &lockedBuffer{}
+	logs := &dbtest.LockedBuffer{}
 	srv := api.NewServer(api.Config{
 		Service: svc,
 		Health:  store.Ping,

@@ -161,20 +161,26 @@ func (x *exchange) forward(body io.Reader, length int64, mode relayMode, hideUsa
 		x.relayStream(ctx, rd, up, hideUsage)
 	default:
 		x.writeHeader(res, decoded)
-		tee := io.TeeReader(rd, writerFunc(x.write))
-		u, found := readUsage(io.LimitReader(tee, maxUsageScan))
-		_, err := io.Copy(io.Discard, tee)
-		up.close()
-		if n, ok := x.up.proto.total(&u); found && ok {
-			x.settle(&n)
-		} else {
-			if err != nil {
-				x.logCut(ctx, err)
-				x.cut = true
-			}
-			x.settle(nil)
-		}
+		x.relayJSON(ctx, rd, up)
 	}
+}
+
+// relayJSON relays a JSON answer as it comes, and settles the call with
+// the usage read from its first maxUsageScan bytes, or its reservation.
+func (x *exchange) relayJSON(ctx context.Context, rd io.Reader, up *upstreamBody) {
+	tee := io.TeeReader(rd, writerFunc(x.write))
+	u, found := readUsage(io.LimitReader(tee, maxUsageScan))
+	_, err := io.Copy(io.Discard, tee)
+	up.close()
+	if n, ok := x.up.proto.total(&u); found && ok {
+		x.settle(&n)
+		return
+	}
+	if err != nil {
+		x.logCut(ctx, err)
+		x.cut = true
+	}
+	x.settle(nil)
 }
 
 // upstreamRequest returns the request to send upstream: the path after

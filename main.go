@@ -33,6 +33,7 @@ import (
 
 	"github.com/policyguard/policyguard/api"
 	"github.com/policyguard/policyguard/api/cli"
+	"github.com/policyguard/policyguard/api/gateway"
 	"github.com/policyguard/policyguard/db"
 	"github.com/policyguard/policyguard/policy"
 	"github.com/policyguard/policyguard/web"
@@ -255,7 +256,7 @@ type config struct {
 	// PostgreSQL's; SQLite ignores them.
 	PGPoolSize                        int
 	PGStatementTimeout, PGLockTimeout time.Duration
-	Gateway                           *api.GatewayConfig // nil: no upstream is named
+	Gateway                           *gateway.Config // nil: no upstream is named
 }
 
 // defaultPGLockTimeout is how long a check waits for its user's lock on
@@ -267,7 +268,7 @@ const defaultPGLockTimeout = 5 * time.Second
 // once, with its variable, default and meaning: -h prints this table, and
 // a test holds the README's Configuration table to it. A setting's Parse
 // sees its value once, whether a flag, a variable or the default gave it.
-func settings(cfg *config, gw *api.GatewayConfig, getenv func(string) string) []cli.Setting {
+func settings(cfg *config, gw *gateway.Config, getenv func(string) string) []cli.Setting {
 	return []cli.Setting{
 		{Flag: "addr", Env: "GUARDRAIL_ADDR", Default: "127.0.0.1:8080", Hint: "ADDR", Usage: "listen address", Parse: cli.SetString(&cfg.Addr)},
 		{Flag: "db", Env: "GUARDRAIL_DB", Default: "guardrail.db", Hint: "FILE|URL",
@@ -313,20 +314,24 @@ func settings(cfg *config, gw *api.GatewayConfig, getenv func(string) string) []
 		{Flag: "upstream", Env: "GUARDRAIL_UPSTREAMS", Kind: cli.List, Hint: "NAME=PROTOCOL:URL",
 			Usage: "a model API the gateway forwards to, with PROTOCOL openai or anthropic, served at /llm/NAME; repeatable; its key is read from GUARDRAIL_UPSTREAM_KEY_<NAME>",
 			Parse: func(v string) error { return cli.AddUpstream(gw, v, getenv) }},
-		{Flag: "gateway-passthrough", Env: "GUARDRAIL_GATEWAY_PASSTHROUGH", Default: "false", Kind: cli.Bool, Parse: cli.SetBool(&gw.Passthrough),
-			Usage: "forward the gateway paths no metered route takes, each counted as a request with no tokens; without it they are a 404"},
-		{Flag: "gateway-max-output", Env: "GUARDRAIL_GATEWAY_MAX_OUTPUT", Default: strconv.Itoa(api.DefaultGatewayMaxOutput), Hint: "TOKENS",
+		{Flag: "gateway-passthrough", Env: "GUARDRAIL_GATEWAY_PASSTHROUGH", Kind: cli.List, Hint: "PREFIXES",
+			Usage: "comma-separated path prefixes, such as /files,/models, of the gateway paths no metered route takes to forward, each counted as a request with no tokens; other paths are a 404, and prefixes of model calls the gateway cannot meter (batches, realtime, ...) are refused",
+			Parse: cli.AppendList(&gw.Passthrough)},
+		{Flag: "gateway-max-output", Env: "GUARDRAIL_GATEWAY_MAX_OUTPUT", Default: strconv.Itoa(gateway.DefaultMaxOutput), Hint: "TOKENS",
 			Usage: "output tokens the gateway reserves for a call that sets no output cap",
 			Parse: cli.SetInt64(&gw.MaxOutput, 1, policy.MaxLimit, fmt.Sprintf("gateway max output %%q: must be a whole number of tokens from 1 to %d (-gateway-max-output, GUARDRAIL_GATEWAY_MAX_OUTPUT)", policy.MaxLimit))},
-		{Flag: "gateway-drain", Env: "GUARDRAIL_GATEWAY_DRAIN", Default: api.DefaultGatewayDrain.String(), Hint: "DURATION",
+		{Flag: "gateway-drain", Env: "GUARDRAIL_GATEWAY_DRAIN", Default: gateway.DefaultDrain.String(), Hint: "DURATION",
 			Usage: "how long the gateway reads on from an upstream after its client went away, to learn the tokens used; a call whose usage does not come is charged its reservation",
 			Parse: cli.SetDuration(&gw.Drain, time.Millisecond, "gateway drain %q: must be a duration of at least 1ms such as 60s or 10m (-gateway-drain, GUARDRAIL_GATEWAY_DRAIN)")},
-		{Flag: "upstream-timeout", Env: "GUARDRAIL_UPSTREAM_TIMEOUT", Default: api.DefaultUpstreamTimeout.String(), Hint: "DURATION",
+		{Flag: "upstream-timeout", Env: "GUARDRAIL_UPSTREAM_TIMEOUT", Default: gateway.DefaultUpstreamTimeout.String(), Hint: "DURATION",
 			Usage: "how long an exchange with an upstream may last, a streamed answer included",
 			Parse: cli.SetDuration(&gw.UpstreamTimeout, time.Millisecond, "upstream timeout %q: must be a duration of at least 1ms such as 60s or 10m (-upstream-timeout, GUARDRAIL_UPSTREAM_TIMEOUT)")},
-		{Flag: "gateway-max-body", Env: "GUARDRAIL_GATEWAY_MAX_BODY", Default: strconv.Itoa(api.DefaultGatewayMaxBody), Hint: "BYTES",
+		{Flag: "gateway-max-body", Env: "GUARDRAIL_GATEWAY_MAX_BODY", Default: strconv.Itoa(gateway.DefaultMaxBody), Hint: "BYTES",
 			Usage: "the largest request body the gateway accepts, in bytes (32 MiB by default); larger is a 413",
 			Parse: cli.SetInt64(&gw.MaxBody, 1, math.MaxInt64, "gateway max body %q: must be a whole number of bytes of at least 1 (-gateway-max-body, GUARDRAIL_GATEWAY_MAX_BODY)")},
+		{Flag: "gateway-body-memory", Env: "GUARDRAIL_GATEWAY_BODY_MEMORY", Default: strconv.Itoa(gateway.DefaultBodyMemory), Hint: "BYTES",
+			Usage: "the bytes of gateway request bodies held at once (256 MiB by default); a request that finds no room within 2s is a 503",
+			Parse: cli.SetInt64(&gw.BodyMemory, 1, math.MaxInt64, "gateway body memory %q: must be a whole number of bytes of at least 1 (-gateway-body-memory, GUARDRAIL_GATEWAY_BODY_MEMORY)")},
 		{Flag: "test-clock", Env: "GUARDRAIL_TEST_CLOCK", Default: "false", Kind: cli.Bool, Parse: cli.SetBool(&cfg.TestClock),
 			Usage: "for tests: run on a clock that moves only through POST /v1/test/clock; loopback addresses only"},
 	}
@@ -336,7 +341,7 @@ func settings(cfg *config, gw *api.GatewayConfig, getenv func(string) string) []
 // gives one, for the subcommands, which share -db and -default-tier with
 // the service.
 func settingValue(flag string, getenv func(string) string) string {
-	return cli.Lookup(settings(&config{}, &api.GatewayConfig{}, getenv), flag).Value(getenv)
+	return cli.Lookup(settings(&config{}, &gateway.Config{}, getenv), flag).Value(getenv)
 }
 
 // usage opens the usage message, before the flags: how the program is run,
@@ -357,7 +362,7 @@ Flags:`
 // through getenv. Usage messages go to stderr; -h returns flag.ErrHelp.
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
 	var cfg config
-	gw := &api.GatewayConfig{}
+	gw := &gateway.Config{}
 	fs := flag.NewFlagSet("policyguard", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	if err := cli.Parse(fs, settings(&cfg, gw, getenv), args, getenv, usage); err != nil {
@@ -370,6 +375,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
 		return cfg, errors.New("TLS needs both -tls-cert and -tls-key (GUARDRAIL_TLS_CERT, GUARDRAIL_TLS_KEY)")
+	}
+	if err := gw.Validate(); err != nil {
+		return cfg, fmt.Errorf("%w (-gateway-passthrough, GUARDRAIL_GATEWAY_PASSTHROUGH)", err)
 	}
 	if len(gw.Upstreams) > 0 {
 		cfg.Gateway = gw

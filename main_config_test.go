@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/policyguard/policyguard/api"
 	"github.com/policyguard/policyguard/api/cli"
+	"github.com/policyguard/policyguard/api/gateway"
 )
 
 // TestFailOpenSetting: -fail-open and GUARDRAIL_FAIL_OPEN reach the server;
@@ -223,7 +223,7 @@ func TestREADMEConfigurationTable(t *testing.T) {
 	_, section, _ := strings.Cut(string(readme), "\n## Configuration\n")
 	section, _, _ = strings.Cut(section, "\n## ")
 	code := map[string]cli.Setting{}
-	for _, s := range settings(&config{}, &api.GatewayConfig{}, func(string) string { return "" }) {
+	for _, s := range settings(&config{}, &gateway.Config{}, func(string) string { return "" }) {
 		code["-"+s.Flag] = s
 	}
 	quoted := regexp.MustCompile("`([^`]*)`")

@@ -86,7 +86,7 @@ func accessLogPC() uintptr {
 }
 
 // guard runs next with the request body limited to MaxBodyBytes (413
-// beyond; the gateway's routes apply GatewayConfig.MaxBody), and turns a panic into the error answered, after logging it with
+// beyond; the gateway's routes apply gateway.Config.MaxBody), and turns a panic into the error answered, after logging it with
 // its stack.
 func (s *Server) guard(c echo.Context, next echo.HandlerFunc) (err error) {
 	defer func() {

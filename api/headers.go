@@ -204,7 +204,7 @@ func setAccountHeaders(h http.Header, d *policy.Decision) {
 			b = strconv.AppendInt(b, effectiveWindow(w, a.Windows[w]), 10)
 		}
 	}
-	ws := tighterWindows(d)
+	ws := d.TighterWindows()
 	tw := policy.Windows[0]
 	for _, w := range policy.Windows {
 		if ws[w].Remaining < ws[tw].Remaining {
@@ -232,27 +232,4 @@ func setAccountHeaders(h http.Header, d *policy.Decision) {
 	h[headerXRemaining] = vals[3:4:4]
 	h[headerXReset] = vals[4:5:5]
 	setTokenHeaders(h, ws)
-}
-
-// tighterWindows returns d's windows, with the account's state in place of
-// the user's in each window where the account's pool leaves fewer
-// requests (or, separately, fewer tokens): the windows a client must
-// respect. Without an account they are d's own.
-func tighterWindows(d *policy.Decision) *[len(policy.Windows)]policy.WindowState {
-	if d.Account == nil || d.Windows == nil {
-		return d.Windows
-	}
-	ws := *d.Windows
-	for _, w := range policy.Windows {
-		a := d.Account.Windows[w]
-		if d.Account.Limited(w) && a.Remaining < ws[w].Remaining {
-			tokens := ws[w].Tokens
-			ws[w] = a
-			ws[w].Tokens = tokens
-		}
-		if t, u := a.Tokens, ws[w].Tokens; t != nil && t.Limited && (u == nil || !u.Limited || t.Remaining < u.Remaining) {
-			ws[w].Tokens = t
-		}
-	}
-	return &ws
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/policyguard/policyguard/api/gateway"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -174,33 +175,44 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 	return m
 }
 
-// observeGatewayRequest counts one request to the gateway. Its labels
-// name no user and no key: upstreams and tiers are the operator's, and
-// few.
-func (m *Metrics) observeGatewayRequest(upstream, tier, outcome string) {
-	m.gatewayRequests.WithLabelValues(upstream, tier, outcome).Inc()
+// gatewayMetrics records what the gateway does in Metrics.
+type gatewayMetrics struct{ m *Metrics }
+
+var _ gateway.Metrics = gatewayMetrics{}
+
+func (g gatewayMetrics) ObserveCheck(d *policy.Decision, err error, took time.Duration) {
+	g.m.observeCheck(d, err, false, took)
 }
 
-// observeGatewayTokens counts the tokens a gateway call was charged.
-func (m *Metrics) observeGatewayTokens(upstream, tier string, tokens int64) {
+func (g gatewayMetrics) ObserveFinish(call *policy.Call, err error, before time.Time) {
+	g.m.observeFinish(call, err, before)
+}
+
+// ObserveRequest counts one request to the gateway. Its labels are few:
+// the upstreams and tiers the operator configured, and the outcomes.
+func (g gatewayMetrics) ObserveRequest(upstream, tier, outcome string) {
+	g.m.gatewayRequests.WithLabelValues(upstream, tier, outcome).Inc()
+}
+
+// ObserveSettle counts the tokens a gateway call was charged, and an
+// exchange drained after its client went away, settled with the
+// upstream's usage or not.
+func (g gatewayMetrics) ObserveSettle(upstream, tier string, tokens int64, drained, usage bool) {
 	if tokens > 0 {
-		m.gatewayTokens.WithLabelValues(upstream, tier).Add(float64(tokens))
+		g.m.gatewayTokens.WithLabelValues(upstream, tier).Add(float64(tokens))
+	}
+	if drained {
+		settled := "reservation"
+		if usage {
+			settled = "usage"
+		}
+		g.m.gatewayDrained.WithLabelValues(upstream, settled).Inc()
 	}
 }
 
-// observeUpstreamLatency records the time an upstream took to answer.
-func (m *Metrics) observeUpstreamLatency(upstream string, took time.Duration) {
-	m.upstreamLatency.WithLabelValues(upstream).Observe(took.Seconds())
-}
-
-// observeGatewayDrain counts an exchange drained after its client went
-// away, settled with the upstream's usage or not.
-func (m *Metrics) observeGatewayDrain(upstream string, usage bool) {
-	settled := "reservation"
-	if usage {
-		settled = "usage"
-	}
-	m.gatewayDrained.WithLabelValues(upstream, settled).Inc()
+// ObserveUpstreamLatency records the time an upstream took to answer.
+func (g gatewayMetrics) ObserveUpstreamLatency(upstream string, took time.Duration) {
+	g.m.upstreamLatency.WithLabelValues(upstream).Observe(took.Seconds())
 }
 
 // SetCallsInFlight gives policyguard_calls_in_flight its source: a function,

@@ -23,6 +23,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/policyguard/policyguard/api"
+	"github.com/policyguard/policyguard/api/gateway"
 	"github.com/policyguard/policyguard/db"
 	"github.com/policyguard/policyguard/policy"
 )
@@ -174,9 +175,9 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 	s := loadSpec(t, e.srv)
 	var routes []string
 	// Every route: those of -test-clock and of the gateway too.
-	upstream, _ := api.ParseUpstream("openai=openai:https://api.openai.invalid/v1")
+	upstream, _ := gateway.ParseUpstream("openai=openai:https://api.openai.invalid/v1")
 	gateway := api.NewServer(api.Config{Service: policy.NewService(e.store, e.store), Logger: slog.New(slog.DiscardHandler),
-		Gateway: &api.GatewayConfig{Upstreams: []api.Upstream{upstream}}})
+		Gateway: &gateway.Config{Upstreams: []gateway.Upstream{upstream}}})
 	for _, r := range append(testClockServer(e).Routes(), gateway.Routes()...) {
 		if !slices.Contains(httpMethods, strings.ToLower(r.Method)) {
 			continue // Echo's own entries, such as its not-found handlers

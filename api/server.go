@@ -2,7 +2,7 @@
 // and the routes that finish and keep alive metered calls, the admin JSON
 // API for tiers and usage, and health; the gateway, which forwards OpenAI-
 // and Anthropic-compatible model calls to upstreams, metered as checks
-// (gateway.go tells how); the one wire shape of a tier and of a user
+// (package gateway, which this one mounts); the one wire shape of a tier and of a user
 // record, which the tiers file of "policyguard tiers" shares; and the Guard
 // middleware for an Echo application of one's own.
 //
@@ -19,10 +19,12 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/policyguard/policyguard/api/gateway"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -74,8 +76,9 @@ type Config struct {
 	Pages func(*echo.Echo)
 	// Gateway, when set, adds the gateway: /llm/{upstream}/... forwards
 	// OpenAI- and Anthropic-compatible model calls to its upstreams,
-	// metered as checks (see gateway.go). Nil, there are no /llm routes.
-	Gateway *GatewayConfig
+	// metered as checks (see package gateway). Nil, there are no /llm
+	// routes.
+	Gateway *gateway.Config
 }
 
 // Server is the HTTP API. It is an http.Handler and safe for concurrent use.
@@ -93,7 +96,7 @@ type Server struct {
 	// testClock is nil when the service runs on a real clock.
 	testClock *policy.TestClock
 	// gateway is nil when the server has no /llm routes.
-	gateway *gateway
+	gateway *gateway.Gateway
 }
 
 // NewServer returns a Server for cfg with every route registered.
@@ -125,7 +128,7 @@ func NewServer(cfg Config) *Server {
 	}
 	s.failOpen.enabled = cfg.FailOpen
 	if cfg.Gateway != nil {
-		s.gateway = newGateway(cfg.Gateway)
+		s.gateway = gateway.New(cfg.Gateway, gateway.Deps{Keys: s.svc, Calls: s.svc, Metrics: gatewayMetrics{s.metrics}, Log: s.logRequest})
 	}
 	s.echo.HideBanner, s.echo.HidePort = true, true
 	// Client addresses (sign-in throttle, access log) come from the
@@ -150,6 +153,12 @@ func NewServer(cfg Config) *Server {
 		s.echo.GET("/metrics", echo.WrapHandler(s.metrics.Handler()))
 	}
 	return s
+}
+
+// isGatewayPath reports whether path is under /llm/, whose body limit the
+// gateway applies itself.
+func (s *Server) isGatewayPath(path string) bool {
+	return s.gateway != nil && strings.HasPrefix(path, "/llm/")
 }
 
 // ServeHTTP implements http.Handler.
@@ -192,8 +201,8 @@ func (s *Server) routes() {
 	s.testClockRoutes()
 	if s.gateway != nil {
 		// Every method: what is not metered is a 404 or, with
-		// passthrough, forwarded (gateway.go).
-		e.Any("/llm/:name/*", s.handleGateway)
+		// passthrough, forwarded (package gateway).
+		e.Any("/llm/:name/*", s.gateway.Handle)
 	}
 }
 

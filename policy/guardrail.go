@@ -92,6 +92,30 @@ type Decision struct {
 // Allowed reports whether the request was admitted.
 func (d *Decision) Allowed() bool { return d.Outcome == Admitted }
 
+// TighterWindows returns d's windows, with the account's state in place
+// of the user's in each window where the account's pool leaves fewer
+// requests (or, separately, fewer tokens): the windows a client must
+// respect, which the API's rate-limit fields and the gateway's both
+// show. Without an account they are d's own.
+func (d *Decision) TighterWindows() *[len(Windows)]WindowState {
+	if d.Account == nil || d.Windows == nil {
+		return d.Windows
+	}
+	ws := *d.Windows
+	for _, w := range Windows {
+		a := d.Account.Windows[w]
+		if d.Account.Limited(w) && a.Remaining < ws[w].Remaining {
+			tokens := ws[w].Tokens
+			ws[w] = a
+			ws[w].Tokens = tokens
+		}
+		if t, u := a.Tokens, ws[w].Tokens; t != nil && t.Limited && (u == nil || !u.Limited || t.Remaining < u.Remaining) {
+			ws[w].Tokens = t
+		}
+	}
+	return &ws
+}
+
 // Guardrail is one pre-model check. Check returns a Decision for any answer,
 // admitted or refused, and an error only when it could not decide.
 type Guardrail interface {

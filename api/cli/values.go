@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/policyguard/policyguard/api"
+	"github.com/policyguard/policyguard/api/gateway"
 )
 
 // The functions below make the Parse of a Setting for a kind of value, or
@@ -117,10 +117,23 @@ func ParseProxies(list string) ([]*net.IPNet, error) {
 	return nets, nil
 }
 
+// AppendList returns a Parse that appends to p the comma-separated items
+// of a value, each trimmed of white space; empty ones are skipped.
+func AppendList(p *[]string) func(string) error {
+	return func(v string) error {
+		for _, item := range strings.Split(v, ",") {
+			if item = strings.TrimSpace(item); item != "" {
+				*p = append(*p, item)
+			}
+		}
+		return nil
+	}
+}
+
 // AddUpstream adds the upstream that spec names (NAME=PROTOCOL:URL) to gw,
 // with its key from the environment.
-func AddUpstream(gw *api.GatewayConfig, spec string, getenv func(string) string) error {
-	up, err := api.ParseUpstream(spec)
+func AddUpstream(gw *gateway.Config, spec string, getenv func(string) string) error {
+	up, err := gateway.ParseUpstream(spec)
 	if err != nil {
 		return err
 	}

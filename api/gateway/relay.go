@@ -1,4 +1,4 @@
-package api
+package gateway
 
 import (
 	"bufio"
@@ -23,13 +23,8 @@ import (
 
 // How the gateway settles an exchange with the upstream:
 //
-//   - An answer of status 2xx settles with the tokens it reports: for
-//     openai routes usage.total_tokens (of the body, or in a stream of the
-//     chunk that carries only the usage, or of response.completed or
-//     response.incomplete), for anthropic routes input_tokens +
-//     output_tokens + cache_creation_input_tokens + cache_read_input_tokens
-//     (of the body, or in a stream of message_start and the last
-//     message_delta). One that reports none (it was cut, it timed out, its
+//   - An answer of status 2xx settles with the tokens it reports, where
+//     its protocol says (openai.go, anthropic.go). One that reports none (it was cut, it timed out, its
 //     client left and it did not end within the drain time) is charged its
 //     reservation: the upstream may have spent it all.
 //   - Any other answer (an error, a redirect) settles with the usage it
@@ -52,122 +47,28 @@ const (
 	relayRaw                      // passthrough: as it comes
 )
 
-// maxModelList is the largest model list the gateway reads to filter.
-const maxModelList = 16 << 20
+// What the gateway holds of an upstream's answer is bounded, whatever
+// the answer, compressed or not:
+//
+//   - maxModelList of a model list, which is filtered whole;
+//   - maxUsageScan of a JSON answer, which is relayed as it comes while
+//     its usage is read from it: an answer whose usage is not within its
+//     first maxUsageScan bytes (decompressed) is relayed on and settled at
+//     its reservation;
+//   - maxEvent of an event of a stream: a longer line or event ends the
+//     relay, as an answer cut short, and the call is charged its
+//     reservation;
+//   - maxErrorBody of an answer other than 2xx, the rest relayed as it
+//     comes.
+const (
+	maxModelList = 16 << 20
+	maxUsageScan = 16 << 20
+	maxEvent     = 1 << 20
+)
 
 // maxErrorBody is how much of an answer other than 2xx the gateway reads
 // to remove the upstream's key from it, should the upstream echo it.
 const maxErrorBody = 1 << 20
-
-// metered handles a call on a metered route.
-func (x *exchange) metered() {
-	body, ok := x.readBody()
-	if !ok {
-		return
-	}
-	cb, err := readCallBody(body)
-	if err != nil {
-		x.failErr(err)
-		return
-	}
-	tier, err := x.userTier()
-	if err != nil {
-		x.failErr(err)
-		return
-	}
-	x.tier = tier.Name
-	if !tier.AllowsModel(cb.model) {
-		x.modelRefused(cb.model, tier.Name)
-		return
-	}
-	d, ok := x.check(cb.reservation(x.route, len(body), x.g.maxOutput))
-	if !ok {
-		return
-	}
-	defer x.settle(nil) // on every way out, the slot is freed
-	zero := int64(0)
-	if d.Tier != tier.Name {
-		// The user's record changed in between: the tier the call was
-		// decided under must include the model as well.
-		t, err := x.s.svc.Tier(x.req.Context(), d.Tier)
-		if err != nil || !t.AllowsModel(cb.model) {
-			x.settle(&zero)
-			if err != nil {
-				x.failErr(err)
-			} else {
-				x.modelRefused(cb.model, d.Tier)
-			}
-			return
-		}
-	}
-	hide := cb.hidesUsage(x.route)
-	if hide {
-		if body, err = withIncludeUsage(body); err != nil {
-			x.settle(&zero)
-			x.failErr(err)
-			return
-		}
-	}
-	x.keepAlive()
-	x.forward(bytes.NewReader(body), int64(len(body)), relayMetered, hide, nil)
-}
-
-// models relays the upstream's model list, filtered to the models the
-// user's tier includes. It is not a call: it is checked for nothing.
-func (x *exchange) models() {
-	tier, err := x.userTier()
-	if err != nil {
-		x.failErr(err)
-		return
-	}
-	x.tier = tier.Name
-	x.windowHeaders()
-	x.forward(http.NoBody, 0, relayModels, false, &tier)
-}
-
-// passthrough forwards a request no metered route takes, counted as a
-// request with no tokens.
-func (x *exchange) passthrough() {
-	// Read whole before the check, so that one over the limit is
-	// refused before anything is counted or sent.
-	body, ok := x.readBody()
-	if !ok {
-		return
-	}
-	if _, ok := x.check(0); !ok {
-		return
-	}
-	defer x.settle(nil) // its reservation: 0
-	x.keepAlive()
-	var rd io.Reader = http.NoBody
-	if len(body) > 0 {
-		rd = bytes.NewReader(body)
-	}
-	x.forward(rd, int64(len(body)), relayRaw, false, nil)
-}
-
-// readBody reads a metered call's body, at most MaxBody bytes; beyond
-// that it answers 413 and returns false.
-func (x *exchange) readBody() ([]byte, bool) {
-	if x.req.ContentLength > x.g.maxBody {
-		x.tooLarge()
-		return nil, false
-	}
-	body, err := io.ReadAll(io.LimitReader(x.req.Body, x.g.maxBody+1))
-	switch {
-	case err != nil:
-		x.fail(http.StatusBadRequest, errInvalid, "the request body could not be read")
-		return nil, false
-	case int64(len(body)) > x.g.maxBody:
-		x.tooLarge()
-		return nil, false
-	}
-	return body, true
-}
-
-func (x *exchange) tooLarge() {
-	x.fail(http.StatusRequestEntityTooLarge, errTooLarge, fmt.Sprintf("request body is larger than %d bytes", x.g.maxBody))
-}
 
 // forward sends the request upstream with body and relays the answer in
 // mode, settling the call as the comment at the top of this file says.
@@ -192,6 +93,13 @@ func (x *exchange) forward(body io.Reader, length int64, mode relayMode, hideUsa
 	}()
 	stopWatch := context.AfterFunc(x.req.Context(), x.clientGone)
 	defer stopWatch()
+	// The body is read and the call checked: the exchange may take as
+	// long as the upstream does, which the server's own deadlines (made
+	// for checks) do not allow.
+	rc := http.NewResponseController(x.c.Response())
+	deadline := time.Now().Add(x.g.timeout + x.g.drain + time.Minute)
+	_ = rc.SetReadDeadline(deadline)
+	_ = rc.SetWriteDeadline(deadline)
 
 	req, err := x.upstreamRequest(ctx, body, length)
 	if err != nil {
@@ -205,7 +113,7 @@ func (x *exchange) forward(body io.Reader, length int64, mode relayMode, hideUsa
 		x.noAnswer(ctx, err)
 		return
 	}
-	x.s.metrics.observeUpstreamLatency(x.up.Name, time.Since(start))
+	x.g.Metrics.ObserveUpstreamLatency(x.up.Name, time.Since(start))
 	up := &upstreamBody{body: res.Body}
 	defer up.close()
 
@@ -253,20 +161,26 @@ func (x *exchange) forward(body io.Reader, length int64, mode relayMode, hideUsa
 		x.relayStream(ctx, rd, up, hideUsage)
 	default:
 		x.writeHeader(res, decoded)
-		tee := io.TeeReader(rd, writerFunc(x.write))
-		u, found := readUsage(tee)
-		_, err := io.Copy(io.Discard, tee)
-		up.close()
-		if n, ok := u.total(x.up.Protocol); found && ok {
-			x.settle(&n)
-		} else {
-			if err != nil {
-				x.logCut(ctx, err)
-				x.cut = true
-			}
-			x.settle(nil)
-		}
+		x.relayJSON(ctx, rd, up)
 	}
+}
+
+// relayJSON relays a JSON answer as it comes, and settles the call with
+// the usage read from its first maxUsageScan bytes, or its reservation.
+func (x *exchange) relayJSON(ctx context.Context, rd io.Reader, up *upstreamBody) {
+	tee := io.TeeReader(rd, writerFunc(x.write))
+	u, found := readUsage(io.LimitReader(tee, maxUsageScan))
+	_, err := io.Copy(io.Discard, tee)
+	up.close()
+	if n, ok := x.up.proto.total(&u); found && ok {
+		x.settle(&n)
+		return
+	}
+	if err != nil {
+		x.logCut(ctx, err)
+		x.cut = true
+	}
+	x.settle(nil)
 }
 
 // upstreamRequest returns the request to send upstream: the path after
@@ -339,12 +253,8 @@ var droppedRequestHeaders = map[string]bool{
 	"X-Forwarded-Proto": true, "X-Real-Ip": true,
 }
 
-// defaultAnthropicVersion is sent to an anthropic upstream when the
-// client names no version.
-const defaultAnthropicVersion = "2023-06-01"
-
 // upstreamHeader returns the header fields to send up for the client's in.
-func upstreamHeader(in http.Header, up *Upstream) http.Header {
+func upstreamHeader(in http.Header, up *upstream) http.Header {
 	conn := connectionTokens(in)
 	out := make(http.Header, len(in)+2)
 	for k, vs := range in {
@@ -356,14 +266,7 @@ func upstreamHeader(in http.Header, up *Upstream) http.Header {
 	// Asked for, and read, by the gateway: a compressed answer is
 	// decompressed here, so its usage can be read and its events relayed.
 	out["Accept-Encoding"] = []string{"gzip"}
-	if up.Protocol == ProtocolOpenAI {
-		out["Authorization"] = []string{"Bearer " + up.Key}
-	} else {
-		out["X-Api-Key"] = []string{up.Key}
-		if out.Get("Anthropic-Version") == "" {
-			out["Anthropic-Version"] = []string{defaultAnthropicVersion}
-		}
-	}
+	up.proto.authorize(out, up.Key)
 	return out
 }
 
@@ -415,7 +318,7 @@ func (x *exchange) relayError(res *http.Response, rd io.Reader, up *upstreamBody
 	tokens := int64(0)
 	if json.Unmarshal(data, &probe, lenientJSON) == nil && probe.Usage != nil {
 		u = *probe.Usage
-		if n, ok := u.total(x.up.Protocol); ok {
+		if n, ok := x.up.proto.total(&u); ok {
 			tokens = n
 		}
 	}
@@ -442,11 +345,11 @@ func (x *exchange) noAnswer(ctx context.Context, err error) {
 		x.outcome = outcomeUpstreamFailed
 	case errors.Is(cause, errUpstreamTimeout):
 		x.settle(nil)
-		x.s.logRequest(x.c, slog.LevelWarn, "upstream timed out", slog.String("upstream", x.up.Name), slog.Duration("timeout", x.g.timeout))
+		x.g.Log(x.c, slog.LevelWarn, "upstream timed out", slog.String("upstream", x.up.Name), slog.Duration("timeout", x.g.timeout))
 		x.fail(http.StatusGatewayTimeout, errTimeout, fmt.Sprintf("upstream %s did not answer within %v", x.up.Name, x.g.timeout))
 	default:
 		x.settle(new(int64))
-		x.s.logRequest(x.c, slog.LevelWarn, "upstream failed", slog.String("upstream", x.up.Name), slog.String("err", strings.ReplaceAll(err.Error(), x.up.Key, "[redacted]")))
+		x.g.Log(x.c, slog.LevelWarn, "upstream failed", slog.String("upstream", x.up.Name), slog.String("err", strings.ReplaceAll(err.Error(), x.up.Key, "[redacted]")))
 		x.fail(http.StatusBadGateway, errUpstream, fmt.Sprintf("upstream %s could not be reached", x.up.Name))
 	}
 }
@@ -455,7 +358,7 @@ func (x *exchange) noAnswer(ctx context.Context, err error) {
 // charging the call its reservation.
 func (x *exchange) badAnswer(res *http.Response, why string) {
 	x.settle(nil)
-	x.s.logRequest(x.c, slog.LevelWarn, "upstream answer unreadable", slog.String("upstream", x.up.Name), slog.Int("status", res.StatusCode), slog.String("why", why))
+	x.g.Log(x.c, slog.LevelWarn, "upstream answer unreadable", slog.String("upstream", x.up.Name), slog.Int("status", res.StatusCode), slog.String("why", why))
 	x.fail(http.StatusBadGateway, errUpstream, fmt.Sprintf("upstream %s answered %d, but %s", x.up.Name, res.StatusCode, why))
 }
 
@@ -464,7 +367,7 @@ func (x *exchange) logCut(ctx context.Context, err error) {
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		err = cause
 	}
-	x.s.logRequest(x.c, slog.LevelWarn, "upstream answer cut", slog.String("upstream", x.up.Name), slog.String("err", strings.ReplaceAll(err.Error(), x.up.Key, "[redacted]")))
+	x.g.Log(x.c, slog.LevelWarn, "upstream answer cut", slog.String("upstream", x.up.Name), slog.String("err", strings.ReplaceAll(err.Error(), x.up.Key, "[redacted]")))
 }
 
 // upstreamBody closes an upstream's body once: closing it ends the
@@ -566,31 +469,17 @@ func (u *usageJSON) merge(o *usageJSON) {
 	}
 }
 
-// total returns the tokens u counts under protocol, and whether it counts
-// any: openai's total_tokens (or, from a server that gives no total, its
-// parts), anthropic's input, output, cache creation and cache read tokens.
-// It is between 0 and policy.MaxLimit.
-func (u *usageJSON) total(protocol string) (int64, bool) {
-	sum := func(fs ...*int64) (int64, bool) {
-		var n int64
-		found := false
-		for _, f := range fs {
-			if f != nil {
-				n, found = n+max(*f, 0), true
-			}
+// sumTokens returns the sum of the counts given, and whether any is;
+// a negative count is 0, and the sum at most policy.MaxLimit.
+func sumTokens(fs ...*int64) (int64, bool) {
+	var n int64
+	found := false
+	for _, f := range fs {
+		if f != nil {
+			n, found = n+max(*f, 0), true
 		}
-		return min(n, policy.MaxLimit), found
 	}
-	if protocol == ProtocolOpenAI {
-		if u.TotalTokens != nil {
-			return sum(u.TotalTokens)
-		}
-		if n, ok := sum(u.PromptTokens, u.CompletionTokens); ok {
-			return n, true
-		}
-		return sum(u.InputTokens, u.OutputTokens)
-	}
-	return sum(u.InputTokens, u.OutputTokens, u.CacheCreationTokens, u.CacheReadTokens)
+	return min(n, policy.MaxLimit), found
 }
 
 // readUsage reads the top-level usage of the JSON object r holds,
@@ -654,16 +543,21 @@ func filterModels(data []byte, t *policy.Tier) ([]byte, error) {
 // was settled.
 func (x *exchange) relayStream(ctx context.Context, r io.Reader, up *upstreamBody, hideUsage bool) {
 	br := bufio.NewReaderSize(r, 16<<10)
-	st := streamState{protocol: x.up.Protocol, route: x.route, hideUsage: hideUsage}
+	st := streamState{hideUsage: hideUsage}
 	var ev []byte
 	for {
 		line, err := br.ReadSlice('\n')
 		ev = append(ev, line...)
+		if len(ev) > maxEvent {
+			x.logCut(ctx, fmt.Errorf("an event longer than %d bytes", maxEvent))
+			x.cut, st.final = true, false // charged its reservation
+			break
+		}
 		if err == bufio.ErrBufferFull {
 			continue
 		}
 		if err == nil && (len(line) == 1 || len(line) == 2 && line[0] == '\r') {
-			switch st.event(ev) {
+			switch x.event(&st, ev) {
 			case eventForward:
 				x.write(ev)
 				x.flush()
@@ -693,24 +587,24 @@ func (x *exchange) relayStream(ctx context.Context, r io.Reader, up *upstreamBod
 // settleStream settles the call with the usage the stream reported, or
 // its reservation.
 func (x *exchange) settleStream(st *streamState) {
-	if n, ok := st.usage.total(x.up.Protocol); ok && st.final {
+	if n, ok := x.up.proto.total(&st.usage); ok && st.final {
 		x.settle(&n)
 		return
 	}
 	x.settle(nil)
 }
 
-// What relayStream does with an event.
+// eventAction is what relayStream does with an event.
+type eventAction int
+
 const (
-	eventForward = iota
-	eventDrop    // the usage the gateway asked for and the client did not
-	eventEnd     // the stream's last event
+	eventForward eventAction = iota
+	eventDrop                // the usage the gateway asked for and the client did not
+	eventEnd                 // the stream's last event
 )
 
 // streamState is what a stream told of its usage so far.
 type streamState struct {
-	protocol  string
-	route     route
 	hideUsage bool
 	usage     usageJSON
 	// final reports whether the usage is the whole call's: OpenAI's
@@ -720,72 +614,12 @@ type streamState struct {
 
 // event reads one event, its lines as they came, and says what to do
 // with it.
-func (st *streamState) event(ev []byte) int {
+func (x *exchange) event(st *streamState, ev []byte) eventAction {
 	name, data := parseEvent(ev)
 	if data == nil {
 		return eventForward
 	}
-	switch {
-	case st.protocol == ProtocolAnthropic:
-		if name == "" {
-			name = eventType(data)
-		}
-		switch name {
-		case "message_start":
-			var e struct {
-				Message struct {
-					Usage *usageJSON `json:"usage"`
-				} `json:"message"`
-			}
-			if json.Unmarshal(data, &e, lenientJSON) == nil && e.Message.Usage != nil {
-				st.usage.merge(e.Message.Usage)
-			}
-		case "message_delta":
-			var e struct {
-				Usage *usageJSON `json:"usage"`
-			}
-			if json.Unmarshal(data, &e, lenientJSON) == nil && e.Usage != nil {
-				st.usage.merge(e.Usage)
-				st.final = true
-			}
-		case "message_stop":
-			return eventEnd
-		}
-	case st.route == routeResponses:
-		if name == "" && bytes.Contains(data, []byte(`"response.`)) {
-			name = eventType(data)
-		}
-		switch name {
-		case "response.completed", "response.incomplete", "response.failed":
-			var e struct {
-				Response struct {
-					Usage *usageJSON `json:"usage"`
-				} `json:"response"`
-			}
-			if json.Unmarshal(data, &e, lenientJSON) == nil && e.Response.Usage != nil {
-				st.usage, st.final = *e.Response.Usage, true
-			}
-			return eventEnd
-		}
-	default:
-		if bytes.Equal(bytes.TrimSpace(data), []byte("[DONE]")) {
-			return eventEnd
-		}
-		if !hasUsageObject(data) {
-			return eventForward
-		}
-		var chunk struct {
-			Choices []jsontext.Value `json:"choices"`
-			Usage   *usageJSON       `json:"usage"`
-		}
-		if json.Unmarshal(data, &chunk, lenientJSON) == nil && chunk.Usage != nil {
-			st.usage, st.final = *chunk.Usage, true
-			if st.hideUsage && len(chunk.Choices) == 0 {
-				return eventDrop
-			}
-		}
-	}
-	return eventForward
+	return x.up.proto.event(st, x.route, name, data)
 }
 
 // parseEvent returns the event name and the data of an event, its data
@@ -823,21 +657,4 @@ func eventType(data []byte) string {
 	}
 	_ = json.Unmarshal(data, &e, lenientJSON)
 	return e.Type
-}
-
-// hasUsageObject reports whether data has a member "usage" whose value is
-// an object: OpenAI chunks carry "usage": null but for the usage's own.
-func hasUsageObject(data []byte) bool {
-	for {
-		i := bytes.Index(data, []byte(`"usage"`))
-		if i < 0 {
-			return false
-		}
-		data = bytes.TrimLeft(data[i+len(`"usage"`):], " \t\r\n")
-		if len(data) > 0 && data[0] == ':' {
-			if rest := bytes.TrimLeft(data[1:], " \t\r\n"); len(rest) > 0 && rest[0] == '{' {
-				return true
-			}
-		}
-	}
 }

@@ -1,4 +1,4 @@
-package api_test
+package gateway_test
 
 import (
 	"context"
@@ -16,6 +16,8 @@ import (
 	"testing"
 
 	"github.com/policyguard/policyguard/api"
+	"github.com/policyguard/policyguard/api/gateway"
+	"github.com/policyguard/policyguard/api/internal/fakeupstream"
 	"github.com/policyguard/policyguard/db"
 	"github.com/policyguard/policyguard/policy"
 )
@@ -27,11 +29,9 @@ import (
 // httputil.ReverseProxy with nothing in it, both to one fast upstream
 // that answers at once. 200 users take turns, each with its own key.
 func BenchmarkGatewayChat(b *testing.B) {
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, fakeAnswer("/v1/chat/completions", "gpt-4o-mini"))
-	}))
+	fake := fakeupstream.New()
+	fake.Record = false // a fast upstream: it keeps nothing
+	upstream := httptest.NewServer(fake)
 	b.Cleanup(upstream.Close)
 	base, _ := url.Parse(upstream.URL + "/v1")
 	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Summarize the attached report in three sentences."}],"max_completion_tokens":200}`
@@ -68,7 +68,7 @@ func BenchmarkGatewayChat(b *testing.B) {
 				}
 			}
 			srv := api.NewServer(api.Config{Service: svc, Logger: slog.New(slog.DiscardHandler),
-				Gateway: &api.GatewayConfig{Upstreams: []api.Upstream{{Name: "openai", Protocol: api.ProtocolOpenAI, BaseURL: base, Key: "sk-bench"}}}})
+				Gateway: &gateway.Config{Upstreams: []gateway.Upstream{{Name: "openai", Protocol: gateway.ProtocolOpenAI, BaseURL: base, Key: "sk-bench"}}}})
 			return srv, "/llm/openai/chat/completions", keys
 		}},
 	} {

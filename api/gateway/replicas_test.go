@@ -1,4 +1,4 @@
-package api_test
+package gateway_test
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/policyguard/policyguard/api"
+	"github.com/policyguard/policyguard/api/gateway"
 	"github.com/policyguard/policyguard/db"
 	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
@@ -66,19 +67,20 @@ func newReplicas(t *testing.T, tier string) (*replicas, string) {
 				t.Fatal(err)
 			}
 		}
-		srv := api.NewServer(api.Config{Service: svc, Logger: slog.New(slog.DiscardHandler), Gateway: &api.GatewayConfig{
-			Upstreams: []api.Upstream{
-				{Name: "openai", Protocol: api.ProtocolOpenAI, BaseURL: base.JoinPath("/v1"), Key: openAIUpstreamKey},
-				{Name: "claude", Protocol: api.ProtocolAnthropic, BaseURL: base, Key: anthropicUpstreamKey},
+		cfg := &gateway.Config{
+			Upstreams: []gateway.Upstream{
+				{Name: "openai", Protocol: gateway.ProtocolOpenAI, BaseURL: base.JoinPath("/v1"), Key: openAIUpstreamKey},
+				{Name: "claude", Protocol: gateway.ProtocolAnthropic, BaseURL: base, Key: anthropicUpstreamKey},
 			},
 			Transport: r.transport, Drain: 200 * time.Millisecond,
-		}})
-		api.SetGatewayHooks(srv, nil, nil, func() { r.settles.Add(1); r.settled.fire() })
+		}
+		gateway.SetHooks(cfg, nil, nil, func() { r.settles.Add(1); r.settled.fire() })
+		srv := api.NewServer(api.Config{Service: svc, Logger: slog.New(slog.DiscardHandler), Gateway: cfg})
 		hs := httptest.NewServer(srv)
 		t.Cleanup(hs.Close)
 		r.urls = append(r.urls, hs.URL)
 	}
-	t.Cleanup(func() { close(r.fake.closing) })
+	t.Cleanup(func() { r.fake.Close() })
 	return r, key
 }
 

@@ -1,12 +1,15 @@
-package api
+package gateway
 
 import (
 	"bytes"
+	"math"
 	"strconv"
+	"strings"
 
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"github.com/policyguard/policyguard/api/internal/jsonmsg"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -53,8 +56,9 @@ var mediaTypes = map[string]bool{
 
 // readCallBody reads the members of a metered call's body that the
 // gateway needs, and counts the parts that cost more than their bytes. A
-// body that is not one JSON object, or names a member twice (which an
-// upstream might read otherwise than the gateway), is EINVALID.
+// body that is not one JSON object, names a member twice, or names one
+// the gateway reads in another letter case (which an upstream might read
+// otherwise than the gateway) is EINVALID.
 func readCallBody(body []byte) (callBody, error) {
 	cb := callBody{outputCap: -1, choices: 1}
 	dec := jsontext.NewDecoder(bytes.NewReader(body))
@@ -66,7 +70,11 @@ func readCallBody(body []byte) (callBody, error) {
 		if err != nil {
 			break
 		}
-		switch n := name.String(); n {
+		n := name.String()
+		if err := caseVariant(n, readNames); err != nil {
+			return cb, err
+		}
+		switch n {
 		case "model":
 			v, err := dec.ReadValue()
 			if err != nil {
@@ -87,10 +95,13 @@ func readCallBody(body []byte) (callBody, error) {
 			if err != nil {
 				return cb, bodyError(body, err)
 			}
-			k, err := strconv.ParseInt(string(v), 10, 64)
-			if err != nil || k < 0 {
+			// As a number of any spelling: an upstream that validates
+			// loosely takes 1e3 or 1000.0 for 1000.
+			f, err := strconv.ParseFloat(string(v), 64)
+			if v.Kind() != '0' || err != nil || f < 0 || f != math.Trunc(f) {
 				continue // the upstream refuses it; nothing to reserve
 			}
+			k := int64(min(f, float64(policy.MaxLimit)))
 			if n == "n" || n == "best_of" {
 				cb.choices = max(cb.choices, min(k, maxChoices))
 			} else {
@@ -101,11 +112,19 @@ func readCallBody(body []byte) (callBody, error) {
 			if err != nil {
 				return cb, bodyError(body, err)
 			}
-			var opts struct {
-				IncludeUsage bool `json:"include_usage"`
-			}
-			if json.Unmarshal(v, &opts) == nil {
-				cb.includeUsage = opts.IncludeUsage
+			if v.Kind() == '{' {
+				var opts map[string]jsontext.Value
+				if err := json.Unmarshal(v, &opts); err != nil {
+					return cb, bodyError(body, err)
+				}
+				for name, v := range opts {
+					if err := caseVariant(name, streamOptionNames); err != nil {
+						return cb, err
+					}
+					if name == "include_usage" {
+						cb.includeUsage = v.Kind() == 't'
+					}
+				}
 			}
 		case "tools":
 			if dec.PeekKind() == '[' {
@@ -140,6 +159,28 @@ func readCallBody(body []byte) (callBody, error) {
 	return cb, nil
 }
 
+// The names the gateway reads, at the top level of a call's body and in
+// its stream_options.
+var (
+	readNames = []string{"model", "stream", "stream_options", "max_completion_tokens", "max_tokens",
+		"max_output_tokens", "n", "best_of"}
+	streamOptionNames = []string{"include_usage"}
+)
+
+// caseVariant returns an EINVALID error when name differs only in letter
+// case from one of names: an upstream that matches names ignoring case
+// (Go's encoding/json does) would read it as that one, and the gateway
+// would have checked another model or output cap than the one called.
+// /v1/check refuses such names as duplicates too.
+func caseVariant(name string, names []string) error {
+	for _, n := range names {
+		if name != n && strings.EqualFold(name, n) {
+			return policy.Errorf(policy.EINVALID, "duplicate key %s in the request body: names that differ only in case count as the same, and the gateway reads %s", policy.Quote(name), policy.Quote(n))
+		}
+	}
+	return nil
+}
+
 // countMedia reads the next value of dec and counts the media parts in
 // it: the objects whose "type" names a media type.
 func (cb *callBody) countMedia(dec *jsontext.Decoder) error {
@@ -172,11 +213,11 @@ func bodyError(body []byte, err error) error {
 	if err == nil {
 		return policy.Errorf(policy.EINVALID, "request body must be a JSON object")
 	}
-	return jsonError(body, err)
+	return jsonmsg.Error(body, err)
 }
 
-// reservation returns the tokens a call of route r with this body and
-// size may use: an upper bound of its prompt's tokens plus its output.
+// reservation returns the tokens a call with this body of size bytes may
+// use: an upper bound of its prompt's tokens plus its output.
 //
 // The prompt's bound is the body's length in bytes. Every token of
 // text the models read is at least one byte of UTF-8 (the tokenizers of
@@ -192,12 +233,13 @@ func bodyError(body []byte, err error) error {
 // the reservation is an estimate, and the settle, which counts what the
 // upstream reports, is exact.
 //
-// The output is the largest output cap the body sets, or maxOutput when
-// it sets none, for each of n (or best_of) choices; embeddings have none.
+// The output, when withOutput (each protocol says which routes have
+// one), is the largest output cap the body sets, or maxOutput when it
+// sets none, for each of n (or best_of) choices.
 // The sum is at most policy.MaxLimit.
-func (cb *callBody) reservation(r route, size int, maxOutput int64) int64 {
+func (cb *callBody) reservation(size int, withOutput bool, maxOutput int64) int64 {
 	tokens := int64(size) + cb.media*mediaTokens + cb.tools*toolTokens
-	if r != routeEmbeddings {
+	if withOutput {
 		out := cb.outputCap
 		if out < 0 {
 			out = maxOutput
@@ -205,64 +247,4 @@ func (cb *callBody) reservation(r route, size int, maxOutput int64) int64 {
 		tokens += out * cb.choices
 	}
 	return min(tokens, policy.MaxLimit)
-}
-
-// hidesUsage reports whether the gateway asks the upstream for usage in
-// a stream on the client's behalf: an OpenAI chat or text completion
-// streamed without stream_options.include_usage. The chunk that carries
-// only the usage is then kept from the client.
-func (cb *callBody) hidesUsage(r route) bool {
-	return cb.stream && !cb.includeUsage && (r == routeChat || r == routeCompletions)
-}
-
-// withIncludeUsage returns body with stream_options.include_usage set to
-// true, the other members and stream options kept.
-func withIncludeUsage(body []byte) ([]byte, error) {
-	dec := jsontext.NewDecoder(bytes.NewReader(body))
-	var out bytes.Buffer
-	out.Grow(len(body) + 40)
-	enc := jsontext.NewEncoder(&out)
-	if _, err := dec.ReadToken(); err != nil {
-		return nil, err
-	}
-	if err := enc.WriteToken(jsontext.BeginObject); err != nil {
-		return nil, err
-	}
-	opts := map[string]jsontext.Value{}
-	for dec.PeekKind() == '"' {
-		tok, err := dec.ReadToken()
-		if err != nil {
-			return nil, err
-		}
-		name := tok.String() // the token is valid only until the next read
-		v, err := dec.ReadValue()
-		if err != nil {
-			return nil, err
-		}
-		if name == "stream_options" {
-			if v.Kind() == '{' {
-				if err := json.Unmarshal(v, &opts); err != nil {
-					return nil, err
-				}
-			}
-			continue
-		}
-		if err := enc.WriteToken(jsontext.String(name)); err != nil {
-			return nil, err
-		}
-		if err := enc.WriteValue(v); err != nil {
-			return nil, err
-		}
-	}
-	opts["include_usage"] = jsontext.Value("true")
-	if err := enc.WriteToken(jsontext.String("stream_options")); err != nil {
-		return nil, err
-	}
-	if err := json.MarshalEncode(enc, opts, json.Deterministic(true)); err != nil {
-		return nil, err
-	}
-	if err := enc.WriteToken(jsontext.EndObject); err != nil {
-		return nil, err
-	}
-	return bytes.TrimRight(out.Bytes(), "\n"), nil
 }

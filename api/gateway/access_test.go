@@ -1,4 +1,4 @@
-package api_test
+package gateway_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"github.com/policyguard/policyguard/api"
+	"github.com/policyguard/policyguard/api/gateway"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -49,11 +49,11 @@ func wantError(t *testing.T, protocol, body, errType, code, msg string) {
 		t.Errorf("answer %s: want type %q and a message saying %q", body, errType, msg)
 	}
 	switch protocol {
-	case api.ProtocolOpenAI:
+	case gateway.ProtocolOpenAI:
 		if gotCode := ""; got.Error.Code != nil && *got.Error.Code != code || got.Error.Code == nil && code != gotCode || got.Type != "" {
 			t.Errorf("answer %s: want the OpenAI shape with code %q", body, code)
 		}
-	case api.ProtocolAnthropic:
+	case gateway.ProtocolAnthropic:
 		if got.Type != "error" || got.Error.Code != nil {
 			t.Errorf("answer %s: want the Anthropic shape", body)
 		}
@@ -93,23 +93,23 @@ func TestGatewayKeys(t *testing.T) {
 		{"a service key naming bob", "/llm/openai/chat/completions", chatBody, map[string]string{"Authorization": "Bearer " + service, "X-Guard-User": "bob"}, 200, "", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sent := len(e.fake.requests())
+			sent := len(e.fake.Requests())
 			res, body := e.raw(http.MethodPost, tc.path, tc.body, tc.header)
 			if res.StatusCode != tc.status {
 				t.Fatalf("%d %s, want %d", res.StatusCode, body, tc.status)
 			}
 			if tc.status == 200 {
-				if got := len(e.fake.requests()); got != sent+1 {
+				if got := len(e.fake.Requests()); got != sent+1 {
 					t.Errorf("the upstream got %d requests, want 1", got-sent)
 				}
 				return
 			}
-			protocol := api.ProtocolOpenAI
+			protocol := gateway.ProtocolOpenAI
 			if strings.HasPrefix(tc.path, "/llm/claude") {
-				protocol = api.ProtocolAnthropic
+				protocol = gateway.ProtocolAnthropic
 			}
 			wantError(t, protocol, body, tc.errType, tc.code, tc.msg)
-			if got := len(e.fake.requests()); got != sent {
+			if got := len(e.fake.Requests()); got != sent {
 				t.Errorf("a refused request reached the upstream")
 			}
 		})
@@ -141,7 +141,7 @@ func TestGatewayRevokedKeyIsRefusedAtOnce(t *testing.T) {
 	if !errors.As(err, &oe) || oe.StatusCode != http.StatusUnauthorized || oe.Code != "invalid_api_key" {
 		t.Fatalf("after revoking: %v, want 401 invalid_api_key", err)
 	}
-	if got := len(e.fake.requests()); got != 1 {
+	if got := len(e.fake.Requests()); got != 1 {
 		t.Errorf("the upstream got %d requests, want only the first", got)
 	}
 }
@@ -182,8 +182,8 @@ func TestGatewayRateLimited(t *testing.T) {
 	if !errors.As(err, &ae) || ae.StatusCode != 429 || ae.Response.Header.Get("Retry-After") != "60" {
 		t.Fatalf("anthropic: %v, want 429 with Retry-After", err)
 	}
-	wantError(t, api.ProtocolAnthropic, ae.RawJSON(), "rate_limit_error", "", "per-minute limit exceeded")
-	if got := len(e.fake.requests()); got != 1 {
+	wantError(t, gateway.ProtocolAnthropic, ae.RawJSON(), "rate_limit_error", "", "per-minute limit exceeded")
+	if got := len(e.fake.Requests()); got != 1 {
 		t.Errorf("the upstream got %d requests, want only the admitted one", got)
 	}
 	// Refusals are checks like any other: counted where checks are.
@@ -201,7 +201,7 @@ func TestGatewayRateLimitHeaders(t *testing.T) {
 	if _, err := oa.Chat.Completions.New(ctx, chat("gpt-4o-mini"), option.WithResponseInto(&res)); err != nil {
 		t.Fatal(err)
 	}
-	reserved := e.reservation(api.DefaultGatewayMaxOutput)
+	reserved := e.reservation(gateway.DefaultMaxOutput)
 	for name, want := range map[string]string{
 		"X-Ratelimit-Limit-Requests":     "1000",
 		"X-Ratelimit-Remaining-Requests": "999",
@@ -255,8 +255,8 @@ func TestGatewayModels(t *testing.T) {
 	if !errors.As(err, &ae) || ae.StatusCode != 403 {
 		t.Fatalf("claude-opus-4: %v, want 403", err)
 	}
-	wantError(t, api.ProtocolAnthropic, ae.RawJSON(), "permission_error", "", `model "claude-opus-4" is not included in tier "gw"`)
-	if len(e.fake.requests()) != 0 {
+	wantError(t, gateway.ProtocolAnthropic, ae.RawJSON(), "permission_error", "", `model "claude-opus-4" is not included in tier "gw"`)
+	if len(e.fake.Requests()) != 0 {
 		t.Fatal("a refused model reached the upstream")
 	}
 	if tokens, _, requests := e.usage("alice"); tokens != 0 || requests != 0 {
@@ -304,7 +304,11 @@ func TestGatewayModels(t *testing.T) {
 func TestGatewayRoutes(t *testing.T) {
 	for _, passthrough := range []bool{false, true} {
 		t.Run(fmt.Sprintf("passthrough=%t", passthrough), func(t *testing.T) {
-			e, key := newGatewayEnv(t, func(c *api.GatewayConfig) { c.Passthrough = passthrough })
+			e, key := newGatewayEnv(t, func(c *gateway.Config) {
+				if passthrough {
+					c.Passthrough = passthroughPrefixes
+				}
+			})
 			auth := map[string]string{"Authorization": "Bearer " + key}
 			for _, tc := range []struct {
 				method, path string
@@ -323,11 +327,11 @@ func TestGatewayRoutes(t *testing.T) {
 				{"POST", "/llm/openai/chat%2Fcompletions", false, ""},
 				{"POST", "/llm/openai//chat/completions", false, ""},
 			} {
-				sent := len(e.fake.requests())
+				sent := len(e.fake.Requests())
 				_, _, requests := e.usage("alice")
 				res, body := e.rawURL(tc.method, tc.path, `{}`, auth)
 				if passthrough && tc.forwarded {
-					reqs := e.fake.requests()
+					reqs := e.fake.Requests()
 					if res.StatusCode != 200 || len(reqs) != sent+1 || reqs[sent].Path != tc.upstream {
 						t.Errorf("%s %s: %d %s, want it forwarded to %s", tc.method, tc.path, res.StatusCode, body, tc.upstream)
 						continue
@@ -340,16 +344,16 @@ func TestGatewayRoutes(t *testing.T) {
 					}
 					continue
 				}
-				protocol := api.ProtocolOpenAI
+				protocol := gateway.ProtocolOpenAI
 				if strings.HasPrefix(tc.path, "/llm/claude") {
-					protocol = api.ProtocolAnthropic
+					protocol = gateway.ProtocolAnthropic
 				}
 				if res.StatusCode != 404 {
 					t.Errorf("%s %s: %d %s, want 404", tc.method, tc.path, res.StatusCode, body)
 					continue
 				}
-				wantError(t, protocol, body, map[string]string{api.ProtocolOpenAI: "invalid_request_error", api.ProtocolAnthropic: "not_found_error"}[protocol], "unknown_url", "no route")
-				if len(e.fake.requests()) != sent {
+				wantError(t, protocol, body, map[string]string{gateway.ProtocolOpenAI: "invalid_request_error", gateway.ProtocolAnthropic: "not_found_error"}[protocol], "unknown_url", "no route")
+				if len(e.fake.Requests()) != sent {
 					t.Errorf("%s %s reached the upstream", tc.method, tc.path)
 				}
 			}
@@ -357,7 +361,7 @@ func TestGatewayRoutes(t *testing.T) {
 			if res.StatusCode != 404 {
 				t.Fatalf("unknown upstream: %d %s", res.StatusCode, body)
 			}
-			wantError(t, api.ProtocolAnthropic, body, "not_found_error", "", `no upstream named "nope"`)
+			wantError(t, gateway.ProtocolAnthropic, body, "not_found_error", "", `no upstream named "nope"`)
 		})
 	}
 }
@@ -406,7 +410,7 @@ func TestGatewayHeaders(t *testing.T) {
 	if res.StatusCode != 200 {
 		t.Fatalf("%d %s", res.StatusCode, body)
 	}
-	got := e.fake.requests()[0].Header
+	got := e.fake.Requests()[0].Header
 	for _, name := range []string{"X-Client-Hop", "Keep-Alive", "Proxy-Authorization", "Proxy-Connection", "X-Guard-Trace", "Cookie", "X-Forwarded-For", "X-Api-Key"} {
 		if v, ok := got[name]; ok {
 			t.Errorf("the upstream got %s: %q", name, v)
@@ -447,7 +451,7 @@ func TestGatewayHeaders(t *testing.T) {
 		if res, body := e.raw(http.MethodPost, "/llm/claude/v1/messages", messageBody, header); res.StatusCode != 200 {
 			t.Fatalf("%d %s", res.StatusCode, body)
 		}
-		reqs := e.fake.requests()
+		reqs := e.fake.Requests()
 		got := reqs[len(reqs)-1].Header
 		if got.Get("X-Api-Key") != anthropicUpstreamKey || got.Get("Authorization") != "" || got.Get("Anthropic-Version") != want {
 			t.Errorf("anthropic upstream got x-api-key %q, authorization %q, anthropic-version %q; want its key only and version %s",
@@ -459,7 +463,7 @@ func TestGatewayHeaders(t *testing.T) {
 // A body over the gateway's limit is a 413 in the protocol's shape,
 // whether its length is declared or not; nothing is checked or sent.
 func TestGatewayBodyLimit(t *testing.T) {
-	e, key := newGatewayEnv(t, func(c *api.GatewayConfig) { c.MaxBody = 1024; c.Passthrough = true })
+	e, key := newGatewayEnv(t, func(c *gateway.Config) { c.MaxBody = 1024; c.Passthrough = passthroughPrefixes })
 	big := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` + strings.Repeat("a", 2000) + `"}]}`
 	for _, tc := range []struct {
 		name, path string
@@ -494,13 +498,13 @@ func TestGatewayBodyLimit(t *testing.T) {
 				t.Errorf("the 413 lacks the rate-limit fields, or consumed a request: %v", res.Header)
 			}
 			if strings.Contains(tc.path, "claude") {
-				wantError(t, api.ProtocolAnthropic, string(data), "request_too_large", "", "request body is larger than 1024 bytes")
+				wantError(t, gateway.ProtocolAnthropic, string(data), "request_too_large", "", "request body is larger than 1024 bytes")
 			} else {
-				wantError(t, api.ProtocolOpenAI, string(data), "invalid_request_error", "request_too_large", "request body is larger than 1024 bytes")
+				wantError(t, gateway.ProtocolOpenAI, string(data), "invalid_request_error", "request_too_large", "request body is larger than 1024 bytes")
 			}
 		})
 	}
-	if n := len(e.fake.requests()); n != 0 {
+	if n := len(e.fake.Requests()); n != 0 {
 		t.Errorf("the upstream got %d requests", n)
 	}
 	if tokens, inFlight, _ := e.usage("alice"); tokens != 0 || inFlight != 0 {
@@ -516,7 +520,7 @@ func TestGatewayPassesRedirects(t *testing.T) {
 	if res.StatusCode != http.StatusTemporaryRedirect || res.Header.Get("Location") != "/v1/elsewhere" {
 		t.Fatalf("%d %v %s, want the upstream's 307 to /v1/elsewhere", res.StatusCode, res.Header, body)
 	}
-	if reqs := e.fake.requests(); len(reqs) != 1 {
+	if reqs := e.fake.Requests(); len(reqs) != 1 {
 		t.Fatalf("the upstream got %d requests: the gateway followed the redirect", len(reqs))
 	}
 	if tokens, inFlight, requests := e.usage("alice"); tokens != 0 || inFlight != 0 || requests != 1 {
@@ -565,7 +569,7 @@ func TestGatewayNeverShowsTheUpstreamKey(t *testing.T) {
 // for each choice; an embedding has no output. A call whose upstream
 // reports no usage is charged it, which shows it.
 func TestGatewayReservesAnUpperBound(t *testing.T) {
-	e, key := newGatewayEnv(t, func(c *api.GatewayConfig) { c.MaxOutput = 1000 })
+	e, key := newGatewayEnv(t, func(c *gateway.Config) { c.MaxOutput = 1000 })
 	msg := `"messages":[{"role":"user","content":"Say hello"}]`
 	image := `"messages":[{"role":"user","content":[{"type":"text","text":"What is it?"},{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}]}]`
 	tools := `"tools":[{"type":"function","function":{"name":"a"}},{"type":"function","function":{"name":"b","description":"image"}}]`
@@ -601,13 +605,13 @@ func TestGatewayReservesAnUpperBound(t *testing.T) {
 	if res.StatusCode != 429 {
 		t.Fatalf("an endless cap: %d %s, want 429", res.StatusCode, body)
 	}
-	wantError(t, api.ProtocolOpenAI, body, "tokens", "rate_limit_exceeded", "per-day token limit exceeded")
+	wantError(t, gateway.ProtocolOpenAI, body, "tokens", "rate_limit_exceeded", "per-day token limit exceeded")
 	// A body that names a member twice could be read otherwise upstream.
 	res, body = e.raw(http.MethodPost, "/llm/openai/chat/completions", `{"model":"gpt-4o-mini","model":"gpt-4o",`+msg+`}`, map[string]string{"Authorization": "Bearer " + key})
 	if res.StatusCode != 400 {
 		t.Fatalf("a duplicate model: %d %s, want 400", res.StatusCode, body)
 	}
-	wantError(t, api.ProtocolOpenAI, body, "invalid_request_error", "", `duplicate key "model"`)
+	wantError(t, gateway.ProtocolOpenAI, body, "invalid_request_error", "", `duplicate key "model"`)
 	for _, bad := range []string{`[1]`, `{"model":5}`, `{"model":"x"} {}`, `{"model":`} {
 		if res, body := e.raw(http.MethodPost, "/llm/openai/chat/completions", bad, map[string]string{"Authorization": "Bearer " + key}); res.StatusCode != 400 {
 			t.Errorf("body %s: %d %s, want 400", bad, res.StatusCode, body)
@@ -632,7 +636,16 @@ func TestGatewayCallsCountAsChecks(t *testing.T) {
 	if err := e.store.FlushCounts(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	var stats statsAnswer
+	var stats struct {
+		Tiers []struct {
+			Tier    string `json:"tier"`
+			Buckets []struct {
+				Admitted int64            `json:"admitted"`
+				Refused  int64            `json:"refused"`
+				Shadow   map[string]int64 `json:"shadow_refused"`
+			} `json:"buckets"`
+		} `json:"tiers"`
+	}
 	if rec := e.do(http.MethodGet, "/v1/stats?period=hour", "", true); rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &stats) != nil {
 		t.Fatalf("stats: %d %s", rec.Code, rec.Body)
 	}

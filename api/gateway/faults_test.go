@@ -1,4 +1,4 @@
-package api_test
+package gateway_test
 
 import (
 	"context"
@@ -12,8 +12,7 @@ import (
 
 	anthropicoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/openai/openai-go/v3/option"
-
-	"github.com/policyguard/policyguard/api"
+	"github.com/policyguard/policyguard/api/gateway"
 )
 
 // A client that leaves mid-stream does not end the exchange: the gateway
@@ -32,7 +31,7 @@ func TestGatewayDrainsAfterTheClientLeaves(t *testing.T) {
 		cancel()
 		s.Close()
 		await(t, e.gone, "disconnect seen by the gateway")
-		e.fake.releaseHeld() // the upstream goes on after the client left
+		e.fake.ReleaseHeld() // the upstream goes on after the client left
 		await(t, e.settled, "settle")
 		if tokens, inFlight, _ := e.usage("alice"); tokens != chatTokens || inFlight != 0 {
 			t.Errorf("tokens %d, in flight %d; want the upstream's %d and none", tokens, inFlight, chatTokens)
@@ -40,7 +39,7 @@ func TestGatewayDrainsAfterTheClientLeaves(t *testing.T) {
 		e.wantMetric(`policyguard_gateway_drained_total{settled="usage",upstream="openai"} 1`)
 	})
 	t.Run("no usage within the drain time", func(t *testing.T) {
-		e, key := newGatewayEnv(t, func(c *api.GatewayConfig) { c.Drain = 200 * time.Millisecond })
+		e, key := newGatewayEnv(t, func(c *gateway.Config) { c.Drain = 200 * time.Millisecond })
 		ctx, cancel := context.WithCancel(context.Background())
 		an := e.anthropic(key)
 		s := an.Messages.NewStreaming(ctx, claudeMessage("claude-sonnet-4-5"), anthropicoption.WithHeader("X-Fake", "hang-stream"))
@@ -57,7 +56,7 @@ func TestGatewayDrainsAfterTheClientLeaves(t *testing.T) {
 		e.wantMetric(`policyguard_gateway_drained_total{settled="reservation",upstream="claude"} 1`)
 	})
 	t.Run("before the answer", func(t *testing.T) {
-		e, key := newGatewayEnv(t, func(c *api.GatewayConfig) { c.Drain = 200 * time.Millisecond })
+		e, key := newGatewayEnv(t, func(c *gateway.Config) { c.Drain = 200 * time.Millisecond })
 		ctx, cancel := context.WithCancel(context.Background())
 		oa := e.openai(key)
 		failed := make(chan error, 1)
@@ -65,13 +64,13 @@ func TestGatewayDrainsAfterTheClientLeaves(t *testing.T) {
 			_, err := oa.Chat.Completions.New(ctx, chat("gpt-4o-mini"), option.WithHeader("X-Fake", "hang"))
 			failed <- err
 		}()
-		await(t, e.fake.arrived, "the request upstream")
+		await(t, e.fake.Arrived(), "the request upstream")
 		cancel()
 		if err := <-failed; err == nil {
 			t.Fatal("a call whose client left succeeded")
 		}
 		await(t, e.settled, "settle after the drain time")
-		want := e.reservation(api.DefaultGatewayMaxOutput)
+		want := e.reservation(gateway.DefaultMaxOutput)
 		if tokens, inFlight, _ := e.usage("alice"); tokens != want || inFlight != 0 {
 			t.Errorf("tokens %d, in flight %d; want the reservation %d and none", tokens, inFlight, want)
 		}
@@ -84,7 +83,7 @@ func TestGatewayDrainsAfterTheClientLeaves(t *testing.T) {
 // gateway asked for), with output cap out and no media or tools: its
 // bytes plus out.
 func (e *gwEnv) reservation(out int64) int64 {
-	reqs := e.fake.requests()
+	reqs := e.fake.Requests()
 	return int64(len(reqs[len(reqs)-1].Body)) + out
 }
 
@@ -114,7 +113,7 @@ func grepLines(s, substr string) string {
 // mid-stream, failed upstream, hung until the upstream timeout, or cut.
 // Every slot is freed at the end.
 func TestGatewayConcurrencyHoldsAcrossFaults(t *testing.T) {
-	e, key := newGatewayEnv(t, func(c *api.GatewayConfig) {
+	e, key := newGatewayEnv(t, func(c *gateway.Config) {
 		c.Drain = 200 * time.Millisecond
 		c.UpstreamTimeout = 300 * time.Millisecond
 	})
@@ -197,9 +196,10 @@ func (e *gwEnv) attempt(kind, key string) int {
 // refused past the first's expiry, and the first settles as reported
 // rather than expiring.
 func TestGatewayKeepsLongCallsAlive(t *testing.T) {
-	e, key := newGatewayEnv(t, nil)
 	ticks := make(chan time.Time)
-	api.SetGatewayHooks(e.srv, func(time.Duration) (<-chan time.Time, func()) { return ticks, func() {} }, nil, nil)
+	e, key := newGatewayEnv(t, func(cfg *gateway.Config) {
+		gateway.SetHooks(cfg, func(time.Duration) (<-chan time.Time, func()) { return ticks, func() {} }, nil, nil)
+	})
 	e.putTier("solo", strings.Replace(gwTier, `"max_concurrent":2`, `"max_concurrent":1`, 1))
 	e.assign("alice", "solo")
 	ctx := context.Background()
@@ -220,7 +220,7 @@ func TestGatewayKeepsLongCallsAlive(t *testing.T) {
 	if _, err := an.Messages.New(ctx, claudeMessage("claude-sonnet-4-5")); statusOf(err) != http.StatusTooManyRequests {
 		t.Fatalf("a second call 16 minutes into the first: %v, want 429: the first kept its slot", err)
 	}
-	e.fake.releaseHeld()
+	e.fake.ReleaseHeld()
 	for long.Next() {
 	}
 	if err := long.Err(); err != nil {
@@ -241,9 +241,9 @@ func TestGatewayUpstreamFaults(t *testing.T) {
 	down := httptest.NewServer(http.NotFoundHandler())
 	down.Close()
 	downURL, _ := url.Parse(down.URL)
-	e, key := newGatewayEnv(t, func(c *api.GatewayConfig) {
+	e, key := newGatewayEnv(t, func(c *gateway.Config) {
 		c.UpstreamTimeout = 300 * time.Millisecond
-		c.Upstreams = append(c.Upstreams, api.Upstream{Name: "down", Protocol: api.ProtocolOpenAI, BaseURL: downURL, Key: openAIUpstreamKey})
+		c.Upstreams = append(c.Upstreams, gateway.Upstream{Name: "down", Protocol: gateway.ProtocolOpenAI, BaseURL: downURL, Key: openAIUpstreamKey})
 	})
 	ctx := context.Background()
 	oa, an := e.openai(key), e.anthropic(key)
@@ -265,7 +265,7 @@ func TestGatewayUpstreamFaults(t *testing.T) {
 		{"hang", func() error {
 			_, err := oa.Chat.Completions.New(ctx, chat("gpt-4o-mini"), option.WithHeader("X-Fake", "hang"))
 			return err
-		}, 504, func() int64 { return e.reservation(api.DefaultGatewayMaxOutput) }, "did not answer within 300ms"},
+		}, 504, func() int64 { return e.reservation(gateway.DefaultMaxOutput) }, "did not answer within 300ms"},
 		{"cut stream", func() error {
 			s := an.Messages.NewStreaming(ctx, claudeMessage("claude-sonnet-4-5"), anthropicoption.WithHeader("X-Fake", "cut"))
 			for s.Next() {
@@ -275,7 +275,7 @@ func TestGatewayUpstreamFaults(t *testing.T) {
 		{"200 without usage", func() error {
 			_, err := oa.Chat.Completions.New(ctx, chat("gpt-4o-mini"), option.WithHeader("X-Fake", "no-usage"))
 			return err
-		}, 200, func() int64 { return e.reservation(api.DefaultGatewayMaxOutput) }, ""},
+		}, 200, func() int64 { return e.reservation(gateway.DefaultMaxOutput) }, ""},
 		{"unreachable", func() error {
 			down := e.openAIAt(e.server.URL+"/llm/down", key)
 			_, err := down.Chat.Completions.New(ctx, chat("gpt-4o-mini"))

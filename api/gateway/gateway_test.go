@@ -1,4 +1,4 @@
-package api_test
+package gateway_test
 
 import (
 	"context"
@@ -179,7 +179,7 @@ func TestGatewayHidesTheUsageChunkUnlessAsked(t *testing.T) {
 			if want := map[bool]int{false: 0, true: 1}[asked]; usageChunks != want || chunks != fakeStreamChunks+want {
 				t.Errorf("the client saw %d chunks, %d with only the usage; want %d and %d", chunks, usageChunks, fakeStreamChunks+want, want)
 			}
-			reqs := e.fake.requests()
+			reqs := e.fake.Requests()
 			var sent struct {
 				StreamOptions map[string]any `json:"stream_options"`
 			}
@@ -219,7 +219,7 @@ func TestGatewayStreamsEventsAsTheyCome(t *testing.T) {
 	if !s.Next() || s.Current().Type != "message_start" {
 		t.Fatalf("first event: %v", s.Err())
 	}
-	e.fake.releaseHeld()
+	e.fake.ReleaseHeld()
 	n := 1
 	for s.Next() {
 		n++

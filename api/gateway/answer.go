@@ -1,0 +1,114 @@
+package gateway
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/policyguard/policyguard/policy"
+)
+
+// The gateway answers what it decides itself in the error shape of the
+// upstream's protocol (each protocol's writeError), so that an SDK reads
+// it as it reads the provider's.
+
+// errKind is a class of gateway error, worded by each protocol.
+type errKind int
+
+const (
+	errInvalid errKind = iota
+	errAuth
+	errPermission
+	errNotFound
+	errTooLarge
+	errRateLimit
+	errRateLimitTokens
+	errUpstream
+	errTimeout
+	errUnavailable
+	errInternal
+)
+
+// Outcomes of policyguard_gateway_requests_total.
+const (
+	outcomeForwarded      = "forwarded"       // the upstream answered, whatever its status
+	outcomeUpstreamFailed = "upstream_failed" // the upstream did not answer
+	outcomeRateLimited    = "rate_limited"    // the check refused: a window is full
+	outcomeDenied         = "denied"          // the check refused as it stands
+	outcomeModelDenied    = "model_denied"    // the tier does not include the model
+	outcomeBadRequest     = "bad_request"     // 400, 404 or 413: nothing checked
+	outcomeUnauthorized   = "unauthorized"    // no key, or an unknown or revoked one
+	outcomeGatewayError   = "error"           // storage or internal failure
+)
+
+// outcomeOf is the outcome label of an answer the gateway gave itself.
+func outcomeOf(kind errKind) string {
+	switch kind {
+	case errAuth:
+		return outcomeUnauthorized
+	case errPermission:
+		return outcomeDenied
+	case errRateLimit, errRateLimitTokens:
+		return outcomeRateLimited
+	case errUpstream, errTimeout:
+		return outcomeUpstreamFailed
+	case errUnavailable, errInternal:
+		return outcomeGatewayError
+	}
+	return outcomeBadRequest
+}
+
+// fail answers the exchange's request with an error of its own: with
+// the rate-limit fields, as every answer to a known user.
+func (x *exchange) fail(status int, kind errKind, msg string) {
+	x.outcome = outcomeOf(kind)
+	if x.user != "" && !x.limitsSet && kind != errUnavailable && kind != errInternal {
+		x.windowHeaders()
+	}
+	if err := x.up.proto.writeError(x.c, status, kind, msg); err != nil {
+		x.g.Log(x.c, slog.LevelWarn, "write gateway answer", slog.Any("err", err))
+	}
+}
+
+// failErr answers a failure of the service: its status and message for
+// invalid input, 503 for storage, 500 (logged) for anything else.
+func (x *exchange) failErr(err error) {
+	switch status := policy.HTTPStatus(err); {
+	case status == http.StatusBadRequest:
+		x.fail(status, errInvalid, policy.ErrorMessage(err))
+	case status == http.StatusServiceUnavailable:
+		x.g.Log(x.c, slog.LevelError, "gateway request failed", slog.Int("status", status), slog.Any("err", err))
+		x.fail(status, errUnavailable, policy.ErrorMessage(err))
+	default:
+		x.g.Log(x.c, slog.LevelError, "gateway request failed", slog.Int("status", http.StatusInternalServerError), slog.Any("err", err))
+		x.fail(http.StatusInternalServerError, errInternal, "internal error")
+	}
+}
+
+// rateLimited answers a check the rate limiter refused: 429 with the
+// decision's reason, and the wait in Retry-After (seconds) and
+// retry-after-ms, which the official SDKs read first.
+func (x *exchange) rateLimited(d *policy.Decision) {
+	wait := max(d.RetryAfter, 1)
+	h := x.c.Response().Header()
+	h.Set("Retry-After", strconv.FormatInt(wait, 10))
+	h.Set("Retry-After-Ms", strconv.FormatInt(wait*1000, 10))
+	kind := errRateLimit
+	// An account's pooled token limit refuses tokens too.
+	reason := strings.TrimPrefix(d.Reason, policy.AccountReasonPrefix)
+	for _, w := range policy.Windows {
+		if reason == w.TokenReason() {
+			kind = errRateLimitTokens
+		}
+	}
+	x.fail(http.StatusTooManyRequests, kind, d.Reason)
+}
+
+// modelRefused answers a call for a model the tier does not include.
+func (x *exchange) modelRefused(model, tier string) {
+	x.windowHeaders()
+	x.fail(http.StatusForbidden, errPermission, fmt.Sprintf("model %s is not included in tier %s", policy.Quote(model), policy.Quote(tier)))
+	x.outcome = outcomeModelDenied
+}

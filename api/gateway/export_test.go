@@ -1,0 +1,18 @@
+package gateway
+
+import "time"
+
+// SetHooks gives the gateway of cfg, for a test, the ticker that paces
+// its keepalives and functions run when an exchange's client went away
+// and when an exchange was settled. Nil leaves one as it is.
+func SetHooks(cfg *Config, ticker func(time.Duration) (<-chan time.Time, func()), clientGone, settled func()) {
+	if ticker != nil {
+		cfg.ticker = ticker
+	}
+	if clientGone != nil {
+		cfg.onClientGone = clientGone
+	}
+	if settled != nil {
+		cfg.onSettled = settled
+	}
+}

@@ -102,8 +102,8 @@ func tierToJSON(t policy.Tier) tierJSON {
 			j.Shadow.Account = &shadowPoolJSON{}
 		}
 		for i := range policy.LimitFields {
-			if p := policy.LimitFields[i].RequestLimit(l); p != nil {
-				shadowWire.set(j.Shadow, i, p)
+			if policy.LimitFields[i].InRequestLimits() {
+				shadowWire.set(j.Shadow, i, l.Limits[i])
 			}
 			if l.Account != nil {
 				shadowPoolWire.set(j.Shadow.Account, i, l.Account.Get(&policy.LimitFields[i]))
@@ -226,16 +226,10 @@ func (b wireBinding) set(v any, i int, x *int64) {
 	}
 }
 
-// readTier reads data, the body of PUT /v1/tiers/{name} (pathName is then
-// the name from the path) or one entry of a tiers file (pathName "", and
-// the entry must hold a name), and returns the tier with every problem it
-// has, in field order. A value of the wrong type is a problem of its field
-// and reading goes on, so that a tiers file's report lists them all; a
-// body that is not JSON, or names an unknown field, is one problem. The
-// tier carries the name whenever there is one, to say which entry is wrong.
-func readTier(data []byte, pathName string) (policy.Tier, []string) {
-	problems := make(map[string][]string)
-	present := make(map[string]bool)
+// decodeTier reads data into a tierJSON, noting in present each field it
+// holds and in problems each value of the wrong type (see readTier); err
+// is a body that is not JSON, or names an unknown field.
+func decodeTier(data []byte, problems map[string][]string, present map[string]bool) (in tierJSON, err error) {
 	// must reads a value of type T, or notes that its field must be one.
 	must := func(want string) func(*jsontext.Decoder, any) error {
 		return func(dec *jsontext.Decoder, v any) error {
@@ -255,8 +249,7 @@ func readTier(data []byte, pathName string) (policy.Tier, []string) {
 	}
 	limit, str := must(fmt.Sprintf("an integer from 0 to %d", policy.MaxLimit)), must("a string")
 	strs := must("an array of strings")
-	var in tierJSON
-	err := unmarshalObject(data, &in, json.JoinOptions(strictOptions, json.WithUnmarshalers(json.JoinUnmarshalers(
+	err = unmarshalObject(data, &in, json.JoinOptions(strictOptions, json.WithUnmarshalers(json.JoinUnmarshalers(
 		// A required limit has no null: null would read as 0, a tier that
 		// admits nothing, where the sender may have meant no limit. (An
 		// optional limit is a *int64, which null leaves nil without
@@ -273,6 +266,20 @@ func readTier(data []byte, pathName string) (policy.Tier, []string) {
 		json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *string) error { return str(dec, v) }),
 		json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *[]string) error { return strs(dec, v) }),
 	))))
+	return in, err
+}
+
+// readTier reads data, the body of PUT /v1/tiers/{name} (pathName is then
+// the name from the path) or one entry of a tiers file (pathName "", and
+// the entry must hold a name), and returns the tier with every problem it
+// has, in field order. A value of the wrong type is a problem of its field
+// and reading goes on, so that a tiers file's report lists them all; a
+// body that is not JSON, or names an unknown field, is one problem. The
+// tier carries the name whenever there is one, to say which entry is wrong.
+func readTier(data []byte, pathName string) (policy.Tier, []string) {
+	problems := make(map[string][]string)
+	present := make(map[string]bool)
+	in, err := decodeTier(data, problems, present)
 	name := pathName
 	if name == "" {
 		name = in.Name
@@ -311,20 +318,20 @@ func readTier(data []byte, pathName string) (policy.Tier, []string) {
 		}
 		if in.Account != nil {
 			if t.Account == nil {
-				t.Account = &policy.PoolLimits{}
+				t.Account = &policy.LimitSet{}
 			}
 			t.Account.Set(f, poolWire.get(in.Account, i))
 		}
 		if t.Shadow == nil || !f.InRequestLimits() {
 			continue
 		}
-		*f.RequestLimit(t.Shadow) = *shadowWire.get(in.Shadow, i)
+		t.Shadow.Limits.Set(f, shadowWire.get(in.Shadow, i))
 		if field := "shadow." + f.Name; !present[field] {
 			problems[field] = append(problems[field], field+" is required")
 		}
 		if in.Shadow.Account != nil {
 			if t.Shadow.Account == nil {
-				t.Shadow.Account = &policy.PoolLimits{}
+				t.Shadow.Account = &policy.LimitSet{}
 			}
 			t.Shadow.Account.Set(f, shadowPoolWire.get(in.Shadow.Account, i))
 		}

@@ -51,8 +51,8 @@ func TestBindWireRefusesAnIncompleteWireType(t *testing.T) {
 		f := &policy.LimitFields[i]
 		v := int64(i + 1)
 		f.Set(&tier, &v)
-		if p := f.RequestLimit(tier.Shadow); p != nil {
-			*p = 100 + v
+		if f.InRequestLimits() {
+			tier.Shadow.Limits.Set(f, new(100+v))
 		}
 	}
 	j := tierToJSON(tier)

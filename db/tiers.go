@@ -76,14 +76,17 @@ func (l limitsRow) Value() (driver.Value, error) {
 }
 
 func rowOf(t *policy.Tier) tierRow {
-	r := tierRow{t.Name, t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay, t.BurstAllowance, t.Features, t.Models, t.Description, 0,
-		t.TokensPerMinute, t.TokensPerHour, t.TokensPerDay, t.MaxConcurrent, nil, nil, t.ID}
+	l := &t.Limits
+	r := tierRow{t.Name, l.Value(policy.RequestsPerMinute), l.Value(policy.RequestsPerHour), l.Value(policy.RequestsPerDay), l.Value(policy.BurstAllowance),
+		t.Features, t.Models, t.Description, 0,
+		l[policy.TokensPerMinute], l[policy.TokensPerHour], l[policy.TokensPerDay], l[policy.MaxConcurrent], nil, nil, t.ID}
 	if t.Account != nil {
 		p := poolRow(t.Account.Values())
 		r.Account = &p
 	}
 	if l := t.Shadow; l != nil {
-		r.Shadow = &limitsRow{l.RequestsPerMinute, l.RequestsPerHour, l.RequestsPerDay, l.BurstAllowance, nil}
+		s := &l.Limits
+		r.Shadow = &limitsRow{s.Value(policy.RequestsPerMinute), s.Value(policy.RequestsPerHour), s.Value(policy.RequestsPerDay), s.Value(policy.BurstAllowance), nil}
 		if a := l.Account; a != nil {
 			p := poolRow{}
 			for i := range policy.LimitFields {
@@ -102,23 +105,29 @@ func rowOf(t *policy.Tier) tierRow {
 
 func (r *tierRow) tier() policy.Tier {
 	t := policy.Tier{
-		Name:              r.Name,
-		RequestsPerMinute: r.RequestsPerMinute,
-		RequestsPerHour:   r.RequestsPerHour,
-		RequestsPerDay:    r.RequestsPerDay,
-		BurstAllowance:    r.BurstAllowance,
-		Description:       r.Description,
-		Features:          r.Features,
-		Models:            r.Models,
-		TokensPerMinute:   r.TokensPerMinute,
-		TokensPerHour:     r.TokensPerHour,
-		TokensPerDay:      r.TokensPerDay,
-		MaxConcurrent:     r.MaxConcurrent,
-		ID:                r.ID,
+		Name: r.Name,
+		Limits: policy.LimitSet{
+			policy.RequestsPerMinute: new(r.RequestsPerMinute),
+			policy.RequestsPerHour:   new(r.RequestsPerHour),
+			policy.RequestsPerDay:    new(r.RequestsPerDay),
+			policy.BurstAllowance:    new(r.BurstAllowance),
+			policy.TokensPerMinute:   r.TokensPerMinute,
+			policy.TokensPerHour:     r.TokensPerHour,
+			policy.TokensPerDay:      r.TokensPerDay,
+			policy.MaxConcurrent:     r.MaxConcurrent,
+		},
+		Description: r.Description,
+		Features:    r.Features,
+		Models:      r.Models,
+		ID:          r.ID,
 	}
 	if l := r.Shadow; l != nil {
-		t.Shadow = &policy.RequestLimits{RequestsPerMinute: l.RequestsPerMinute, RequestsPerHour: l.RequestsPerHour,
-			RequestsPerDay: l.RequestsPerDay, BurstAllowance: l.BurstAllowance}
+		t.Shadow = &policy.RequestLimits{Limits: policy.LimitSet{
+			policy.RequestsPerMinute: new(l.RequestsPerMinute),
+			policy.RequestsPerHour:   new(l.RequestsPerHour),
+			policy.RequestsPerDay:    new(l.RequestsPerDay),
+			policy.BurstAllowance:    new(l.BurstAllowance),
+		}}
 		if l.Account != nil {
 			p, _ := policy.PoolLimitsOf(*l.Account) // names unknown to this version are dropped
 			t.Shadow.Account = &p

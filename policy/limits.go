@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"slices"
+	"strconv"
 )
 
 // LimitKind is what a limit counts.
@@ -129,6 +130,25 @@ func (s LimitSet) Value(id LimitID) int64 {
 		return *p
 	}
 	return 0
+}
+
+// String returns s as "{requests_per_minute:5 ... max_concurrent:none}",
+// the values rather than where they are kept.
+func (s LimitSet) String() string {
+	b := []byte{'{'}
+	for i, p := range s {
+		if i > 0 {
+			b = append(b, ' ')
+		}
+		b = append(b, LimitFields[i].Name...)
+		b = append(b, ':')
+		if p == nil {
+			b = append(b, "none"...)
+		} else {
+			b = strconv.AppendInt(b, *p, 10)
+		}
+	}
+	return string(append(b, '}'))
 }
 
 // IsZero reports whether s limits nothing.

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/policyguard/policyguard/policy"
 )
 
 // The tier form carries the metering limits: a number sets one, an empty
@@ -19,8 +21,8 @@ func TestAdminPageMeteringLimits(t *testing.T) {
 	form.Set("max_concurrent", "2")
 	b.follow(b.post("/admin/tiers/free", form), "/admin")
 	got := e.tier("free")
-	if got.TokensPerMinute == nil || *got.TokensPerMinute != 1000 || got.MaxConcurrent == nil || *got.MaxConcurrent != 2 ||
-		got.TokensPerHour != nil || got.TokensPerDay != nil {
+	if got.Limits[policy.TokensPerMinute] == nil || *got.Limits[policy.TokensPerMinute] != 1000 || got.Limits[policy.MaxConcurrent] == nil || *got.Limits[policy.MaxConcurrent] != 2 ||
+		got.Limits[policy.TokensPerHour] != nil || got.Limits[policy.TokensPerDay] != nil {
 		t.Fatalf("stored %+v, want 1000 tokens a minute, 2 at once and nothing else", got)
 	}
 	edit := parsePage(t, b.get("/admin/tiers/free"), http.StatusOK)
@@ -41,7 +43,7 @@ func TestAdminPageMeteringLimits(t *testing.T) {
 	form.Set("tokens_per_minute", "")
 	form.Set("max_concurrent", "2")
 	b.follow(b.post("/admin/tiers/free", form), "/admin")
-	if got := e.tier("free"); got.TokensPerMinute != nil || got.MaxConcurrent == nil {
+	if got := e.tier("free"); got.Limits[policy.TokensPerMinute] != nil || got.Limits[policy.MaxConcurrent] == nil {
 		t.Fatalf("stored %+v, want no token limit and 2 at once", got)
 	}
 

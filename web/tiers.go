@@ -250,7 +250,7 @@ func tierFormValues(t policy.Tier) map[string]string {
 		f := &policy.LimitFields[i]
 		v[f.Name] = optionalLimit(f.Get(&t))
 		if t.Shadow != nil && f.InRequestLimits() {
-			v["shadow."+f.Name] = strconv.FormatInt(*f.RequestLimit(t.Shadow), 10)
+			v["shadow."+f.Name] = strconv.FormatInt(t.Shadow.Limits.Value(f.ID()), 10)
 			if t.Shadow.Account != nil {
 				v["shadow.account."+f.Name] = optionalLimit(t.Shadow.Account.Get(f))
 			}
@@ -318,20 +318,20 @@ func (a *Admin) tierFromForm(name string, values map[string]string) (policy.Tier
 		}
 	}
 	if pooledShadow {
-		t.Shadow.Account = &policy.PoolLimits{}
+		t.Shadow.Account = &policy.LimitSet{}
 	}
 	// The checkbox says whether the tier has an account object; limits
 	// typed without it would be dropped unseen, so they are refused.
 	pooled := values[accountField] != ""
 	if pooled {
-		t.Account = &policy.PoolLimits{}
+		t.Account = &policy.LimitSet{}
 	}
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
 		f.Set(&t, parse(f.Name, f.Optional))
 		if t.Shadow != nil && f.InRequestLimits() {
 			if v := parse("shadow."+f.Name, false); v != nil {
-				*f.RequestLimit(t.Shadow) = *v
+				t.Shadow.Limits.Set(f, v)
 			}
 			if pooledShadow {
 				t.Shadow.Account.Set(f, parse("shadow.account."+f.Name, true))

@@ -1,6 +1,7 @@
 package web_test
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -61,5 +62,39 @@ func TestAdminPageMeteringLimits(t *testing.T) {
 		if after := e.tier("free"); !after.UpdatedAt.Equal(before.UpdatedAt) {
 			t.Errorf("%s %q changed the tier", bad.field, bad.value)
 		}
+	}
+}
+
+// The tiers table has a column for every limit of the table, and one for
+// the pooled limits of the accounts on each tier: a limit seen only by
+// opening a tier's form is one an admin misses.
+func TestTiersTableShowsEveryLimit(t *testing.T) {
+	e := newPageEnv(t)
+	b := e.signIn()
+	tier := e.tier("free")
+	for i := range policy.LimitFields {
+		f := &policy.LimitFields[i]
+		f.Set(&tier, new(int64(1000*(i+1))))
+	}
+	tier.Account = &policy.LimitSet{policy.RequestsPerMinute: new(int64(50)), policy.TokensPerDay: new(int64(9000))}
+	tier.Models = []string{"gpt-4o-mini*"}
+	if _, err := e.svc.ReplaceTier(context.Background(), tier, tier.UpdatedAt); err != nil {
+		t.Fatal(err)
+	}
+	page := parsePage(t, b.get("/admin"), http.StatusOK)
+	for i := range policy.LimitFields {
+		f := &policy.LimitFields[i]
+		if got, want := page.cell("tier-free", f.Name), policy.GroupDigits(int64(1000*(i+1))); got != want {
+			t.Errorf("%s: the tiers table shows %q, want %q", f.Name, got, want)
+		}
+	}
+	if got, want := page.cell("tier-free", "account"), "50/min, 9,000 tokens/day"; got != want {
+		t.Errorf("pooled limits: %q, want %q", got, want)
+	}
+	if got := page.cell("tier-pro", "account"); got != "none" {
+		t.Errorf("a tier without pooled limits shows %q", got)
+	}
+	if got := page.cell("tier-free", "models"); got != "gpt-4o-mini*" {
+		t.Errorf("models: %q", got)
 	}
 }

@@ -517,6 +517,33 @@ func TestTrustedProxiesNameTheClient(t *testing.T) {
 	}
 }
 
+// A request without a token guesses nothing, so it is a 401 that does not
+// count toward the throttle: anyone at a shared address (NAT, a proxy not
+// named as trusted) sending such requests cannot lock out the admins there.
+func TestAdminAPINoTokenIsNotCounted(t *testing.T) {
+	e := newEnv(t)
+	get := func(header string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodGet, "/v1/tiers/free", nil)
+		req.RemoteAddr = "192.0.2.77:443"
+		if header != "" {
+			req.Header.Set("Authorization", header)
+		}
+		rec := httptest.NewRecorder()
+		e.srv.ServeHTTP(rec, req)
+		return rec
+	}
+	for i := range 3 * policy.MaxAdminFailures {
+		header := []string{"", "Bearer ", "Basic dXNlcjpwYXNz"}[i%3]
+		if rec := get(header); rec.Code != http.StatusUnauthorized || rec.Header().Get("Retry-After") != "" {
+			t.Fatalf("request %d without a token (Authorization %q): %d (Retry-After %q), want 401 without Retry-After",
+				i+1, header, rec.Code, rec.Header().Get("Retry-After"))
+		}
+	}
+	if rec := get("Bearer " + adminToken); rec.Code != http.StatusOK {
+		t.Fatalf("the right token after %d requests without one: %d %s, want 200", 3*policy.MaxAdminFailures, rec.Code, rec.Body)
+	}
+}
+
 // openCall checks once for user under tier, reserving tokens, and returns
 // the id of the call the admitted check opened.
 func (e *env) openCall(user, tier string, tokens int64) string {

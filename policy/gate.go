@@ -50,7 +50,14 @@ func NewAdminGate(adminToken string) *AdminGate {
 // /64, which is what one subscriber usually gets. A client with too many
 // recent wrong tokens is refused whatever it sent: retryAfter is then the
 // whole seconds, rounded up, until it may try again, and 0 otherwise.
+//
+// A request with no token is refused without counting: it guesses
+// nothing, and counting it would let anyone sharing an address (behind NAT,
+// or a proxy not named as trusted) lock out the admins there for free.
 func (g *AdminGate) Admit(addr, token string, now time.Time) (ok bool, retryAfter int64) {
+	if token == "" {
+		return false, 0
+	}
 	client := clientKey(addr)
 	wait, allowed := g.throttle.attempt(client, now)
 	if !allowed {

@@ -41,11 +41,19 @@ func TestGateAdmit(t *testing.T) {
 		wantOK         bool
 		wantRetryAfter int64
 	}{
+		// No token guesses nothing: refused, never counted.
+		{0 * time.Second, a, "", false, 0},
+		{0 * time.Second, a, "", false, 0},
+		{0 * time.Second, a, "", false, 0},
+		{0 * time.Second, a, "", false, 0},
+		{0 * time.Second, a, "", false, 0},
+		{0 * time.Second, a, "", false, 0},
 		{0 * time.Second, a, "wrong", false, 0},
 		{1 * time.Second, a, "wrong", false, 0},
 		{2 * time.Second, a, "wrong", false, 0},
 		{3 * time.Second, a, "wrong", false, 0},
-		{4 * time.Second, a, "", false, 0}, // the fifth failure
+		{4 * time.Second, a, "wrong", false, 0}, // the fifth failure
+		{4 * time.Second, a, "", false, 0},      // still refused, still no wait
 		// Refused without a look at the token; the first failure leaves
 		// the window at 15m, so 15m-5s from here.
 		{5 * time.Second, a, "right", false, int64((policy.AdminFailureWindow - 5*time.Second) / time.Second)},

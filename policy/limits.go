@@ -69,8 +69,12 @@ const (
 // the shortest to the longest. Every surface that lists limits walks this
 // table: the domain's LimitSet and Overrides, validation, the wording of a
 // change, the API's and the tiers file's JSON, the admin page's forms and
-// the database's rows. Adding a limit adds its LimitID and its row here, a
-// column per dialect in a migration, and its field in openapi.yaml.
+// tables, and the database's rows. Adding a limit adds its LimitID and its
+// row here, its columns in a migration per dialect (and, on PostgreSQL, to
+// user_limits), its field in openapi.yaml and in the client's own types.
+// How a value is written and read on the wire is decided in one place per
+// surface, by its row (api's writeLimits and readLimit, the forms'
+// parsing): a kind whose values are not integers on the wire changes those.
 //
 // The users table keeps which optional limits a record overrides as a bit
 // each, in the order of the optional rows here: a new optional limit goes

@@ -41,6 +41,21 @@ func TestBackupCommand(t *testing.T) {
 		t.Fatalf("the copy: %v, mode %v; want 0600", err, st.Mode())
 	}
 
+	// Missing folders are made, for the owner only: a daily job's first
+	// run finds none.
+	nested := filepath.Join(dir, "backups", "daily", "copy.db")
+	if err := run(context.Background(), []string{"backup", nested}, env, &out, &errOut); err != nil {
+		t.Fatalf("backup into missing folders: %v\n%s", err, errOut.String())
+	}
+	for _, d := range []string{filepath.Dir(nested), filepath.Dir(filepath.Dir(nested))} {
+		if st, err := os.Stat(d); err != nil || st.Mode().Perm() != 0o700 {
+			t.Errorf("folder %s: %v, mode %v; want 0700", d, err, st.Mode().Perm())
+		}
+	}
+	if st, err := os.Stat(nested); err != nil || st.Size() == 0 {
+		t.Errorf("the copy in the new folder: %v", err)
+	}
+
 	curl, cstop := startInProcess(t, copyPath)
 	t.Cleanup(func() { cstop() })
 	for i, want := range []int{3, 2, 2} {

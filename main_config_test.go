@@ -5,10 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"runtime/debug"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/policyguard/policyguard/api"
+	"github.com/policyguard/policyguard/api/cli"
 )
 
 // TestFailOpenSetting: -fail-open and GUARDRAIL_FAIL_OPEN reach the server;
@@ -195,53 +199,6 @@ func TestTrustClientTierSetting(t *testing.T) {
 	}
 }
 
-func TestTuneGCLeavesWhatTheEnvironmentSets(t *testing.T) {
-	percent, limit := debug.SetGCPercent(100), debug.SetMemoryLimit(-1)
-	t.Cleanup(func() { debug.SetGCPercent(percent); debug.SetMemoryLimit(limit) })
-
-	env := map[string]string{}
-	getenv := func(k string) string { return env[k] }
-	debug.SetGCPercent(100)
-	tuneGC(getenv)
-	if got := debug.SetGCPercent(100); got != gcPercent {
-		t.Errorf("GC percent %d, want %d", got, gcPercent)
-	}
-	if got := debug.SetMemoryLimit(-1); got != memoryLimit {
-		t.Errorf("memory limit %d, want %d", got, memoryLimit)
-	}
-
-	env["GOGC"], env["GOMEMLIMIT"] = "50", "1GiB"
-	debug.SetGCPercent(50)
-	debug.SetMemoryLimit(1 << 30)
-	tuneGC(getenv)
-	if got := debug.SetGCPercent(100); got != 50 {
-		t.Errorf("with GOGC set: GC percent %d, want it left at 50", got)
-	}
-	if got := debug.SetMemoryLimit(-1); got != 1<<30 {
-		t.Errorf("with GOMEMLIMIT set: memory limit %d, want it left at 1 GiB", got)
-	}
-}
-
-func TestCheckTestClockAddr(t *testing.T) {
-	for addr, ok := range map[string]bool{
-		"127.0.0.1:0":    true,
-		"127.1.2.3:8080": true,
-		"[::1]:8080":     true,
-		"localhost:8080": true,
-		"LOCALHOST:0":    true,
-		":8080":          false,
-		"0.0.0.0:8080":   false,
-		"[::]:8080":      false,
-		"10.0.0.1:8080":  false,
-		"example.com:80": false,
-		"127.0.0.1":      false, // no port
-	} {
-		if err := checkTestClockAddr(addr); (err == nil) != ok {
-			t.Errorf("checkTestClockAddr(%q) = %v, want ok %v", addr, err, ok)
-		}
-	}
-}
-
 // -h lists the commands beside the service's flags.
 func TestUsageListsCommands(t *testing.T) {
 	var out strings.Builder
@@ -252,4 +209,65 @@ func TestUsageListsCommands(t *testing.T) {
 	if !ok || !strings.Contains(commands, "\nCommands:\n  tiers export|import ...") || !strings.Contains(flags, "-addr") {
 		t.Fatalf("usage:\n%s", out.String())
 	}
+}
+
+// The README's Configuration table and the settings table in code list the
+// same flags, each with the same variable and, where the README gives one
+// value, the same default: a flag the README lacks, or a README row with no
+// flag, fails.
+func TestREADMEConfigurationTable(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "\n## Configuration\n")
+	section, _, _ = strings.Cut(section, "\n## ")
+	code := map[string]cli.Setting{}
+	for _, s := range settings(&config{}, &api.GatewayConfig{}, func(string) string { return "" }) {
+		code["-"+s.Flag] = s
+	}
+	quoted := regexp.MustCompile("`([^`]*)`")
+	inREADME := map[string]bool{}
+	for _, line := range strings.Split(section, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 5 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`-") {
+			continue
+		}
+		var vars []string
+		for _, m := range quoted.FindAllStringSubmatch(cells[2], -1) {
+			vars = append(vars, m[1])
+		}
+		flags := quoted.FindAllStringSubmatch(cells[1], -1)
+		for i, m := range flags {
+			flag := m[1]
+			inREADME[flag] = true
+			s, ok := code[flag]
+			if !ok {
+				t.Errorf("the README lists %s, which is no setting", flag)
+				continue
+			}
+			if i >= len(vars) || vars[i] != s.Env {
+				t.Errorf("the README gives %s the variables %v, want %s", flag, vars, s.Env)
+			}
+			if def := quoted.FindAllStringSubmatch(cells[3], -1); len(flags) == 1 && len(def) == 1 && !sameValue(def[0][1], s.Default) {
+				t.Errorf("the README gives %s the default %q, the code %q", flag, def[0][1], s.Default)
+			}
+		}
+	}
+	if len(inREADME) == 0 {
+		t.Fatal("no Configuration table in the README")
+	}
+	for flag := range code {
+		if !inREADME[flag] {
+			t.Errorf("the README's Configuration table lacks %s", flag)
+		}
+	}
+}
+
+// sameValue reports whether a and b are the same value: equal, or the same
+// duration written two ways (10m, 10m0s).
+func sameValue(a, b string) bool {
+	da, errA := time.ParseDuration(a)
+	db, errB := time.ParseDuration(b)
+	return a == b || errA == nil && errB == nil && da == db
 }

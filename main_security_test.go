@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/policyguard/policyguard/api/cli"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -205,7 +206,7 @@ func TestWarnsWithoutAPITokenBeyondLoopback(t *testing.T) {
 // running service: an oversized header is refused with 431 and a client
 // that never finishes its headers is cut off.
 func TestHTTPServerLimits(t *testing.T) {
-	srv := newHTTPServer(http.NotFoundHandler(), nil, slog.DiscardHandler)
+	srv := cli.NewHTTPServer(http.NotFoundHandler(), nil, slog.DiscardHandler)
 	for name, d := range map[string]time.Duration{
 		"ReadHeaderTimeout": srv.ReadHeaderTimeout, "ReadTimeout": srv.ReadTimeout,
 		"WriteTimeout": srv.WriteTimeout, "IdleTimeout": srv.IdleTimeout,

@@ -19,8 +19,8 @@ import (
 // the database in one read transaction and so never blocks the writer in
 // WAL mode; it is compact and needs no -wal file beside it. dest must not
 // exist: a backup never overwrites a file, an older backup included. It is
-// created with mode 0600, like the database, and synced before Backup
-// returns. A PostgreSQL URL is refused: use pg_dump.
+// created with mode 0600, like the database, in folders created with mode
+// 0700 where they are missing, and synced before Backup returns. A PostgreSQL URL is refused: use pg_dump.
 func Backup(ctx context.Context, path, dest string) error {
 	if IsPostgres(path) {
 		return fmt.Errorf("%s is a PostgreSQL database: use pg_dump to back it up", Redact(path))
@@ -33,6 +33,11 @@ func Backup(ctx context.Context, path, dest string) error {
 		return err
 	case st.IsDir():
 		return fmt.Errorf("database path %s is a directory", path)
+	}
+	// A daily job names a dated file in a folder of backups, which the
+	// first run finds missing. Only the owner may read the copies.
+	if err := os.MkdirAll(filepath.Dir(dest), 0o700); err != nil {
+		return fmt.Errorf("backup: %w", err)
 	}
 	// Reserve dest before anything is read: O_EXCL fails when it exists,
 	// also when another backup takes the name at the same moment. VACUUM

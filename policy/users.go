@@ -337,6 +337,45 @@ type ImportChanges struct {
 // Len returns how many changes c holds.
 func (c *ImportChanges) Len() int { return len(c.Tiers) + len(c.Accounts) + len(c.Users) }
 
+// exportPage is how many accounts or records Export reads at a time.
+const exportPage = 1000
+
+// Export returns what a tiers file holds, the counterpart of Import: every
+// tier, and every account and user record, ordered by id. It reads the
+// accounts and records a page at a time, each page a read of its own, so a
+// change made while it reads may be in the result or not.
+func (s *Service) Export(ctx context.Context) ([]Tier, []Account, []UserRecord, error) {
+	tiers, err := s.Tiers(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	accounts, err := readPages(ctx, s.Accounts, func(a Account) string { return a.AccountID })
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	records, err := readPages(ctx, s.Users, func(r UserRecord) string { return r.UserID })
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return tiers, accounts, records, nil
+}
+
+// readPages reads every item of a listing paged by id after id.
+func readPages[T any](ctx context.Context, page func(ctx context.Context, after string, limit int) ([]T, error), id func(T) string) ([]T, error) {
+	var all []T
+	for after := ""; ; {
+		items, err := page(ctx, after, exportPage)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, items...)
+		if len(items) < exportPage {
+			return all, nil
+		}
+		after = id(items[len(items)-1])
+	}
+}
+
 // Import is ImportTiers for a tiers file that also lists accounts and user
 // records: in one transaction it creates or replaces the tiers, the
 // accounts and the records listed (leaving alone those already as listed)

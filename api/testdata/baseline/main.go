@@ -1,5 +1,5 @@
-// Command baseline is the load benchmark's yardstick (load_test.go at the
-// top of the module builds and starts it): an Echo v4 server that answers
+// Command baseline is the load benchmark's yardstick (api/testdata/load
+// builds and starts it): an Echo v4 server that answers
 // POST /v1/check for the same body as the service, and nothing else. It
 // prints "baseline listening on http://ADDR" once it listens on a loopback
 // port, and stops on SIGTERM or an interrupt.

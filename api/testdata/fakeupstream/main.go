@@ -1,5 +1,5 @@
 // Command fakeupstream is the model API of the load benchmark's gateway
-// phase (load_test.go at the top of the module builds and starts it): a
+// phase (api/testdata/load builds and starts it): a
 // fast fake of an OpenAI-compatible upstream, or with -proxy the plain
 // proxy the gateway is measured beside. It prints "fakeupstream listening
 // on http://ADDR" once it listens on a loopback port, and stops on SIGTERM

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -10,15 +10,15 @@ import (
 
 func TestLogWriterHoldsInfoAndFlushesWarnings(t *testing.T) {
 	var out bytes.Buffer
-	buf := newLogWriter(&out)
+	buf := NewLogWriter(&out)
 	var scheduled []func()
 	buf.schedule = func(d time.Duration, f func()) {
-		if d != logFlushInterval {
-			t.Errorf("flush scheduled in %v, want %v", d, logFlushInterval)
+		if d != LogFlushInterval {
+			t.Errorf("flush scheduled in %v, want %v", d, LogFlushInterval)
 		}
 		scheduled = append(scheduled, f)
 	}
-	log := slog.New(newFlushingHandler(slog.NewTextHandler(buf, nil), buf))
+	log := slog.New(NewFlushingHandler(slog.NewTextHandler(buf, nil), buf))
 
 	log.Info("request", "path", "/v1/check")
 	log.Info("request", "path", "/v1/check")

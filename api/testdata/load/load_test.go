@@ -1,4 +1,4 @@
-package main
+package load
 
 import (
 	"bufio"
@@ -27,7 +27,8 @@ import (
 	"github.com/policyguard/policyguard/policy"
 )
 
-// The load benchmark runs the real service binary and two baselines as
+// The load benchmark builds the service from the module's root and runs
+// the real binary and two baselines as
 // separate processes on loopback, and drives them with the same load
 // generator in alternating rounds. The baselines are one program,
 // api/testdata/baseline, which the test builds: an Echo v4 handler that
@@ -36,7 +37,10 @@ import (
 // batches to SQLite with synchronous=FULL and answers after COMMIT, the
 // ceiling of this design. It is opt-in:
 //
-//	POLICYGUARD_LOAD=1 go test -count=1 -run '^TestLoad$' -v -timeout 1200s .
+//	POLICYGUARD_LOAD=1 go test -count=1 -run '^TestLoad$' -v -timeout 1200s ./api/testdata/load
+//
+// It lives under testdata so that go test ./... neither runs nor compiles
+// it: it is run by its path only.
 //
 // The throughput and single-client rounds are driven by wrk (wrk -t1, a Lua
 // script rotating the user id in the body), as peers measure a service,
@@ -103,7 +107,7 @@ func TestLoad(t *testing.T) {
 		t.Skip("set POLICYGUARD_LOAD=1 (or short) to run the load benchmark")
 	}
 	dir := t.TempDir()
-	bin, baseline, fake := goBuild(t, "."), goBuild(t, "./api/testdata/baseline"), goBuild(t, "./api/testdata/fakeupstream")
+	bin, baseline, fake := goBuild(t, "../../..", "policyguard"), goBuild(t, "../baseline", "baseline"), goBuild(t, "../fakeupstream", "fakeupstream")
 	out := os.Stdout
 	fmt.Fprintf(out, "\nload benchmark: %s, %d CPUs (%s), GOMAXPROCS %d, %s\n",
 		cpuModel(), runtime.NumCPU(), runtime.GOARCH, runtime.GOMAXPROCS(0), runtime.Version())

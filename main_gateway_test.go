@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/policyguard/policyguard/api"
+	"github.com/policyguard/policyguard/db/dbtest"
 )
 
 // The gateway's settings: upstreams from -upstream (repeatable) or else
@@ -129,7 +130,7 @@ func TestRunServesTheGateway(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stdout, logs := &lockedBuffer{}, &lockedBuffer{}
+	stdout, logs := &dbtest.LockedBuffer{}, &dbtest.LockedBuffer{}
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, args, getenv, stdout, logs) }()
 	var u string

@@ -17,9 +17,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/policyguard/policyguard/db/dbtest"
 )
 
 // token is the admin token of the services the tests start.
@@ -27,25 +28,6 @@ const token = "main-test-token"
 
 // listeningRE finds the address the service prints once it listens.
 var listeningRE = regexp.MustCompile(`listening on (https?://\S+)`)
-
-// lockedBuffer collects a service's output for the test to search: it is
-// safe for the service's writes and the test's reads at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // waitURL reads a service's stdout until it prints its address.
 func waitURL(t testing.TB, r io.Reader) string {
@@ -84,11 +66,11 @@ func waitFor(t testing.TB, what string, within time.Duration, cond func() bool) 
 // runInProcess starts run() with args and env and returns its URL, its
 // log, and a stop function that returns run's error. The test's cleanup
 // stops it too.
-func runInProcess(t testing.TB, args []string, env map[string]string) (string, *lockedBuffer, func() error) {
+func runInProcess(t testing.TB, args []string, env map[string]string) (string, *dbtest.LockedBuffer, func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
-	logs := &lockedBuffer{}
+	logs := &dbtest.LockedBuffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, args, func(k string) string { return env[k] }, pw, logs)
@@ -138,7 +120,7 @@ func startInProcess(t *testing.T, dbPath string, extra ...string) (url string, s
 // startWithEnv runs the service in process on a random port and a fresh
 // database, with env as its environment, and returns its log. The test
 // fails if the service does not stop cleanly at its end.
-func startWithEnv(t *testing.T, env map[string]string, extra ...string) (url string, logs *lockedBuffer) {
+func startWithEnv(t *testing.T, env map[string]string, extra ...string) (url string, logs *dbtest.LockedBuffer) {
 	t.Helper()
 	url, logs, stop := runInProcess(t, append([]string{"-addr", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "g.db"), "-admin-token", token}, extra...), env)
 	t.Cleanup(func() {
@@ -175,7 +157,7 @@ func goBuild(t testing.TB, pkg string) string {
 type binaryProc struct {
 	cmd    *exec.Cmd
 	url    string
-	stderr *lockedBuffer
+	stderr *dbtest.LockedBuffer
 	exited chan error
 }
 
@@ -183,7 +165,7 @@ type binaryProc struct {
 // listens. The test's cleanup kills it.
 func startBinary(t *testing.T, bin string, args ...string) *binaryProc {
 	t.Helper()
-	s := &binaryProc{cmd: exec.Command(bin, args...), stderr: &lockedBuffer{}, exited: make(chan error, 1)}
+	s := &binaryProc{cmd: exec.Command(bin, args...), stderr: &dbtest.LockedBuffer{}, exited: make(chan error, 1)}
 	s.cmd.Stderr = s.stderr
 	stdout, err := s.cmd.StdoutPipe()
 	if err != nil {

@@ -51,10 +51,11 @@ func readmeScript(t *testing.T, heading string) string {
 
 // The curl examples of "Rolling out a change" run as printed, in order, on
 // a fresh database with the admin token secret, and answer what the README
-// says they answer.
+// says they answer. The service runs on the test clock, so a figure read a
+// second later on a busy machine is still the one printed.
 func TestREADMERollingOutExamples(t *testing.T) {
 	script := readmeScript(t, "## Rolling out a change")
-	url, stop := startInProcess(t, filepath.Join(t.TempDir(), "readme.db"), "-admin-token", "secret")
+	url, stop := startInProcess(t, filepath.Join(t.TempDir(), "readme.db"), "-admin-token", "secret", "-test-clock")
 	t.Cleanup(func() { stop() })
 	out, err := exec.Command("bash", "-c", strings.ReplaceAll(script, "localhost:8080", strings.TrimPrefix(url, "http://"))).CombinedOutput()
 	if err != nil {
@@ -78,10 +79,11 @@ func TestREADMERollingOutExamples(t *testing.T) {
 
 // The curl examples of "Organizations" run as printed, in order, on a
 // fresh database with the admin token secret, and answer what the README
-// says they answer.
+// says they answer. On the test clock, as above: the refusal's retry_after
+// and the usage's reset read 60 however long the steps between them take.
 func TestREADMEOrganizationsExamples(t *testing.T) {
 	script := readmeScript(t, "## Organizations")
-	url, stop := startInProcess(t, filepath.Join(t.TempDir(), "readme.db"), "-admin-token", "secret")
+	url, stop := startInProcess(t, filepath.Join(t.TempDir(), "readme.db"), "-admin-token", "secret", "-test-clock")
 	t.Cleanup(func() { stop() })
 	out, err := exec.Command("bash", "-c", strings.ReplaceAll(script, "localhost:8080", strings.TrimPrefix(url, "http://"))).CombinedOutput()
 	if err != nil {
@@ -112,7 +114,11 @@ func TestREADMEOrganizationsExamples(t *testing.T) {
 }
 
 // The Tour runs as printed, from a fresh database: it builds the binary,
-// starts it, walks every step and stops it, on a free port instead of 8080.
+// starts it, walks every step, stops it and removes its folder, on a free
+// port instead of 8080.
+// The binary inherits GUARDRAIL_TEST_CLOCK=true: no step of the Tour waits
+// for time to pass, and on a clock that stands still its resets read what
+// the README prints even when a loaded machine takes seconds between steps.
 func TestREADMETour(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary: skipped with -short")
@@ -124,11 +130,21 @@ func TestREADMETour(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
+	tmp := t.TempDir()
 	cmd := exec.Command("bash", "-c", strings.ReplaceAll(script, "127.0.0.1:8080", addr))
-	cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir())
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp, "GUARDRAIL_TEST_CLOCK=true")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("the Tour failed: %v\n%s", err, out)
+	}
+	// The Tour ends by stopping the service and removing its folder: a
+	// reader who ran it has nothing left behind, and nothing still listens.
+	if left, err := os.ReadDir(tmp); err != nil || len(left) != 0 {
+		t.Errorf("the Tour left %v behind in its temporary folder (%v)", left, err)
+	}
+	if c, err := net.Dial("tcp", addr); err == nil {
+		c.Close()
+		t.Errorf("the service still listens on %s after the Tour", addr)
 	}
 	for _, want := range []string{
 		`{"allowed":true,"reason":null,"retry_after":0,"tier":"pro","guardrail":"rate_limiter","windows":{"minute":{"limit":70,"remaining":69,"reset":60},"hour":{"limit":2000,"remaining":1999,"reset":3600},"day":{"limit":20000,"remaining":19999,"reset":86400}},"call_id":null}`,

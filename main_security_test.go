@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/policyguard/policyguard/api/cli"
+	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -267,7 +268,7 @@ func TestSecretsStayOutOfLogs(t *testing.T) {
 	guesses := []string{adminSecret[:len(adminSecret)-1], adminSecret + "0", apiSecret[:len(apiSecret)-1]}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stdout, logs := &lockedBuffer{}, &lockedBuffer{}
+	stdout, logs := &dbtest.LockedBuffer{}, &dbtest.LockedBuffer{}
 	done := make(chan error, 1)
 	args := []string{"-addr", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "secrets.db"), "-admin-token", adminSecret, "-api-token", apiSecret}
 	go func() { done <- run(ctx, args, func(string) string { return "" }, stdout, logs) }()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -22,44 +21,6 @@ import (
 const adminToken = "test-admin-token"
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-
-type env struct {
-	t     *testing.T
-	srv   *api.Server
-	store *db.Store
-	clock *policy.TestClock
-}
-
-func newEnv(t *testing.T) *env {
-	t.Helper()
-	store, err := db.Open(context.Background(), dbtest.DSN(t, "test.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	clk := policy.NewTestClock(t0)
-	svc := policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithStats(store, store), policy.WithUsers(store), policy.WithKeys(store))
-	srv := api.NewServer(api.Config{
-		Service: svc,
-		Health:  store.Ping,
-		Admin:   policy.NewAdminGate(adminToken),
-		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	return &env{t: t, srv: srv, store: store, clock: clk}
-}
-
-// do sends a request through the whole Echo instance and returns the answer.
-func (e *env) do(method, path, body string, admin bool) *httptest.ResponseRecorder {
-	e.t.Helper()
-	req := httptest.NewRequest(method, path, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	if admin {
-		req.Header.Set("Authorization", "Bearer "+adminToken)
-	}
-	rec := httptest.NewRecorder()
-	e.srv.ServeHTTP(rec, req)
-	return rec
-}
 
 func decode[T any](t *testing.T, rec *httptest.ResponseRecorder) T {
 	t.Helper()
@@ -79,13 +40,6 @@ type decision struct {
 	Windows    map[string]struct {
 		Limit, Remaining, Reset int64
 	} `json:"windows"`
-}
-
-func (e *env) putTier(name, body string) {
-	e.t.Helper()
-	if rec := e.do(http.MethodPut, "/v1/tiers/"+name, body, true); rec.Code != http.StatusCreated && rec.Code != http.StatusOK {
-		e.t.Fatalf("put tier: %d %s", rec.Code, rec.Body)
-	}
 }
 
 func TestLessonCheckOverHTTP(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/policyguard/policyguard/api"
 	"github.com/policyguard/policyguard/db"
+	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -63,7 +64,7 @@ func BenchmarkCheckHTTP(b *testing.B) {
 			var next atomic.Int64
 			b.SetParallelism(max(64/runtime.GOMAXPROCS(0), 1))
 			b.ReportAllocs()
-			defer reportCPU(b, cpuTime())
+			defer reportCPU(b, dbtest.CPUTime())
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					req := httptest.NewRequest(http.MethodPost, "/v1/check", strings.NewReader(bodies[next.Add(1)%users]))
@@ -145,5 +146,5 @@ func baselineHandler() http.Handler {
 // reportCPU adds the process's CPU time per operation since start as a
 // metric: the cost of an operation however busy the machine is.
 func reportCPU(b *testing.B, start time.Duration) {
-	b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(dbtest.CPUTime()-start)/float64(b.N), "cpu-ns/op")
 }

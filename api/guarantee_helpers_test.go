@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -77,23 +76,9 @@ func (s *recordingStore) Forget(ctx context.Context, user string) error {
 	return s.RequestStore.Forget(ctx, user)
 }
 
-// lockedBuffer is a log destination safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+// lockedBuffer is the log destination of the gateway's tests, which keep
+// their own name for it.
+type lockedBuffer = dbtest.LockedBuffer
 
 // guardEnv is a server on a real store whose recordings are counted and
 // whose logs are kept.
@@ -106,7 +91,7 @@ type guardEnv struct {
 	svc      *policy.Service
 	srv      *api.Server
 	clock    *policy.TestClock
-	logs     *lockedBuffer
+	logs     *dbtest.LockedBuffer
 }
 
 // newGuardEnv returns a guardEnv for cfg; Service, Health, Logger and, when
@@ -119,7 +104,7 @@ func newGuardEnv(t testing.TB, cfg api.Config, opts ...db.Option) *guardEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	e := &guardEnv{t: t, dbPath: path, cfg: cfg, store: store, requests: &recordingStore{RequestStore: store}, clock: policy.NewTestClock(t0), logs: &lockedBuffer{}}
+	e := &guardEnv{t: t, dbPath: path, cfg: cfg, store: store, requests: &recordingStore{RequestStore: store}, clock: policy.NewTestClock(t0), logs: &dbtest.LockedBuffer{}}
 	if e.cfg.Admin == nil {
 		e.cfg.Admin = policy.NewAdminGate(adminToken)
 	}

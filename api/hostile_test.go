@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/policyguard/policyguard/api"
+	"github.com/policyguard/policyguard/db/dbtest"
 )
 
 // TestHostileInput sends what an attacker or a broken client would, through
@@ -227,7 +228,7 @@ func TestBurstOfDistinctUsers(t *testing.T) {
 	e := newGuardEnv(t, api.Config{})
 	srv := httpServer(t, e.srv)
 	users, clients := 10000, 32
-	if raceEnabled {
+	if dbtest.RaceEnabled {
 		users = 2000
 	}
 	var next atomic.Int64

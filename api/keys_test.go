@@ -2,39 +2,14 @@ package api_test
 
 import (
 	"context"
-	"log/slog"
 	"net/http"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/policyguard/policyguard/api"
-	"github.com/policyguard/policyguard/db"
-	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
-
-// newKeyEnv is newEnv with the service at hand, to authenticate with the
-// keys the API makes, and a JSON log to search.
-func newKeyEnv(t *testing.T) (*env, *policy.Service, *logBuffer) {
-	t.Helper()
-	store, err := db.Open(context.Background(), dbtest.DSN(t, "test.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	clk := policy.NewTestClock(t0)
-	svc := policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithUsers(store), policy.WithKeys(store))
-	logs := &logBuffer{}
-	srv := api.NewServer(api.Config{
-		Service: svc,
-		Health:  store.Ping,
-		Admin:   policy.NewAdminGate(adminToken),
-		Logger:  slog.New(slog.NewJSONHandler(logs, nil)),
-	})
-	return &env{t: t, srv: srv, store: store, clock: clk}, svc, logs
-}
 
 type createdKey struct {
 	ID        string  `json:"id"`
@@ -104,7 +79,8 @@ func TestKeyRoutesRefuse(t *testing.T) {
 // without it, authenticates until revoked and is refused from the next
 // request on.
 func TestKeyLifecycle(t *testing.T) {
-	e, svc, _ := newKeyEnv(t)
+	e := newEnv(t)
+	svc := e.svc
 	ctx := context.Background()
 
 	rec := e.do("POST", "/v1/keys", `{"user_id":"alice","note":"alice's laptop"}`, true)
@@ -178,7 +154,8 @@ func TestKeyLifecycle(t *testing.T) {
 // another answer, a header, a log line or /metrics, whatever route it is
 // sent to and however.
 func TestKeySecretOnlyInTheCreatedAnswer(t *testing.T) {
-	e, svc, logs := newKeyEnv(t)
+	e := newEnv(t, withJSONLog())
+	svc, logs := e.svc, e.logs
 	rec := e.do("POST", "/v1/keys", `{"user_id":"alice"}`, true)
 	if rec.Code != http.StatusCreated {
 		t.Fatalf("create: %d %s", rec.Code, rec.Body)

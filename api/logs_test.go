@@ -1,47 +1,23 @@
 package api_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/policyguard/policyguard/api"
-	"github.com/policyguard/policyguard/db"
 	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
 
-// logBuffer collects log output; the server logs from one goroutine per
-// request.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// lines returns the JSON log lines written so far.
-func (b *logBuffer) lines(t *testing.T) []map[string]any {
+// logLines returns the JSON log lines written to b so far.
+func logLines(t *testing.T, b *dbtest.LockedBuffer) []map[string]any {
 	t.Helper()
 	var out []map[string]any
 	for _, l := range strings.Split(strings.TrimSpace(b.String()), "\n") {
@@ -69,33 +45,19 @@ func (panicGuardrail) Check(_ context.Context, c *policy.Check) (policy.Decision
 	return policy.Decision{Outcome: policy.Admitted}, nil
 }
 
-// newLogEnv is the service logging JSON into the returned buffer, as
-// -log-format json does.
-func newLogEnv(t *testing.T) (*env, *logBuffer) {
+// newLogEnv is the service logging JSON into env.logs, as -log-format
+// json does, with a guardrail that panics for user "panic" and a page that
+// reads a form, as the admin page's sign-in does.
+func newLogEnv(t *testing.T) *env {
 	t.Helper()
-	store, err := db.Open(context.Background(), dbtest.DSN(t, "test.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	clk := policy.NewTestClock(t0)
-	logs := &logBuffer{}
-	srv := api.NewServer(api.Config{
-		Service: policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithGuardrails(panicGuardrail{})),
-		Health:  store.Ping,
-		Admin:   policy.NewAdminGate(adminToken),
-		Logger:  slog.New(slog.NewJSONHandler(logs, nil)),
-		// A page that reads a form, as the admin page's sign-in does.
-		Pages: func(e *echo.Echo) {
-			e.POST("/page/login", func(c echo.Context) error {
-				if c.FormValue("token") != adminToken {
-					return c.NoContent(http.StatusUnauthorized)
-				}
-				return c.Redirect(http.StatusSeeOther, "/page")
-			})
-		},
-	})
-	return &env{t: t, srv: srv, store: store, clock: clk}, logs
+	return newEnv(t, withJSONLog(), withGuardrails(panicGuardrail{}), withPages(func(e *echo.Echo) {
+		e.POST("/page/login", func(c echo.Context) error {
+			if c.FormValue("token") != adminToken {
+				return c.NoContent(http.StatusUnauthorized)
+			}
+			return c.Redirect(http.StatusSeeOther, "/page")
+		})
+	}))
 }
 
 func send(h http.Handler, method, path, body string, header map[string]string) *httptest.ResponseRecorder {
@@ -112,7 +74,8 @@ func send(h http.Handler, method, path, body string, header map[string]string) *
 // can and asserts that none of them reaches the log, while every request
 // still gets its access line.
 func TestLogsKeepSecretsOut(t *testing.T) {
-	e, logs := newLogEnv(t)
+	e := newLogEnv(t)
+	logs := e.logs
 	const (
 		prompt      = "SECRET-PROMPT-the-user-typed-this"
 		bearer      = "SECRET-BEARER-of-an-agent"
@@ -158,7 +121,7 @@ func TestLogsKeepSecretsOut(t *testing.T) {
 		}
 	}
 	var access, failures int
-	for _, l := range logs.lines(t) {
+	for _, l := range logLines(t, logs) {
 		switch l["msg"] {
 		case "request":
 			access++
@@ -177,7 +140,8 @@ func TestLogsKeepSecretsOut(t *testing.T) {
 // TestRequestIDOnEveryLine follows one request id from the client through
 // every line logged about its request, failures included.
 func TestRequestIDOnEveryLine(t *testing.T) {
-	e, logs := newLogEnv(t)
+	e := newLogEnv(t)
+	logs := e.logs
 	generated := regexp.MustCompile(`^[0-9a-f]{32}$`)
 	for _, tc := range []struct {
 		name, sent string
@@ -195,7 +159,7 @@ func TestRequestIDOnEveryLine(t *testing.T) {
 		{"panic", "panic-id", true, `{"context":{"user_id":"panic"}}`, 500, []string{"panic", "request failed", "request"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := len(logs.lines(t))
+			before := len(logLines(t, logs))
 			header := map[string]string{}
 			if tc.sent != "" {
 				header["X-Request-Id"] = tc.sent
@@ -211,7 +175,7 @@ func TestRequestIDOnEveryLine(t *testing.T) {
 			if !tc.keep && !generated.MatchString(id) {
 				t.Fatalf("X-Request-Id = %q, want 32 hex digits in place of %q", id, tc.sent)
 			}
-			lines := logs.lines(t)[before:]
+			lines := logLines(t, logs)[before:]
 			var msgs []string
 			for _, l := range lines {
 				msgs = append(msgs, l["msg"].(string))
@@ -228,7 +192,7 @@ func TestRequestIDOnEveryLine(t *testing.T) {
 	// Storage failures: the check's error line and the health check's.
 	e.store.Close()
 	for _, path := range []string{"/v1/check", "/healthz"} {
-		before := len(logs.lines(t))
+		before := len(logLines(t, logs))
 		method := "POST"
 		if path == "/healthz" {
 			method = "GET"
@@ -237,7 +201,7 @@ func TestRequestIDOnEveryLine(t *testing.T) {
 		if rec.Code != 503 {
 			t.Fatalf("%s on a closed store: %d", path, rec.Code)
 		}
-		lines := logs.lines(t)[before:]
+		lines := logLines(t, logs)[before:]
 		if len(lines) != 2 {
 			t.Fatalf("%s: %d lines, want an error line and an access line: %v", path, len(lines), lines)
 		}

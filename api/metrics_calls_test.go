@@ -2,15 +2,11 @@ package api_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"math"
 	"testing"
 	"time"
 
-	"github.com/policyguard/policyguard/api"
 	"github.com/policyguard/policyguard/db"
-	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -19,27 +15,15 @@ import (
 // calls in flight read from the store at scrape, and refusals by the new
 // reasons under the window label.
 func TestMetricsCountCalls(t *testing.T) {
-	store, err := db.Open(context.Background(), dbtest.DSN(t, "test.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	clk := policy.NewTestClock(t0)
-	m := api.NewMetrics(nil)
-	if v, _ := scrape(t, api.NewServer(api.Config{Service: policy.NewService(store, store), Admin: policy.NewAdminGate(adminToken), Metrics: api.NewMetrics(nil)})).value("policyguard_calls_in_flight", nil); !math.IsNaN(v) {
+	e := newEnv(t, withMetrics(), withService(func(*db.Store) policy.Option { return policy.WithCallTimeout(time.Minute) }))
+	store, clk, srv := e.store, e.clock, e.srv
+	if v, _ := scrape(t, srv).value("policyguard_calls_in_flight", nil); !math.IsNaN(v) {
 		t.Errorf("calls in flight without a source: %v, want NaN", v)
 	}
-	m.SetCallsInFlight(func(ctx context.Context) (int64, error) {
+	e.metrics.SetCallsInFlight(func(ctx context.Context) (int64, error) {
 		byTier, err := store.CallsInFlight(ctx, clk.Now())
 		return byTier["meter"], err
 	})
-	srv := api.NewServer(api.Config{
-		Service: policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithCallTimeout(time.Minute)),
-		Admin:   policy.NewAdminGate(adminToken),
-		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Metrics: m,
-	})
-	e := &env{t: t, srv: srv, store: store, clock: clk}
 	e.putTier("meter", `{"requests_per_minute":100,"requests_per_hour":1000,"requests_per_day":1000,"burst_allowance":0,"tokens_per_minute":1000,"tokens_per_hour":1000,"max_concurrent":2}`)
 
 	a, b := e.openCall("u", "meter", 300), e.openCall("u", "meter", 300)

@@ -24,32 +24,6 @@ import (
 	"github.com/policyguard/policyguard/policy"
 )
 
-// newMetricsEnv is newEnv with its storage metered, as main wires it, and
-// the service's further options, each made from the store.
-func newMetricsEnv(t *testing.T, opts ...func(*db.Store) policy.Option) *env {
-	t.Helper()
-	store, err := db.Open(context.Background(), dbtest.DSN(t, "test.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	clk := policy.NewTestClock(t0)
-	m := api.NewMetrics(nil)
-	tiers, requests := m.MeterStorage(store, store)
-	options := []policy.Option{policy.WithClock(clk.Now)}
-	for _, opt := range opts {
-		options = append(options, opt(store))
-	}
-	srv := api.NewServer(api.Config{
-		Service: policy.NewService(tiers, requests, options...),
-		Health:  store.Ping,
-		Admin:   policy.NewAdminGate(adminToken),
-		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Metrics: m,
-	})
-	return &env{t: t, srv: srv, store: store, clock: clk}
-}
-
 // metrics is one scrape of GET /metrics, parsed as Prometheus parses it.
 type metrics map[string]*dto.MetricFamily
 
@@ -122,7 +96,7 @@ func checkLabels(tier, guardrail, outcome, window, dryRun string) map[string]str
 }
 
 func TestMetricsCountChecks(t *testing.T) {
-	e := newMetricsEnv(t)
+	e := newEnv(t, withMetrics())
 	e.putTier("hourly", `{"requests_per_minute":1,"requests_per_hour":1,"requests_per_day":100,"burst_allowance":4}`)
 	e.putTier("lesson", `{"requests_per_minute":1,"requests_per_hour":100,"requests_per_day":100,"burst_allowance":0}`)
 	const secretUser = "user-id-that-must-not-be-a-label"
@@ -215,7 +189,7 @@ func TestMetricsCountChecks(t *testing.T) {
 // member's own windows have; a member refused by their own limit counts
 // under that limit's window, as any user does.
 func TestMetricsCountAccountRefusals(t *testing.T) {
-	e := newMetricsEnv(t, func(s *db.Store) policy.Option { return policy.WithUsers(s) })
+	e := newEnv(t, withMetrics())
 	e.putTier("team", `{"requests_per_minute":5,"requests_per_hour":50,"requests_per_day":500,"burst_allowance":0,`+
 		`"account":{"requests_per_minute":1,"tokens_per_day":100}}`)
 	e.putTier("lesson", `{"requests_per_minute":1,"requests_per_hour":50,"requests_per_day":500,"burst_allowance":0}`)
@@ -261,7 +235,7 @@ func TestMetricsCountAccountRefusals(t *testing.T) {
 }
 
 func TestMetricsExposition(t *testing.T) {
-	e := newMetricsEnv(t)
+	e := newEnv(t, withMetrics())
 	e.do(http.MethodPost, "/v1/check", `{}`, false)
 	m := scrape(t, e.srv)
 	want := []string{

@@ -5,7 +5,6 @@ package api_test
 
 import (
 	"context"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -16,8 +15,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/policyguard/policyguard/api"
-	"github.com/policyguard/policyguard/db"
-	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -27,24 +24,14 @@ import (
 // the API's error handler, a panic is logged as one, and the client's
 // address is the one the API's trusted proxies settle.
 func TestPagesShareTheMiddleware(t *testing.T) {
-	store, err := db.Open(context.Background(), dbtest.DSN(t, "test.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	logs := &logBuffer{}
 	_, proxies, err := net.ParseCIDR("10.0.0.0/8")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := api.NewServer(api.Config{
-		Service: policy.NewService(store, store),
-		Admin:   policy.NewAdminGate(adminToken),
-		Logger:  slog.New(slog.NewJSONHandler(logs, nil)),
-		// The client behind a trusted proxy is the one X-Forwarded-For
-		// names, on the pages too: the sign-in throttle counts it.
-		TrustedProxies: []*net.IPNet{proxies},
-		Pages: func(e *echo.Echo) {
+	// The client behind a trusted proxy is the one X-Forwarded-For names,
+	// on the pages too: the sign-in throttle counts it.
+	e := newEnv(t, withJSONLog(), withConfig(func(c *api.Config) { c.TrustedProxies = []*net.IPNet{proxies} }),
+		withPages(func(e *echo.Echo) {
 			e.GET("/page/ok", func(c echo.Context) error { return c.String(http.StatusOK, "client "+c.RealIP()) })
 			e.POST("/page/read", func(c echo.Context) error {
 				if err := c.Request().ParseForm(); err != nil {
@@ -54,8 +41,8 @@ func TestPagesShareTheMiddleware(t *testing.T) {
 			})
 			e.GET("/page/missing", func(echo.Context) error { return policy.Errorf(policy.ENOTFOUND, "no such page thing") })
 			e.GET("/page/panic", func(echo.Context) error { panic("page bug") })
-		},
-	})
+		}))
+	srv, logs := e.srv, e.logs
 	for _, tc := range []struct {
 		method, path, body string
 		status             int
@@ -67,7 +54,7 @@ func TestPagesShareTheMiddleware(t *testing.T) {
 		{"GET", "/page/missing", "", 404, `{"message":"no such page thing"}`, []string{"request"}},
 		{"GET", "/page/panic", "", 500, `{"message":"internal error"}`, []string{"panic", "request failed", "request"}},
 	} {
-		before := len(logs.lines(t))
+		before := len(logLines(t, logs))
 		header := map[string]string{"X-Request-Id": "page-" + tc.path[len("/page/"):]}
 		if tc.body != "" {
 			header["Content-Type"] = "application/x-www-form-urlencoded"
@@ -80,7 +67,7 @@ func TestPagesShareTheMiddleware(t *testing.T) {
 			t.Errorf("%s %s: X-Request-Id %q, want %q", tc.method, tc.path, got, header["X-Request-Id"])
 		}
 		var msgs []string
-		for _, l := range logs.lines(t)[before:] {
+		for _, l := range logLines(t, logs)[before:] {
 			msgs = append(msgs, l["msg"].(string))
 			if l["id"] != header["X-Request-Id"] {
 				t.Errorf("%s %s: line %q has id %v", tc.method, tc.path, l["msg"], l["id"])

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -252,7 +253,7 @@ func BenchmarkMemberCheck(b *testing.B) {
 		b.Run(fmt.Sprintf("accounts=%d/parallel", accounts), func(b *testing.B) {
 			var next atomic.Int64
 			b.SetParallelism(max(64/runtime.GOMAXPROCS(0), 1))
-			defer reportCPU(b, cpuTime())
+			defer reportCPU(b, dbtest.CPUTime())
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					i := int(next.Add(1))

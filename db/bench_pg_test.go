@@ -43,14 +43,14 @@ func BenchmarkCheckPostgres(b *testing.B) {
 		check(i)
 	}
 	b.Run("serial", func(b *testing.B) {
-		defer reportCPU(b, cpuTime())
+		defer reportCPU(b, dbtest.CPUTime())
 		for i := range b.N {
 			check(i)
 		}
 	})
 	b.Run("16 callers", func(b *testing.B) {
 		b.SetParallelism(max(16/runtime.GOMAXPROCS(0), 1))
-		defer reportCPU(b, cpuTime())
+		defer reportCPU(b, dbtest.CPUTime())
 		var next atomic.Int64
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
@@ -89,7 +89,7 @@ func BenchmarkBusyAccountPostgres(b *testing.B) {
 		}
 		b.Run(name+", 16 callers", func(b *testing.B) {
 			b.SetParallelism(max(16/runtime.GOMAXPROCS(0), 1))
-			defer reportCPU(b, cpuTime())
+			defer reportCPU(b, dbtest.CPUTime())
 			var next atomic.Int64
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
@@ -145,7 +145,7 @@ func BenchmarkCallPostgres(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			var checkNS, finishNS atomic.Int64
 			b.SetParallelism(max(callers/runtime.GOMAXPROCS(0), 1))
-			defer reportCPU(b, cpuTime())
+			defer reportCPU(b, dbtest.CPUTime())
 			if callers == 1 {
 				for range b.N {
 					if !call(b, &checkNS, &finishNS) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/policyguard/policyguard/db"
+	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -99,7 +100,7 @@ func (f *checkFixture) reportWindow(b *testing.B) {
 // reportCPU adds the process's CPU time per operation since start as a
 // metric: the cost of an operation however busy the machine is.
 func reportCPU(b *testing.B, start time.Duration) {
-	b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(dbtest.CPUTime()-start)/float64(b.N), "cpu-ns/op")
 }
 
 // BenchmarkCheck measures policy.Service.Check on the SQLite store: a full
@@ -111,7 +112,7 @@ func BenchmarkCheck(b *testing.B) {
 		f := newCheckFixture(b, 1, history)
 		b.Run(fmt.Sprintf("history=%d/serial", history), func(b *testing.B) {
 			ctx := context.Background()
-			defer reportCPU(b, cpuTime())
+			defer reportCPU(b, dbtest.CPUTime())
 			for i := 0; b.Loop(); i++ {
 				d, err := f.svc.Check(ctx, f.request(i), false)
 				if err != nil || !d.Allowed() {
@@ -138,7 +139,7 @@ func BenchmarkCheckSync(b *testing.B) {
 		b.Run("sync="+mode+"/parallel", func(b *testing.B) { benchParallelChecks(b, f) })
 		b.Run("sync="+mode+"/serial", func(b *testing.B) {
 			ctx := context.Background()
-			defer reportCPU(b, cpuTime())
+			defer reportCPU(b, dbtest.CPUTime())
 			for i := 0; b.Loop(); i++ {
 				if _, err := f.svc.Check(ctx, f.request(i), false); err != nil {
 					b.Fatal(err)
@@ -154,7 +155,7 @@ func benchParallelChecks(b *testing.B, f *checkFixture) {
 	b.Helper()
 	var next atomic.Int64
 	b.SetParallelism(max(64/runtime.GOMAXPROCS(0), 1))
-	defer reportCPU(b, cpuTime())
+	defer reportCPU(b, dbtest.CPUTime())
 	b.RunParallel(func(pb *testing.PB) {
 		ctx := context.Background()
 		for pb.Next() {
@@ -186,7 +187,7 @@ func BenchmarkStore(b *testing.B) {
 		return policy.Admission{At: at, Record: true}, nil
 	}
 	b.Run("admit/serial", func(b *testing.B) {
-		defer reportCPU(b, cpuTime())
+		defer reportCPU(b, dbtest.CPUTime())
 		for i := 0; b.Loop(); i++ {
 			if err := f.store.Admit(ctx, f.users[i%len(f.users)], decide); err != nil {
 				b.Fatal(err)
@@ -196,7 +197,7 @@ func BenchmarkStore(b *testing.B) {
 	b.Run("admit/parallel", func(b *testing.B) {
 		var next atomic.Int64
 		b.SetParallelism(max(64/runtime.GOMAXPROCS(0), 1))
-		defer reportCPU(b, cpuTime())
+		defer reportCPU(b, dbtest.CPUTime())
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				if err := f.store.Admit(ctx, f.users[int(next.Add(1))%len(f.users)], decide); err != nil {
@@ -207,7 +208,7 @@ func BenchmarkStore(b *testing.B) {
 		})
 	})
 	b.Run("view/serial", func(b *testing.B) {
-		defer reportCPU(b, cpuTime())
+		defer reportCPU(b, dbtest.CPUTime())
 		for i := 0; b.Loop(); i++ {
 			err := f.store.View(ctx, f.users[i%len(f.users)], func(h policy.History) error { return readWindows(h, now) })
 			if err != nil {
@@ -241,7 +242,7 @@ func BenchmarkDayCount(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Run(fmt.Sprintf("rows=%d/seek", history), func(b *testing.B) {
-			defer reportCPU(b, cpuTime())
+			defer reportCPU(b, dbtest.CPUTime())
 			for b.Loop() {
 				var n int64
 				err := f.store.View(ctx, f.users[0], func(h policy.History) (err error) { n, err = h.CountAfter(cutoff); return err })
@@ -260,7 +261,7 @@ func BenchmarkDayCount(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Run(fmt.Sprintf("rows=%d/count_star", history), func(b *testing.B) {
-			defer reportCPU(b, cpuTime())
+			defer reportCPU(b, dbtest.CPUTime())
 			for b.Loop() {
 				tx, err := raw.BeginTx(ctx, nil)
 				if err != nil {

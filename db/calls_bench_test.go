@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/policyguard/policyguard/db"
+	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -102,7 +103,7 @@ func BenchmarkMeteredCheck(b *testing.B) {
 					f = newMeteredFixture(parent, c.tier, history, c.finish, db.WithSynchronous(db.SyncNormal))
 				}
 				b.ResetTimer()
-				defer reportCPU(b, cpuTime())
+				defer reportCPU(b, dbtest.CPUTime())
 				for b.Loop() {
 					if err := f.call(ctx, c.tier.Name, c.finish); err != nil {
 						b.Fatal(err)

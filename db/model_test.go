@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/policyguard/policyguard/db"
+	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -1630,7 +1631,7 @@ func TestModel(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 0))
 		h := newModelHarness(t, bk.newDSN(t))
 		n := *modelSeqs
-		if raceEnabled || testing.Short() {
+		if dbtest.RaceEnabled || testing.Short() {
 			n = max(n/10, 1)
 		}
 		var checks, ops int

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -51,7 +52,7 @@ func BenchmarkRefusedCheck(b *testing.B) {
 				name = fmt.Sprintf("rows=%d/k=%d/dry", n, n-ceiling+1)
 			}
 			b.Run(name, func(b *testing.B) {
-				defer reportCPU(b, cpuTime())
+				defer reportCPU(b, dbtest.CPUTime())
 				for b.Loop() {
 					d, err := svc.Check(ctx, req, dry)
 					if err != nil || d.Allowed() || d.RetryAfter < 1 {

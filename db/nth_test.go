@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -189,7 +190,7 @@ func checkNth(h policy.History, r []int64, cuts []time.Time, ks []int64) error {
 // skip there; the plain go test runs them.
 func openNthStore(t *testing.T) *Store {
 	t.Helper()
-	if raceDetector {
+	if dbtest.RaceEnabled {
 		t.Skip("slow under -race, and single-goroutine")
 	}
 	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "test.db"), WithSynchronous(SyncNormal))

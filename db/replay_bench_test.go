@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/policyguard/policyguard/db"
+	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -115,7 +116,7 @@ func BenchmarkPreview(b *testing.B) {
 	f := newPreviewFixture(b)
 	ctx := context.Background()
 	var p policy.Preview
-	defer reportCPU(b, cpuTime())
+	defer reportCPU(b, dbtest.CPUTime())
 	for b.Loop() {
 		var err error
 		if p, err = f.svc.PreviewTier(ctx, benchTier.Name, previewLimits); err != nil {

@@ -50,11 +50,12 @@ func BenchmarkEvaluate(b *testing.B) {
 	}
 }
 
-// scanLimiter is the lesson's rate limiter ported to Go: a list of
-// timestamps per user, trimmed to the day and counted by scanning on every
-// check. It keeps nothing on disk. It is the reference the README compares
-// against, not part of the service. The port is kinder than the original:
-// integer timestamps and trimming in place instead of a new list per call.
+// scanLimiter is the naive rolling-window limiter: a list of timestamps per
+// user in memory, trimmed to the day and counted by scanning on every
+// check. It keeps nothing on disk. It is the reference the README's
+// Performance section compares against, not part of the service. It is
+// kinder than the usual version: integer timestamps and trimming in place
+// instead of a new list per call.
 type scanLimiter struct {
 	requests map[string][]int64 // unix nanoseconds
 }
@@ -95,7 +96,7 @@ func unixNanos(h memHistory) []int64 {
 	return out
 }
 
-// BenchmarkScanningLimiter measures the lesson's algorithm at the same
+// BenchmarkScanningLimiter measures the naive scan at the same
 // history sizes as BenchmarkEvaluate: its cost grows with the window.
 func BenchmarkScanningLimiter(b *testing.B) {
 	tier := limits(policy.MaxLimit, policy.MaxLimit, policy.MaxLimit, 0)

@@ -72,7 +72,7 @@ func NewAdmin(cfg Config) *Admin {
 // fields besides the common ones.
 type adminView struct {
 	Title string
-	Nav   string // the current section: "overview", "tiers", "usage" or "accounts"
+	Nav   string // the current section: "overview", "tiers", "usage", "accounts" or "keys"
 	CSRF  string // set when signed in; the header then shows the navigation
 	Flash string // what the last change did
 	Alert string // an error about the page as a whole
@@ -88,6 +88,7 @@ type adminView struct {
 	Shadow     *adminShadowView   // tier: its shadow limits, when it has some
 	Preview    *adminPreviewView  // tier: the figures of a preview
 	NewKey     *adminNewKey       // key: a key just made, with its secret
+	Keys       *adminKeys         // keys: the service keys
 	Accounts   *adminAccountsView // accounts
 	Account    *adminAccountView  // account
 	Message    string             // error
@@ -116,6 +117,7 @@ func (a *Admin) Register(e *echo.Echo) {
 	g.GET("/overview", a.handleOverviewPage, signedIn...)
 	g.GET("/accounts", a.handleAccountsPage, signedIn...)
 	g.GET("/account", a.handleAccountPage, signedIn...)
+	g.GET("/keys", a.handleKeysPage, signedIn...)
 
 	forms := []echo.MiddlewareFunc{a.requireSession, a.requireCSRF}
 	g.POST("/logout", a.handleLogout, forms...)

@@ -150,3 +150,97 @@ func TestNoKeysSectionWithoutKeys(t *testing.T) {
 		t.Fatal("the page lost its record section")
 	}
 }
+
+// The service keys on a page of their own: listed with their use and last
+// use, never a user's key nor a secret; made with a note, the secret shown
+// once and the way back to the list; a bad note kept beside its error;
+// revoked back to the list. A user's page never lists them.
+func TestServiceKeysPage(t *testing.T) {
+	e := newPageEnv(t)
+	b := e.signIn()
+	ctx := context.Background()
+	if _, _, err := e.svc.CreateKey(ctx, "alice", false, "alice's laptop"); err != nil {
+		t.Fatal(err)
+	}
+	doc := parsePage(t, b.get("/admin/keys"), http.StatusOK)
+	if got := doc.text("keys-heading"); got != "Service keys" {
+		t.Fatalf("keys heading %q", got)
+	}
+	if got := doc.cell("keys", "no-keys"); !strings.HasPrefix(got, "No service keys") {
+		t.Fatalf("before any service key: %q", got)
+	}
+	if ns := doc.find(func(n *html.Node) bool {
+		return n.Data == "a" && pageAttr(n, "href") == "/admin/keys" && pageAttr(n, "aria-current") == "page"
+	}); len(ns) != 1 {
+		t.Fatal("the navigation has no current link to the Keys page")
+	}
+	if !slices.Contains(doc.buttons(), "Make a service key") || doc.control("Note of a new key") == nil {
+		t.Fatalf("no form to make a service key; buttons %v", doc.buttons())
+	}
+
+	// Refused: without the CSRF token, with a note too long (kept, the
+	// error beside it), and naming a user as well.
+	if rec := b.post("/admin/keys", url.Values{"service": {"true"}, "csrf": {"wrong"}}); rec.Code != http.StatusForbidden {
+		t.Fatalf("make a service key without the CSRF token: %d", rec.Code)
+	}
+	long := strings.Repeat("n", policy.MaxNote+1)
+	doc = parsePage(t, b.post("/admin/keys", url.Values{"service": {"true"}, "note": {long}}), http.StatusBadRequest)
+	if got := doc.text("key-note-error"); got != "note must be at most 1024 bytes" {
+		t.Fatalf("error of a long note %q", got)
+	}
+	if got := pageValue(doc.control("Note of a new key")); got != long {
+		t.Fatalf("the form lost the note typed: %d bytes", len(got))
+	}
+	if rec := b.post("/admin/keys", url.Values{"service": {"true"}, "user_id": {"alice"}}); rec.Code != http.StatusBadRequest {
+		t.Fatalf("a service key for a user: %d", rec.Code)
+	}
+	if keys, _ := e.svc.Keys(ctx, ""); len(keys) != 0 {
+		t.Fatalf("refused forms made service keys: %+v", keys)
+	}
+
+	// Made: the secret once, a service key's, with the way back.
+	doc = parsePage(t, b.post("/admin/keys", url.Values{"service": {"true"}, "note": {"support bot"}}), http.StatusOK)
+	if got := doc.text("new-key-heading"); got != "New service key" {
+		t.Fatalf("heading %q", got)
+	}
+	secret := pageAttr(doc.byID("new-key"), "value")
+	k, err := e.svc.Authenticate(ctx, secret)
+	if err != nil || !k.Service || k.UserID != "" || k.Note != "support bot" {
+		t.Fatalf("Authenticate = %+v, %v", k, err)
+	}
+	if !strings.Contains(doc.raw, `href="/admin/keys"`) || !strings.Contains(doc.text("new-key-hint"), "X-Guard-User") {
+		t.Fatal("the new service key's page lacks the way back or what to send with it")
+	}
+
+	// Listed with its use and its last use (Authenticate above), without
+	// the secret; alice's key is not a service key and stays on her page.
+	e.clock.Advance(3 * time.Minute)
+	doc = parsePage(t, b.get("/admin/keys"), http.StatusOK)
+	if strings.Contains(doc.raw, secret) {
+		t.Fatal("the Keys page shows the secret again")
+	}
+	row := "key-" + k.ID
+	for field, want := range map[string]string{"id": k.ID, "note": "support bot", "created": "2026-05-04 12:00 UTC", "last-used": "2026-05-04 12:00 UTC"} {
+		if got := doc.cell(row, field); got != want {
+			t.Errorf("%s of the service key: %q, want %q", field, got, want)
+		}
+	}
+	if strings.Contains(doc.raw, "alice's laptop") {
+		t.Fatal("the Keys page lists a user's key")
+	}
+	if user := parsePage(t, b.get("/admin/usage?user_id=alice"), http.StatusOK); user.byID(row) != nil {
+		t.Fatal("a user's page lists a service key")
+	}
+
+	// Revoked: back to the list, gone from it, refused at once.
+	doc = b.follow(b.post("/admin/keys/"+k.ID+"/revoke", url.Values{"service": {"true"}}), "/admin/keys")
+	if got := doc.flash(); !strings.Contains(got, "Revoked key "+k.ID) {
+		t.Fatalf("flash %q", got)
+	}
+	if doc.byID(row) != nil {
+		t.Fatal("the revoked service key is still listed")
+	}
+	if _, err := e.svc.Authenticate(ctx, secret); policy.ErrorCode(err) != policy.EUNAUTHORIZED {
+		t.Fatalf("after the revocation: %v, want EUNAUTHORIZED", err)
+	}
+}

@@ -133,6 +133,9 @@ func (a *Admin) renderUsage(c echo.Context, user, tierName string, asked bool, p
 		}
 	}
 	v := a.view(c, "Look up a user", "usage")
+	if keys != nil {
+		keys.CSRF = v.CSRF
+	}
 	v.Usage = &adminUsageView{
 		Record:       record,
 		Keys:         keys,

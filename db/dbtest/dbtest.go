@@ -10,6 +10,11 @@
 // DefaultAdminURL, the local server as the README sets it up), creates an
 // empty database and drops it when the test ends. Without a server it skips
 // the test, except under CI=true, where it fails it: CI starts one.
+//
+// It also holds what the tests of every package share, so that each is
+// written once: CPUTime for benchmarks on a shared machine, RaceEnabled for
+// tests that do less under the race detector, and LockedBuffer for a
+// service's log. Only tests import it; every package's tests already do.
 package dbtest
 
 import (

@@ -103,8 +103,7 @@ func benchServer(b *testing.B, path string, log *slog.Logger) http.Handler {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { store.Close() })
-	_, err = store.UpdateTiers(ctx, policy.TierUpdate{Put: []policy.Tier{{Name: "bench", RequestsPerMinute: policy.MaxLimit,
-		RequestsPerHour: policy.MaxLimit, RequestsPerDay: policy.MaxLimit, Features: []string{policy.AllFeatures}}}})
+	_, err = store.UpdateTiers(ctx, policy.TierUpdate{Put: []policy.Tier{{Name: "bench", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(policy.MaxLimit)), policy.RequestsPerHour: new(int64(policy.MaxLimit)), policy.RequestsPerDay: new(int64(policy.MaxLimit))}, Features: []string{policy.AllFeatures}}}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -34,7 +34,7 @@ func ExampleGuard() {
 	}
 	defer store.Close()
 	svc := policy.NewService(store, store)
-	starter := policy.Tier{Name: "starter", RequestsPerMinute: 2, RequestsPerHour: 100, RequestsPerDay: 1000, Features: []string{"summarize"}}
+	starter := policy.Tier{Name: "starter", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(2)), policy.RequestsPerHour: new(int64(100)), policy.RequestsPerDay: new(int64(1000))}, Features: []string{"summarize"}}
 	if _, _, err := svc.PutTier(ctx, starter); err != nil {
 		log.Fatal(err)
 	}

@@ -199,8 +199,8 @@ func FuzzTierPut(f *testing.F) {
 				t.Fatalf("stored a tier from a body encoding/json cannot read: %v", err)
 			}
 			for field, v := range map[string]int64{
-				"requests_per_minute": got.RequestsPerMinute, "requests_per_hour": got.RequestsPerHour,
-				"requests_per_day": got.RequestsPerDay, "burst_allowance": got.BurstAllowance,
+				"requests_per_minute": got.Limits.Value(policy.RequestsPerMinute), "requests_per_hour": got.Limits.Value(policy.RequestsPerHour),
+				"requests_per_day": got.Limits.Value(policy.RequestsPerDay), "burst_allowance": got.Limits.Value(policy.BurstAllowance),
 			} {
 				if sent, err := strconv.ParseInt(string(raw[field]), 10, 64); err != nil || sent != v {
 					t.Fatalf("%s: sent %s, stored %d", field, raw[field], v)

@@ -34,8 +34,7 @@ func meteredApp(t *testing.T) (*echo.Echo, *policy.Service) {
 	t.Cleanup(func() { store.Close() })
 	clk := policy.NewTestClock(t0)
 	svc := policy.NewService(store, store, policy.WithClock(clk.Now))
-	tier := policy.Tier{Name: "metered", RequestsPerMinute: 100, RequestsPerHour: 1000, RequestsPerDay: 1000,
-		TokensPerMinute: int64p(1000), MaxConcurrent: int64p(1)}
+	tier := policy.Tier{Name: "metered", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(100)), policy.RequestsPerHour: new(int64(1000)), policy.RequestsPerDay: new(int64(1000)), policy.TokensPerMinute: int64p(1000), policy.MaxConcurrent: int64p(1)}}
 	if _, _, err := svc.PutTier(ctx, tier); err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func newEmbedEnv(t *testing.T, mutate func(*api.GuardConfig)) *embedEnv {
 	t.Cleanup(func() { store.Close() })
 	clk := policy.NewTestClock(t0)
 	svc := policy.NewService(store, store, policy.WithClock(clk.Now))
-	lesson := policy.Tier{Name: "lesson", RequestsPerMinute: 2, RequestsPerHour: 100, RequestsPerDay: 100, Features: []string{"summarize"}}
+	lesson := policy.Tier{Name: "lesson", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(2)), policy.RequestsPerHour: new(int64(100)), policy.RequestsPerDay: new(int64(100))}, Features: []string{"summarize"}}
 	if _, _, err := svc.PutTier(ctx, lesson); err != nil {
 		t.Fatal(err)
 	}

@@ -103,9 +103,9 @@ func TestTierModelsAPIRefusals(t *testing.T) {
 // bad entry is reported with its tier.
 func TestTiersFileModels(t *testing.T) {
 	tiers := []policy.Tier{
-		{Name: "any", RequestsPerMinute: 1, RequestsPerHour: 1, RequestsPerDay: 1, Features: []string{}},
-		{Name: "none", RequestsPerMinute: 1, RequestsPerHour: 1, RequestsPerDay: 1, Features: []string{}, Models: []string{}},
-		{Name: "some", RequestsPerMinute: 1, RequestsPerHour: 1, RequestsPerDay: 1, Features: []string{}, Models: []string{"o3", "gpt-4o*"}},
+		{Name: "any", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1)), policy.RequestsPerHour: new(int64(1)), policy.RequestsPerDay: new(int64(1))}, Features: []string{}},
+		{Name: "none", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1)), policy.RequestsPerHour: new(int64(1)), policy.RequestsPerDay: new(int64(1))}, Features: []string{}, Models: []string{}},
+		{Name: "some", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1)), policy.RequestsPerHour: new(int64(1)), policy.RequestsPerDay: new(int64(1))}, Features: []string{}, Models: []string{"o3", "gpt-4o*"}},
 	}
 	var buf bytes.Buffer
 	if err := api.WriteTiersFile(&buf, tiers); err != nil {
@@ -143,7 +143,7 @@ func TestTiersFileModels(t *testing.T) {
 
 // The import report and the admin page word a change of models.
 func TestDescribeTierChangeModels(t *testing.T) {
-	team := policy.Tier{Name: "team", RequestsPerMinute: 5, RequestsPerHour: 50, RequestsPerDay: 500, Features: []string{"chat"}, Models: []string{"gpt-4o*"}}
+	team := policy.Tier{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(5)), policy.RequestsPerHour: new(int64(50)), policy.RequestsPerDay: new(int64(500))}, Features: []string{"chat"}, Models: []string{"gpt-4o*"}}
 	anyModel := team
 	anyModel.Models = nil
 	for _, tc := range []struct {

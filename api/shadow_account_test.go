@@ -169,11 +169,10 @@ func TestPromoteShadowAccountOverHTTP(t *testing.T) {
 // problems with them name each field in full.
 func TestTiersFileShadowAccount(t *testing.T) {
 	n := func(v int64) *int64 { return &v }
-	var pool policy.PoolLimits
+	var pool policy.LimitSet
 	rpm, _ := policy.LimitFieldNamed("requests_per_minute")
 	pool.Set(rpm, n(20))
-	tiers := []policy.Tier{{Name: "team", RequestsPerMinute: 10, RequestsPerHour: 100, RequestsPerDay: 1000, Features: []string{},
-		Shadow: &policy.RequestLimits{RequestsPerMinute: 5, RequestsPerHour: 50, RequestsPerDay: 500, Account: &pool}}}
+	tiers := []policy.Tier{{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(10)), policy.RequestsPerHour: new(int64(100)), policy.RequestsPerDay: new(int64(1000))}, Features: []string{}, Shadow: &policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(5)), policy.RequestsPerHour: new(int64(50)), policy.RequestsPerDay: new(int64(500))}, Account: &pool}}}
 	var buf bytes.Buffer
 	if err := api.WriteTiersFile(&buf, tiers); err != nil {
 		t.Fatal(err)

@@ -13,8 +13,8 @@ import (
 
 func TestTiersFileRoundTrip(t *testing.T) {
 	tiers := []policy.Tier{
-		{Name: "pro", RequestsPerMinute: 60, RequestsPerHour: 2000, RequestsPerDay: 20000, BurstAllowance: 10, Features: []string{"chat", "*"}, Description: "Pro <plan> & more"},
-		{Name: "free", RequestsPerMinute: 10, RequestsPerHour: 100, RequestsPerDay: 1000, UpdatedAt: t0},
+		{Name: "pro", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(60)), policy.RequestsPerHour: new(int64(2000)), policy.RequestsPerDay: new(int64(20000)), policy.BurstAllowance: new(int64(10))}, Features: []string{"chat", "*"}, Description: "Pro <plan> & more"},
+		{Name: "free", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(10)), policy.RequestsPerHour: new(int64(100)), policy.RequestsPerDay: new(int64(1000))}, UpdatedAt: t0},
 	}
 	var buf bytes.Buffer
 	if err := api.WriteTiersFile(&buf, tiers); err != nil {
@@ -64,7 +64,7 @@ func TestTiersFileRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Sorted by name; updated_at is not in the file, and features is [].
-	if got, want := fmt.Sprint(read), fmt.Sprint([]policy.Tier{{Name: "free", RequestsPerMinute: 10, RequestsPerHour: 100, RequestsPerDay: 1000, Features: []string{}}, tiers[0]}); got != want {
+	if got, want := fmt.Sprint(read), fmt.Sprint([]policy.Tier{{Name: "free", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(10)), policy.RequestsPerHour: new(int64(100)), policy.RequestsPerDay: new(int64(1000)), policy.BurstAllowance: new(int64(0))}, Features: []string{}}, tiers[0]}); got != want {
 		t.Fatalf("read back\n%s\nwant\n%s", got, want)
 	}
 }
@@ -141,9 +141,9 @@ func TestTiersFileReportsEveryProblem(t *testing.T) {
 }
 
 func TestDescribeTierChange(t *testing.T) {
-	pro := policy.Tier{Name: "pro", RequestsPerMinute: 60, RequestsPerHour: 2000, RequestsPerDay: 20000, BurstAllowance: 10, Features: []string{"chat"}}
+	pro := policy.Tier{Name: "pro", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(60)), policy.RequestsPerHour: new(int64(2000)), policy.RequestsPerDay: new(int64(20000)), policy.BurstAllowance: new(int64(10))}, Features: []string{"chat"}}
 	faster := pro
-	faster.RequestsPerMinute, faster.Features = 100, []string{"chat", "search"}
+	faster.Limits[policy.RequestsPerMinute], faster.Features = new(int64(100)), []string{"chat", "search"}
 	for _, tc := range []struct {
 		c    policy.TierChange
 		want string
@@ -162,8 +162,7 @@ func TestDescribeTierChange(t *testing.T) {
 // numbers, unset ones as null, and an entry that leaves them out sets none.
 func TestTiersFileMeteringRoundTrip(t *testing.T) {
 	n := func(v int64) *int64 { return &v }
-	tiers := []policy.Tier{{Name: "metered", RequestsPerMinute: 10, RequestsPerHour: 100, RequestsPerDay: 1000, Features: []string{},
-		TokensPerMinute: n(0), TokensPerDay: n(5000), MaxConcurrent: n(3)}}
+	tiers := []policy.Tier{{Name: "metered", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(10)), policy.RequestsPerHour: new(int64(100)), policy.RequestsPerDay: new(int64(1000)), policy.TokensPerMinute: n(0), policy.TokensPerDay: n(5000), policy.MaxConcurrent: n(3)}, Features: []string{}}}
 	var buf bytes.Buffer
 	if err := api.WriteTiersFile(&buf, tiers); err != nil {
 		t.Fatal(err)
@@ -200,7 +199,7 @@ func TestTiersFileAccountsRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	team := policy.Tier{Name: "team", RequestsPerMinute: 10, RequestsPerHour: 100, RequestsPerDay: 1000, Features: []string{}, Account: &pool}
+	team := policy.Tier{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(10)), policy.RequestsPerHour: new(int64(100)), policy.RequestsPerDay: new(int64(1000))}, Features: []string{}, Account: &pool}
 	overrides, err := policy.PoolOverridesOf(map[string]*int64{"requests_per_minute": n(60), "max_concurrent": nil})
 	if err != nil {
 		t.Fatal(err)

@@ -19,102 +19,274 @@ import (
 
 // tierJSON is a tier on the wire: the answers and bodies of /v1/tiers,
 // each entry of a tiers file, and the before and after of a change on the
-// admin page. UpdatedAt is left out when zero: a tiers file and a change
-// leave it zero, so that a file kept in a repository changes only when a
-// tier does; a body may carry it, so that an answer can be sent back as
-// is, and the server then sets the time of the change.
+// admin page. Its members are the name, then a member per limit of
+// policy.LimitFields in the table's order (a required limit a number, an
+// optional one null for none: see writeLimits), then the rest.
+// UpdatedAt is left out when zero: a tiers file and a change leave it
+// zero, so that a file kept in a repository changes only when a tier
+// does; a body may carry it, so that an answer can be sent back as is,
+// and the server then sets the time of the change.
 type tierJSON struct {
-	Name              string `json:"name"`
-	RequestsPerMinute int64  `json:"requests_per_minute"`
-	RequestsPerHour   int64  `json:"requests_per_hour"`
-	RequestsPerDay    int64  `json:"requests_per_day"`
-	BurstAllowance    int64  `json:"burst_allowance"`
-	// The metering limits: null (or absent from a body) sets no limit.
-	TokensPerMinute *int64    `json:"tokens_per_minute"`
-	TokensPerHour   *int64    `json:"tokens_per_hour"`
-	TokensPerDay    *int64    `json:"tokens_per_day"`
-	MaxConcurrent   *int64    `json:"max_concurrent"`
-	Features        []string  `json:"features"`               // nil is written []
-	Models          []string  `json:"models,format:emitnull"` // null (or absent from a body) for any model
-	Description     string    `json:"description"`
-	UpdatedAt       time.Time `json:"updated_at,omitzero"`
+	Name        string
+	Limits      policy.LimitSet
+	Features    []string // nil is written []
+	Models      []string // null (or absent from a body) for any model
+	Description string
+	UpdatedAt   time.Time
 	// Shadow is left out when the tier has none, so that a tiers file
 	// without shadow limits reads as before; a body may send it null.
-	Shadow *limitsJSON `json:"shadow,omitzero"`
+	Shadow *limitsJSON
 	// Account is the pooled limits of an account on the tier, left out
 	// when it has none; each limit null (or absent) for none.
-	Account *poolJSON `json:"account,omitzero"`
+	Account *poolJSON
 }
 
 // poolJSON is the pooled limits of an account on a tier: every limit of a
 // tier, each optional.
-type poolJSON struct {
-	RequestsPerMinute *int64 `json:"requests_per_minute"`
-	RequestsPerHour   *int64 `json:"requests_per_hour"`
-	RequestsPerDay    *int64 `json:"requests_per_day"`
-	BurstAllowance    *int64 `json:"burst_allowance"`
-	TokensPerMinute   *int64 `json:"tokens_per_minute"`
-	TokensPerHour     *int64 `json:"tokens_per_hour"`
-	TokensPerDay      *int64 `json:"tokens_per_day"`
-	MaxConcurrent     *int64 `json:"max_concurrent"`
-}
+type poolJSON struct{ Limits policy.LimitSet }
 
 // limitsJSON is the request limits of a tier's shadow: all four required,
-// and the pooled shadow limits of its accounts, left out when it has none.
+// and the pooled shadow limits of its accounts, left out when it has none
+// (a body may send it null).
 type limitsJSON struct {
-	RequestsPerMinute int64 `json:"requests_per_minute"`
-	RequestsPerHour   int64 `json:"requests_per_hour"`
-	RequestsPerDay    int64 `json:"requests_per_day"`
-	BurstAllowance    int64 `json:"burst_allowance"`
-	// Account is left out when the shadow has none; a body may send it
-	// null.
-	Account *shadowPoolJSON `json:"account,omitzero"`
+	Limits  policy.LimitSet
+	Account *shadowPoolJSON
 }
 
 // shadowPoolJSON is the pooled shadow limits of a tier's accounts: the
 // request limits of poolJSON, each optional.
-type shadowPoolJSON struct {
-	RequestsPerMinute *int64 `json:"requests_per_minute"`
-	RequestsPerHour   *int64 `json:"requests_per_hour"`
-	RequestsPerDay    *int64 `json:"requests_per_day"`
-	BurstAllowance    *int64 `json:"burst_allowance"`
+type shadowPoolJSON struct{ Limits policy.LimitSet }
+
+// MarshalJSONTo implements json.MarshalerTo.
+func (j tierJSON) MarshalJSONTo(enc *jsontext.Encoder) error {
+	if err := enc.WriteToken(jsontext.BeginObject); err != nil {
+		return err
+	}
+	err := writeMember(enc, "name", j.Name)
+	if err == nil {
+		err = writeLimits(enc, &j.Limits, nil, false)
+	}
+	if err == nil {
+		err = writeMember(enc, "features", j.Features)
+	}
+	if err == nil {
+		err = writeMember(enc, "models", j.Models, json.FormatNilSliceAsNull(true))
+	}
+	if err == nil {
+		err = writeMember(enc, "description", j.Description)
+	}
+	if err == nil && !j.UpdatedAt.IsZero() {
+		err = writeMember(enc, "updated_at", j.UpdatedAt)
+	}
+	if err == nil && j.Shadow != nil {
+		err = writeMember(enc, "shadow", j.Shadow)
+	}
+	if err == nil && j.Account != nil {
+		err = writeMember(enc, "account", j.Account)
+	}
+	if err != nil {
+		return err
+	}
+	return enc.WriteToken(jsontext.EndObject)
 }
 
-// tierWire, shadowWire, poolWire and shadowPoolWire find each limit of
-// policy.LimitFields in the wire types by its JSON name, so that the
-// conversions below walk the table: a limit is added to a wire type as a
-// field, and nowhere else here.
-var (
-	tierWire       = bindWire[tierJSON](func(*policy.LimitField) bool { return true })
-	shadowWire     = bindWire[limitsJSON]((*policy.LimitField).InRequestLimits)
-	poolWire       = bindWire[poolJSON](nil)
-	shadowPoolWire = bindPoolWire[shadowPoolJSON]((*policy.LimitField).InRequestLimits)
-)
+// UnmarshalJSONFrom implements json.UnmarshalerFrom.
+func (j *tierJSON) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	*j = tierJSON{}
+	return readObject(dec, reflect.TypeFor[tierJSON](), func(name string) (bool, error) {
+		switch name {
+		case "name":
+			return true, json.UnmarshalDecode(dec, &j.Name)
+		case "features":
+			return true, json.UnmarshalDecode(dec, &j.Features)
+		case "models":
+			return true, json.UnmarshalDecode(dec, &j.Models)
+		case "description":
+			return true, json.UnmarshalDecode(dec, &j.Description)
+		case "updated_at":
+			return true, json.UnmarshalDecode(dec, &j.UpdatedAt)
+		case "shadow":
+			return true, json.UnmarshalDecode(dec, &j.Shadow)
+		case "account":
+			return true, json.UnmarshalDecode(dec, &j.Account)
+		}
+		return readLimit(dec, &j.Limits, name, nil, false)
+	})
+}
+
+// MarshalJSONTo implements json.MarshalerTo.
+func (p poolJSON) MarshalJSONTo(enc *jsontext.Encoder) error {
+	return writeLimitsObject(enc, &p.Limits, nil)
+}
+
+// UnmarshalJSONFrom implements json.UnmarshalerFrom.
+func (p *poolJSON) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	*p = poolJSON{}
+	return readObject(dec, reflect.TypeFor[poolJSON](), func(name string) (bool, error) {
+		return readLimit(dec, &p.Limits, name, nil, true)
+	})
+}
+
+// MarshalJSONTo implements json.MarshalerTo.
+func (p shadowPoolJSON) MarshalJSONTo(enc *jsontext.Encoder) error {
+	return writeLimitsObject(enc, &p.Limits, (*policy.LimitField).InRequestLimits)
+}
+
+// UnmarshalJSONFrom implements json.UnmarshalerFrom.
+func (p *shadowPoolJSON) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	*p = shadowPoolJSON{}
+	return readObject(dec, reflect.TypeFor[shadowPoolJSON](), func(name string) (bool, error) {
+		return readLimit(dec, &p.Limits, name, (*policy.LimitField).InRequestLimits, true)
+	})
+}
+
+// MarshalJSONTo implements json.MarshalerTo.
+func (l limitsJSON) MarshalJSONTo(enc *jsontext.Encoder) error {
+	if err := enc.WriteToken(jsontext.BeginObject); err != nil {
+		return err
+	}
+	err := writeLimits(enc, &l.Limits, (*policy.LimitField).InRequestLimits, false)
+	if err == nil && l.Account != nil {
+		err = writeMember(enc, "account", l.Account)
+	}
+	if err != nil {
+		return err
+	}
+	return enc.WriteToken(jsontext.EndObject)
+}
+
+// UnmarshalJSONFrom implements json.UnmarshalerFrom.
+func (l *limitsJSON) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	*l = limitsJSON{}
+	return readObject(dec, reflect.TypeFor[limitsJSON](), func(name string) (bool, error) {
+		if name == "account" {
+			return true, json.UnmarshalDecode(dec, &l.Account)
+		}
+		return readLimit(dec, &l.Limits, name, (*policy.LimitField).InRequestLimits, false)
+	})
+}
+
+// writeMember writes the member name with value v.
+func writeMember(enc *jsontext.Encoder, name string, v any, opts ...json.Options) error {
+	if err := enc.WriteToken(jsontext.String(name)); err != nil {
+		return err
+	}
+	return json.MarshalEncode(enc, v, opts...)
+}
+
+// writeLimits writes the limits of s that want reports (nil: every one)
+// as members named as their rows of policy.LimitFields, in its order: a
+// required limit, unless pooled, as a number (0 when unset); any other as
+// a number or null for none.
+func writeLimits(enc *jsontext.Encoder, s *policy.LimitSet, want func(*policy.LimitField) bool, pooled bool) error {
+	for i := range policy.LimitFields {
+		f := &policy.LimitFields[i]
+		if want != nil && !want(f) {
+			continue
+		}
+		tok := jsontext.Null
+		switch v := s[i]; {
+		case v != nil:
+			tok = jsontext.Int(*v)
+		case !f.Optional && !pooled:
+			tok = jsontext.Int(0)
+		}
+		if err := enc.WriteToken(jsontext.String(f.Name)); err != nil {
+			return err
+		}
+		if err := enc.WriteToken(tok); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeLimitsObject writes the pooled limits of s that want reports (see
+// writeLimits) as an object.
+func writeLimitsObject(enc *jsontext.Encoder, s *policy.LimitSet, want func(*policy.LimitField) bool) error {
+	if err := enc.WriteToken(jsontext.BeginObject); err != nil {
+		return err
+	}
+	if err := writeLimits(enc, s, want, true); err != nil {
+		return err
+	}
+	return enc.WriteToken(jsontext.EndObject)
+}
+
+// readLimit reads the value of the member name into s when name is a limit
+// of policy.LimitFields that want reports (nil: every one); ok is false
+// when it is not. A required limit, unless pooled, is read as an int64, so
+// that null reaches the caller's unmarshaler for one (see decodeTier);
+// any other as a *int64, null for none.
+func readLimit(dec *jsontext.Decoder, s *policy.LimitSet, name string, want func(*policy.LimitField) bool, pooled bool) (ok bool, err error) {
+	f, ok := policy.LimitFieldNamed(name)
+	if !ok || want != nil && !want(f) {
+		return false, nil
+	}
+	if f.Optional || pooled {
+		var p *int64
+		err = json.UnmarshalDecode(dec, &p)
+		s[f.ID()] = p
+		return true, err
+	}
+	var v int64
+	err = json.UnmarshalDecode(dec, &v)
+	s[f.ID()] = &v
+	return true, err
+}
+
+// readObject reads a JSON object from dec, calling member with the name of
+// each member to read its value; member reports false for a name it does
+// not know, which is an unknown member under json.RejectUnknownMembers and
+// skipped otherwise. A value that is not an object is a *json.SemanticError
+// naming goType, as the library reports one.
+func readObject(dec *jsontext.Decoder, goType reflect.Type, member func(name string) (bool, error)) error {
+	if k := dec.PeekKind(); k != '{' {
+		err := &json.SemanticError{JSONKind: k, GoType: goType}
+		if _, skipErr := dec.ReadValue(); skipErr != nil {
+			return skipErr
+		}
+		return err
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return err
+	}
+	reject, _ := json.GetOption(dec.Options(), json.RejectUnknownMembers)
+	for dec.PeekKind() != '}' {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return err
+		}
+		name := tok.String()
+		switch ok, err := member(name); {
+		case err != nil:
+			return err
+		case ok:
+		case reject:
+			return &json.SemanticError{JSONKind: '"', JSONPointer: dec.StackPointer(), GoType: goType, Err: json.ErrUnknownName}
+		default:
+			if err := dec.SkipValue(); err != nil {
+				return err
+			}
+		}
+	}
+	_, err := dec.ReadToken()
+	return err
+}
 
 func tierToJSON(t policy.Tier) tierJSON {
 	j := tierJSON{Name: t.Name, Features: t.Features, Models: t.Models, Description: t.Description, UpdatedAt: t.UpdatedAt.UTC()}
 	for i := range policy.LimitFields {
-		tierWire.set(&j, i, policy.LimitFields[i].Get(&t))
+		j.Limits[i] = policy.LimitFields[i].Get(&t)
 	}
 	if l := t.Shadow; l != nil {
-		j.Shadow = &limitsJSON{}
+		j.Shadow = &limitsJSON{Limits: l.Limits}
 		if l.Account != nil {
-			j.Shadow.Account = &shadowPoolJSON{}
-		}
-		for i := range policy.LimitFields {
-			if p := policy.LimitFields[i].RequestLimit(l); p != nil {
-				shadowWire.set(j.Shadow, i, p)
-			}
-			if l.Account != nil {
-				shadowPoolWire.set(j.Shadow.Account, i, l.Account.Get(&policy.LimitFields[i]))
-			}
+			j.Shadow.Account = &shadowPoolJSON{Limits: *l.Account}
 		}
 	}
 	if p := t.Account; p != nil {
-		j.Account = &poolJSON{}
-		for i := range policy.LimitFields {
-			poolWire.set(j.Account, i, p.Get(&policy.LimitFields[i]))
-		}
+		j.Account = &poolJSON{Limits: *p}
 	}
 	return j
 }
@@ -141,101 +313,10 @@ var tierFields = func() []string {
 	return fields
 }()
 
-// wireBinding is where each limit of policy.LimitFields lives in a wire
-// struct type: field[i] is the index of LimitFields[i]'s field, -1 for
-// none.
-type wireBinding struct{ field []int }
-
-// bindWire binds the limits of policy.LimitFields that want reports to the
-// fields of the struct type T that their JSON names tag: int64 for a
-// required limit, *int64 for an optional one; with want nil, every limit,
-// each as *int64 (a pool's limits are all optional). A limit missing from T, or of
-// the wrong type, panics when the program starts, so that no test passes
-// while a wire type lacks a limit of the table.
-func bindWire[T any](want func(*policy.LimitField) bool) wireBinding {
-	if want == nil {
-		return bindWireOf[T](func(*policy.LimitField) bool { return true }, true)
-	}
-	return bindWireOf[T](want, false)
-}
-
-// bindPoolWire is bindWire for the limits of a pool that want reports,
-// each as *int64.
-func bindPoolWire[T any](want func(*policy.LimitField) bool) wireBinding {
-	return bindWireOf[T](want, true)
-}
-
-// bindWireOf binds the limits want reports, each as *int64 when pooled.
-func bindWireOf[T any](want func(*policy.LimitField) bool, pooled bool) wireBinding {
-	typ := reflect.TypeFor[T]()
-	byName := make(map[string]reflect.StructField)
-	for _, sf := range reflect.VisibleFields(typ) {
-		name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
-		byName[name] = sf
-	}
-	b := wireBinding{field: make([]int, len(policy.LimitFields))}
-	for i := range policy.LimitFields {
-		f := &policy.LimitFields[i]
-		b.field[i] = -1
-		if !want(f) {
-			continue
-		}
-		sf, ok := byName[f.Name]
-		wantType := reflect.TypeFor[int64]()
-		if f.Optional || pooled {
-			wantType = reflect.TypeFor[*int64]()
-		}
-		if !ok || sf.Type != wantType || len(sf.Index) != 1 {
-			panic(fmt.Sprintf("api: %s needs a field %s of type %s tagged json:%q", typ, f.Name, wantType, f.Name))
-		}
-		b.field[i] = sf.Index[0]
-	}
-	return b
-}
-
-// get returns limit i of *v: nil for an optional limit unset, or when v
-// has no such field.
-func (b wireBinding) get(v any, i int) *int64 {
-	if b.field[i] < 0 {
-		return nil
-	}
-	switch p := reflect.ValueOf(v).Elem().Field(b.field[i]).Addr().Interface().(type) {
-	case *int64:
-		c := *p
-		return &c
-	case **int64:
-		return *p
-	}
-	return nil
-}
-
-// set sets limit i of *v to x: nil unsets an optional limit, and sets a
-// required one to 0.
-func (b wireBinding) set(v any, i int, x *int64) {
-	if b.field[i] < 0 {
-		return
-	}
-	switch p := reflect.ValueOf(v).Elem().Field(b.field[i]).Addr().Interface().(type) {
-	case *int64:
-		*p = 0
-		if x != nil {
-			*p = *x
-		}
-	case **int64:
-		*p = x
-	}
-}
-
-// readTier reads data, the body of PUT /v1/tiers/{name} (pathName is then
-// the name from the path) or one entry of a tiers file (pathName "", and
-// the entry must hold a name), and returns the tier with every problem it
-// has, in field order. A value of the wrong type is a problem of its field
-// and reading goes on, so that a tiers file's report lists them all; a
-// body that is not JSON, or names an unknown field, is one problem. The
-// tier carries the name whenever there is one, to say which entry is wrong.
-func readTier(data []byte, pathName string) (policy.Tier, []string) {
-	problems := make(map[string][]string)
-	present := make(map[string]bool)
+// decodeTier reads data into a tierJSON, noting in present each field it
+// holds and in problems each value of the wrong type (see readTier); err
+// is a body that is not JSON, or names an unknown field.
+func decodeTier(data []byte, problems map[string][]string, present map[string]bool) (in tierJSON, err error) {
 	// must reads a value of type T, or notes that its field must be one.
 	must := func(want string) func(*jsontext.Decoder, any) error {
 		return func(dec *jsontext.Decoder, v any) error {
@@ -255,8 +336,7 @@ func readTier(data []byte, pathName string) (policy.Tier, []string) {
 	}
 	limit, str := must(fmt.Sprintf("an integer from 0 to %d", policy.MaxLimit)), must("a string")
 	strs := must("an array of strings")
-	var in tierJSON
-	err := unmarshalObject(data, &in, json.JoinOptions(strictOptions, json.WithUnmarshalers(json.JoinUnmarshalers(
+	err = unmarshalObject(data, &in, json.JoinOptions(strictOptions, json.WithUnmarshalers(json.JoinUnmarshalers(
 		// A required limit has no null: null would read as 0, a tier that
 		// admits nothing, where the sender may have meant no limit. (An
 		// optional limit is a *int64, which null leaves nil without
@@ -273,6 +353,20 @@ func readTier(data []byte, pathName string) (policy.Tier, []string) {
 		json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *string) error { return str(dec, v) }),
 		json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *[]string) error { return strs(dec, v) }),
 	))))
+	return in, err
+}
+
+// readTier reads data, the body of PUT /v1/tiers/{name} (pathName is then
+// the name from the path) or one entry of a tiers file (pathName "", and
+// the entry must hold a name), and returns the tier with every problem it
+// has, in field order. A value of the wrong type is a problem of its field
+// and reading goes on, so that a tiers file's report lists them all; a
+// body that is not JSON, or names an unknown field, is one problem. The
+// tier carries the name whenever there is one, to say which entry is wrong.
+func readTier(data []byte, pathName string) (policy.Tier, []string) {
+	problems := make(map[string][]string)
+	present := make(map[string]bool)
+	in, err := decodeTier(data, problems, present)
 	name := pathName
 	if name == "" {
 		name = in.Name
@@ -305,29 +399,25 @@ func readTier(data []byte, pathName string) (policy.Tier, []string) {
 	}
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
-		f.Set(&t, tierWire.get(&in, i))
+		f.Set(&t, in.Limits[i])
 		if !f.Optional && !present[f.Name] {
 			problems[f.Name] = append(problems[f.Name], f.Name+" is required")
-		}
-		if in.Account != nil {
-			if t.Account == nil {
-				t.Account = &policy.PoolLimits{}
-			}
-			t.Account.Set(f, poolWire.get(in.Account, i))
 		}
 		if t.Shadow == nil || !f.InRequestLimits() {
 			continue
 		}
-		*f.RequestLimit(t.Shadow) = *shadowWire.get(in.Shadow, i)
+		t.Shadow.Limits.Set(f, in.Shadow.Limits[i])
 		if field := "shadow." + f.Name; !present[field] {
 			problems[field] = append(problems[field], field+" is required")
 		}
-		if in.Shadow.Account != nil {
-			if t.Shadow.Account == nil {
-				t.Shadow.Account = &policy.PoolLimits{}
-			}
-			t.Shadow.Account.Set(f, shadowPoolWire.get(in.Shadow.Account, i))
-		}
+	}
+	if in.Account != nil {
+		a := in.Account.Limits
+		t.Account = &a
+	}
+	if in.Shadow != nil && in.Shadow.Account != nil {
+		a := in.Shadow.Account.Limits
+		t.Shadow.Account = &a
 	}
 	for _, fe := range t.ValidateFields() {
 		if fe.Field != "name" && problems[fe.Field] == nil { // said above, in the API's words

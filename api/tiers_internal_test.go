@@ -1,68 +1,64 @@
 package api
 
 import (
-	"fmt"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/go-json-experiment/json"
 
 	"github.com/policyguard/policyguard/policy"
 )
 
-// A wire type that lacks a limit of policy.LimitFields, or holds one with
-// the wrong type, stops the program when it starts: no surface can leave
-// a limit out in silence.
-func TestBindWireRefusesAnIncompleteWireType(t *testing.T) {
-	all := func(*policy.LimitField) bool { return true }
-	for _, tc := range []struct {
-		name string
-		bind func()
-		want string
-	}{
-		{"a limit missing", func() {
-			bindWire[struct {
-				RequestsPerMinute int64 `json:"requests_per_minute"`
-			}](all)
-		}, "requests_per_hour"},
-		{"a required limit nullable", func() {
-			bindWire[struct {
-				RequestsPerMinute *int64 `json:"requests_per_minute"`
-			}]((*policy.LimitField).InRequestLimits)
-		}, "requests_per_minute of type int64"},
-		{"an optional limit not nullable", func() {
-			bindWire[struct {
-				MaxConcurrent int64 `json:"max_concurrent"`
-			}](func(f *policy.LimitField) bool { return f.Name == "max_concurrent" })
-		}, "max_concurrent of type *int64"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			defer func() {
-				if got := fmt.Sprint(recover()); !strings.Contains(got, tc.want) {
-					t.Fatalf("panic %q, want one naming %s", got, tc.want)
-				}
-			}()
-			tc.bind()
-		})
-	}
-	// The wire types themselves are complete: every limit goes through
-	// tierJSON and back, and every request limit through the shadow.
+// The wire shape walks policy.LimitFields: every limit is a member of a
+// tier, in the table's order after the name, and of its account; every
+// request limit is a member of its shadow and of the shadow's account, and
+// no other; and each reads back as it was written.
+func TestTierWireWalksTheTable(t *testing.T) {
 	var tier policy.Tier
-	tier.Shadow = &policy.RequestLimits{}
+	tier.Name = "t"
+	tier.Shadow = &policy.RequestLimits{Account: &policy.LimitSet{}}
+	tier.Account = &policy.LimitSet{}
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
 		v := int64(i + 1)
 		f.Set(&tier, &v)
-		if p := f.RequestLimit(tier.Shadow); p != nil {
-			*p = 100 + v
+		tier.Account.Set(f, new(200+v))
+		if f.InRequestLimits() {
+			tier.Shadow.Limits.Set(f, new(100+v))
+			tier.Shadow.Account.Set(f, new(300+v))
 		}
 	}
-	j := tierToJSON(tier)
+	b, err := json.Marshal(tierToJSON(tier))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := string(b)
+	at := strings.Index(body, `"name":"t"`)
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
-		if got := tierWire.get(&j, i); got == nil || *got != int64(i+1) {
-			t.Errorf("%s: tierJSON holds %v, want %d", f.Name, got, i+1)
+		member := `"` + f.Name + `":` + strconv.Itoa(i+1) + `,`
+		next := strings.Index(body, member)
+		if next < at {
+			t.Errorf("%s: %s missing or out of the table's order in %s", f.Name, member, body)
 		}
-		if got := shadowWire.get(j.Shadow, i); f.InRequestLimits() != (got != nil) || got != nil && *got != int64(101+i) {
-			t.Errorf("%s: the shadow holds %v", f.Name, got)
+		at = next
+		for _, in := range []struct {
+			obj  string
+			v    int
+			want bool
+		}{{`"shadow":{`, 101 + i, f.InRequestLimits()}, {`"account":{`, 201 + i, true}} {
+			obj := body[strings.Index(body, in.obj):]
+			if got := strings.Contains(obj, `"`+f.Name+`":`+strconv.Itoa(in.v)); got != in.want {
+				t.Errorf("%s: in %s %v, want %v: %s", f.Name, in.obj, got, in.want, body)
+			}
 		}
+	}
+	if !strings.Contains(body, `"account":{"requests_per_minute":301,`) {
+		t.Errorf("the shadow's account: %s", body)
+	}
+	back, problems := readTier(b, "")
+	if len(problems) > 0 || !policy.SameLimits(&back, &tier) {
+		t.Errorf("read back %v, %v; want %v", back, problems, tier)
 	}
 }

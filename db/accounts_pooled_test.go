@@ -19,7 +19,7 @@ import (
 // test (model_accounts_test.go) covers the rules sequence by sequence.
 
 // poolOf returns the pooled limits values sets, by field name.
-func poolOf(t testing.TB, values map[string]int64) *policy.PoolLimits {
+func poolOf(t testing.TB, values map[string]int64) *policy.LimitSet {
 	t.Helper()
 	m := make(map[string]*int64, len(values))
 	for name, v := range values {
@@ -97,8 +97,7 @@ func TestMembersAreRefusedByEitherLevel(t *testing.T) {
 		now := t0
 		s := openStore(t, bk.newDSN(t))
 		svc := policy.NewService(s, s, policy.WithClock(func() time.Time { return now }), policy.WithUsers(s))
-		seat := policy.Tier{Name: "seat", RequestsPerMinute: 2, RequestsPerHour: 50, RequestsPerDay: 50,
-			Account: poolOf(t, map[string]int64{"requests_per_minute": 5, "requests_per_hour": 6})}
+		seat := policy.Tier{Name: "seat", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(2)), policy.RequestsPerHour: new(int64(50)), policy.RequestsPerDay: new(int64(50))}, Account: poolOf(t, map[string]int64{"requests_per_minute": 5, "requests_per_hour": 6})}
 		putAccount(t, svc, seat, "acme", []string{"m1", "m2", "m3"})
 
 		steps := []struct {
@@ -175,8 +174,7 @@ func TestPooledLimitHoldsUnderParallelMembers(t *testing.T) {
 			// 8 members of 10 a minute could make 80; the account
 			// admits 50 of them.
 			const own, pooled = 10, 50
-			putAccount(t, svcs[0], policy.Tier{Name: "seat", RequestsPerMinute: own, RequestsPerHour: 1000, RequestsPerDay: 1000,
-				Account: poolOf(t, map[string]int64{"requests_per_minute": pooled})}, "acme", team)
+			putAccount(t, svcs[0], policy.Tier{Name: "seat", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(own)), policy.RequestsPerHour: new(int64(1000)), policy.RequestsPerDay: new(int64(1000))}, Account: poolOf(t, map[string]int64{"requests_per_minute": pooled})}, "acme", team)
 			var mu sync.Mutex
 			admitted := map[string]int64{}
 			var wg sync.WaitGroup
@@ -223,8 +221,7 @@ func TestPooledLimitHoldsUnderParallelMembers(t *testing.T) {
 			// Each member may have 2 calls open, 16 in all; the account
 			// 6, and 2,000 tokens a minute.
 			const ownCalls, pooledCalls, budget = 2, 6, 2000
-			putAccount(t, svcs[0], policy.Tier{Name: "seat", RequestsPerMinute: 10000, RequestsPerHour: 10000, RequestsPerDay: 10000, MaxConcurrent: new(int64(ownCalls)),
-				Account: poolOf(t, map[string]int64{"max_concurrent": pooledCalls, "tokens_per_minute": budget})}, "acme", team)
+			putAccount(t, svcs[0], policy.Tier{Name: "seat", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(10000)), policy.RequestsPerHour: new(int64(10000)), policy.RequestsPerDay: new(int64(10000)), policy.MaxConcurrent: new(int64(ownCalls))}, Account: poolOf(t, map[string]int64{"max_concurrent": pooledCalls, "tokens_per_minute": budget})}, "acme", team)
 			var open, peak, admitted atomic.Int64
 			var wg sync.WaitGroup
 			for g := range clients {
@@ -297,10 +294,9 @@ func TestPooledChecksOfReplicasNeverDeadlock(t *testing.T) {
 	calls := new(int64(1000))
 	accounts := map[string][]string{"acme": members("acme", 4), "globex": members("globex", 4)}
 	for id, team := range accounts {
-		putAccount(t, svcs[0], policy.Tier{Name: "seat-" + id, RequestsPerMinute: own, RequestsPerHour: 1000, RequestsPerDay: 1000, MaxConcurrent: calls,
-			Account: poolOf(t, map[string]int64{"requests_per_minute": pooled, "max_concurrent": 1000})}, id, team)
+		putAccount(t, svcs[0], policy.Tier{Name: "seat-" + id, Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(own)), policy.RequestsPerHour: new(int64(1000)), policy.RequestsPerDay: new(int64(1000)), policy.MaxConcurrent: calls}, Account: poolOf(t, map[string]int64{"requests_per_minute": pooled, "max_concurrent": 1000})}, id, team)
 	}
-	if _, _, err := svcs[0].PutTier(ctx, policy.Tier{Name: "plain", RequestsPerMinute: plain, RequestsPerHour: 1000, RequestsPerDay: 1000, MaxConcurrent: calls}); err != nil {
+	if _, _, err := svcs[0].PutTier(ctx, policy.Tier{Name: "plain", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(plain)), policy.RequestsPerHour: new(int64(1000)), policy.RequestsPerDay: new(int64(1000)), policy.MaxConcurrent: calls}}); err != nil {
 		t.Fatal(err)
 	}
 	var users []string
@@ -392,8 +388,7 @@ func TestCheckSeesAnAccountRecordedElsewhere(t *testing.T) {
 		here, elsewhere := svcs[0], svcs[1]
 		// The account admits one request a minute; its plan is the
 		// user's own tier, so moving changes nothing else.
-		putAccount(t, here, policy.Tier{Name: "t", RequestsPerMinute: 100, RequestsPerHour: 100, RequestsPerDay: 100,
-			Account: poolOf(t, map[string]int64{"requests_per_minute": 1})}, "acme", nil)
+		putAccount(t, here, policy.Tier{Name: "t", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(100)), policy.RequestsPerHour: new(int64(100)), policy.RequestsPerDay: new(int64(100))}, Account: poolOf(t, map[string]int64{"requests_per_minute": 1})}, "acme", nil)
 		for _, u := range []string{"u", "v"} {
 			if _, _, err := here.PutUser(ctx, policy.UserRecord{UserID: u, Tier: "t", Note: "before"}); err != nil {
 				t.Fatal(err)
@@ -436,8 +431,7 @@ func TestPoolCopyOfACallIsNoCallers(t *testing.T) {
 		now := t0
 		s := openStore(t, bk.newDSN(t))
 		svc := policy.NewService(s, s, policy.WithClock(func() time.Time { return now }), policy.WithUsers(s))
-		putAccount(t, svc, policy.Tier{Name: "t", RequestsPerMinute: 10, RequestsPerHour: 10, RequestsPerDay: 10,
-			Account: poolOf(t, map[string]int64{"max_concurrent": 1})}, "acme", []string{"m1", "m2"})
+		putAccount(t, svc, policy.Tier{Name: "t", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(10)), policy.RequestsPerHour: new(int64(10)), policy.RequestsPerDay: new(int64(10))}, Account: poolOf(t, map[string]int64{"max_concurrent": 1})}, "acme", []string{"m1", "m2"})
 		d, err := svc.Check(ctx, policy.Request{UserID: "m1", Tokens: 5}, false)
 		if err != nil || !d.Allowed() || d.CallID == "" {
 			t.Fatalf("first call: %+v, %v", d, err)
@@ -486,14 +480,13 @@ func TestPreviewReplaysMembersNotPools(t *testing.T) {
 		now := t0
 		s := openStore(t, bk.newDSN(t))
 		svc := policy.NewService(s, s, policy.WithClock(func() time.Time { return now }), policy.WithUsers(s))
-		putAccount(t, svc, policy.Tier{Name: "t", RequestsPerMinute: 10, RequestsPerHour: 10, RequestsPerDay: 10,
-			Account: poolOf(t, map[string]int64{"requests_per_minute": 10})}, "acme", []string{"m1", "m2"})
+		putAccount(t, svc, policy.Tier{Name: "t", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(10)), policy.RequestsPerHour: new(int64(10)), policy.RequestsPerDay: new(int64(10))}, Account: poolOf(t, map[string]int64{"requests_per_minute": 10})}, "acme", []string{"m1", "m2"})
 		for _, u := range []string{"m1", "m2", "m2"} {
 			if d, err := svc.Check(ctx, policy.Request{UserID: u}, false); err != nil || !d.Allowed() {
 				t.Fatalf("%s: %+v, %v", u, d, err)
 			}
 		}
-		p, err := svc.PreviewTier(ctx, "t", policy.RequestLimits{RequestsPerMinute: 1, RequestsPerHour: 10, RequestsPerDay: 10})
+		p, err := svc.PreviewTier(ctx, "t", policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1)), policy.RequestsPerHour: new(int64(10)), policy.RequestsPerDay: new(int64(10))}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -513,8 +506,7 @@ func TestFinishConflictingPoolCopyKeepsNothing(t *testing.T) {
 		dsn := bk.newDSN(t)
 		s := openStore(t, dsn)
 		svc := policy.NewService(s, s, policy.WithClock(func() time.Time { return now }), policy.WithUsers(s))
-		putAccount(t, svc, policy.Tier{Name: "t", RequestsPerMinute: 10, RequestsPerHour: 10, RequestsPerDay: 10,
-			Account: poolOf(t, map[string]int64{"max_concurrent": 5})}, "acme", []string{"m1"})
+		putAccount(t, svc, policy.Tier{Name: "t", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(10)), policy.RequestsPerHour: new(int64(10)), policy.RequestsPerDay: new(int64(10))}, Account: poolOf(t, map[string]int64{"max_concurrent": 5})}, "acme", []string{"m1"})
 		d, err := svc.Check(ctx, policy.Request{UserID: "m1", Tokens: 5}, false)
 		if err != nil || !d.Allowed() || d.CallID == "" {
 			t.Fatalf("check: %+v, %v", d, err)

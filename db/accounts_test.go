@@ -16,8 +16,7 @@ import (
 // on it pooling 3 a minute.
 func putTeam(t *testing.T, svc *policy.Service) {
 	t.Helper()
-	team := policy.Tier{Name: "team", RequestsPerMinute: 10, RequestsPerHour: 100, RequestsPerDay: 1000, Features: []string{"*"},
-		Account: &policy.PoolLimits{}}
+	team := policy.Tier{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(10)), policy.RequestsPerHour: new(int64(100)), policy.RequestsPerDay: new(int64(1000))}, Features: []string{"*"}, Account: &policy.LimitSet{}}
 	team.Account.Set(&policy.LimitFields[0], ptr(3))
 	if _, _, err := svc.PutTier(context.Background(), team); err != nil {
 		t.Fatal(err)
@@ -38,7 +37,7 @@ func TestAccountsCRUDAndRestart(t *testing.T) {
 		if _, _, err := svc.PutAccount(ctx, policy.Account{AccountID: "x", Tier: "gold"}); policy.ErrorCode(err) != policy.EINVALID {
 			t.Fatalf("account on an unknown tier: %v, want EINVALID", err)
 		}
-		a := policy.Account{AccountID: "acme", Tier: "team", Note: "Acme", Limits: policy.PoolOverrides{4: policy.To(500), 7: policy.Unlimited}}
+		a := policy.Account{AccountID: "acme", Tier: "team", Note: "Acme", Limits: policy.Overrides{4: policy.To(500), 7: policy.Unlimited}}
 		if _, created, err := svc.PutAccount(ctx, a); err != nil || !created {
 			t.Fatalf("create: %v, created %v", err, created)
 		}
@@ -127,7 +126,7 @@ func TestPooledLimitCountsEveryMember(t *testing.T) {
 			t.Fatalf("cy, refused by the pool: %+v, %v; want nothing recorded", cy, err)
 		}
 		// A member's own limit refuses while the pool has room.
-		if _, _, err := svc.PutUser(ctx, policy.UserRecord{UserID: "dee", Account: "acme", Limits: policy.Limits{RequestsPerMinute: ptr(0)}}); err != nil {
+		if _, _, err := svc.PutUser(ctx, policy.UserRecord{UserID: "dee", Account: "acme", Limits: policy.Overrides{policy.RequestsPerMinute: policy.To(0)}}); err != nil {
 			t.Fatal(err)
 		}
 		now = now.Add(time.Minute)
@@ -166,7 +165,7 @@ func TestAccountWriteByAnotherStoreAppliesToTheNextCheck(t *testing.T) {
 		}
 		other := openStore(t, path)
 		otherSvc := newUserService(other, &now)
-		if _, _, err := otherSvc.PutAccount(ctx, policy.Account{AccountID: "acme", Tier: "team", Limits: policy.PoolOverrides{0: policy.To(1)}}); err != nil {
+		if _, _, err := otherSvc.PutAccount(ctx, policy.Account{AccountID: "acme", Tier: "team", Limits: policy.Overrides{0: policy.To(1)}}); err != nil {
 			t.Fatal(err)
 		}
 		if d := check(); d.Allowed() || d.Reason != "account per-minute limit exceeded" || d.Account.Windows[policy.Minute].Limit != 1 {
@@ -240,7 +239,7 @@ func BenchmarkMemberCheck(b *testing.B) {
 		f.svc = policy.NewService(f.store, f.store, policy.WithAccounts(f.store))
 		if accounts > 0 {
 			pooled := benchTier
-			pooled.Account = &policy.PoolLimits{}
+			pooled.Account = &policy.LimitSet{}
 			pooled.Account.Set(&policy.LimitFields[0], ptr(policy.MaxLimit))
 			if _, err := f.store.UpdateTiers(ctx, policy.TierUpdate{Put: []policy.Tier{pooled}}); err != nil {
 				b.Fatal(err)

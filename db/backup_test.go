@@ -27,7 +27,7 @@ func TestBackupUnderLoadKeepsEveryAnsweredWrite(t *testing.T) {
 	now := func() time.Time { return t0 }
 	svc := policy.NewService(s, s, policy.WithUsers(s), policy.WithClock(now))
 	day := int64(1_000_000)
-	if _, _, err := svc.PutTier(ctx, policy.Tier{Name: "metered", RequestsPerMinute: 1000, RequestsPerHour: 1000, RequestsPerDay: 1000, TokensPerDay: &day}); err != nil {
+	if _, _, err := svc.PutTier(ctx, policy.Tier{Name: "metered", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1000)), policy.RequestsPerHour: new(int64(1000)), policy.RequestsPerDay: new(int64(1000)), policy.TokensPerDay: &day}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := svc.PutUser(ctx, policy.UserRecord{UserID: "vip", Tier: "metered", Note: "kept"}); err != nil {
@@ -109,7 +109,7 @@ func TestBackupUnderLoadKeepsEveryAnsweredWrite(t *testing.T) {
 	if users == 0 {
 		t.Fatal("no check was answered before the backup began")
 	}
-	if tier, err := csvc.Tier(ctx, "metered"); err != nil || tier.TokensPerDay == nil || *tier.TokensPerDay != day {
+	if tier, err := csvc.Tier(ctx, "metered"); err != nil || tier.Limits[policy.TokensPerDay] == nil || *tier.Limits[policy.TokensPerDay] != day {
 		t.Errorf("tier in the copy: %+v %v", tier, err)
 	}
 	if rec, err := csvc.User(ctx, "vip"); err != nil || rec.Tier != "metered" || rec.Note != "kept" {

@@ -73,7 +73,7 @@ func BenchmarkBusyAccountPostgres(b *testing.B) {
 	}
 	b.Cleanup(func() { store.Close() })
 	pooled := benchTier
-	pooled.Account = &policy.PoolLimits{}
+	pooled.Account = &policy.LimitSet{}
 	pooled.Account.Set(&policy.LimitFields[0], &[]int64{policy.MaxLimit}[0])
 	if _, err := store.UpdateTiers(ctx, policy.TierUpdate{Put: []policy.Tier{pooled}}); err != nil {
 		b.Fatal(err)

@@ -18,13 +18,7 @@ import (
 
 // benchTier admits everything, so every check of a benchmark takes the
 // expensive path: evaluate three windows, then insert.
-var benchTier = policy.Tier{
-	Name:              "bench",
-	RequestsPerMinute: policy.MaxLimit,
-	RequestsPerHour:   policy.MaxLimit,
-	RequestsPerDay:    policy.MaxLimit,
-	Features:          []string{policy.AllFeatures},
-}
+var benchTier = policy.Tier{Name: "bench", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(policy.MaxLimit)), policy.RequestsPerHour: new(int64(policy.MaxLimit)), policy.RequestsPerDay: new(int64(policy.MaxLimit))}, Features: []string{policy.AllFeatures}}
 
 // steppingClock returns the Now of a policy.TestClock from start that
 // moves by step on every reading. With step set to a day divided by n, a

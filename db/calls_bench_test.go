@@ -16,17 +16,7 @@ import (
 
 // meteredBenchTier meters tokens in every window and concurrency, with
 // limits nothing reaches: every check takes the metered path in full.
-var meteredBenchTier = policy.Tier{
-	Name:              "bench-metered",
-	RequestsPerMinute: policy.MaxLimit,
-	RequestsPerHour:   policy.MaxLimit,
-	RequestsPerDay:    policy.MaxLimit,
-	TokensPerMinute:   i64(policy.MaxLimit),
-	TokensPerHour:     i64(policy.MaxLimit),
-	TokensPerDay:      i64(policy.MaxLimit),
-	MaxConcurrent:     i64(policy.MaxLimit),
-	Features:          []string{policy.AllFeatures},
-}
+var meteredBenchTier = policy.Tier{Name: "bench-metered", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(policy.MaxLimit)), policy.RequestsPerHour: new(int64(policy.MaxLimit)), policy.RequestsPerDay: new(int64(policy.MaxLimit)), policy.TokensPerMinute: i64(policy.MaxLimit), policy.TokensPerHour: i64(policy.MaxLimit), policy.TokensPerDay: i64(policy.MaxLimit), policy.MaxConcurrent: i64(policy.MaxLimit)}, Features: []string{policy.AllFeatures}}
 
 // meteredFixture is one user on a store whose day window holds about
 // history requests and, on the metered tier, as many finished calls.

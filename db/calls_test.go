@@ -60,8 +60,7 @@ func (e *meteredEnv) finish(id string, tokens *int64) (policy.Call, error) {
 // finishing, expiry and keepalive, with every answer spelled out.
 func TestMeteredCallsWalk(t *testing.T) {
 	eachBackend(t, func(t *testing.T, bk backend) {
-		tier := policy.Tier{Name: "m", RequestsPerMinute: 100, RequestsPerHour: 1000, RequestsPerDay: 1000,
-			TokensPerMinute: i64(100), TokensPerDay: i64(1000), MaxConcurrent: i64(2)}
+		tier := policy.Tier{Name: "m", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(100)), policy.RequestsPerHour: new(int64(1000)), policy.RequestsPerDay: new(int64(1000)), policy.TokensPerMinute: i64(100), policy.TokensPerDay: i64(1000), policy.MaxConcurrent: i64(2)}}
 		e := newMeteredEnv(t, bk, tier)
 		ctx := context.Background()
 
@@ -202,7 +201,7 @@ func TestMeteredCallsWalk(t *testing.T) {
 // TestUnmeteredTierOpensNoCall: the seeded tiers meter nothing.
 func TestUnmeteredTierOpensNoCall(t *testing.T) {
 	eachBackend(t, func(t *testing.T, bk backend) {
-		e := newMeteredEnv(t, bk, policy.Tier{Name: "plain", RequestsPerMinute: 5, RequestsPerHour: 5, RequestsPerDay: 5})
+		e := newMeteredEnv(t, bk, policy.Tier{Name: "plain", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(5)), policy.RequestsPerHour: new(int64(5)), policy.RequestsPerDay: new(int64(5))}})
 		for _, tier := range []string{"plain", "free", "pro", "enterprise"} {
 			d, err := e.svc.Check(context.Background(), policy.Request{UserID: "u", Tier: tier, Tokens: 10, Feature: ""}, false)
 			if err != nil || !d.Allowed() || d.CallID != "" || d.Concurrency != nil || d.Windows[policy.Minute].Tokens != nil {
@@ -216,12 +215,11 @@ func TestUnmeteredTierOpensNoCall(t *testing.T) {
 // and kept in the audit log.
 func TestMeteredTierRoundTrips(t *testing.T) {
 	eachBackend(t, func(t *testing.T, bk backend) {
-		tier := policy.Tier{Name: "rt", RequestsPerMinute: 1, RequestsPerHour: 1, RequestsPerDay: 1,
-			TokensPerMinute: i64(0), TokensPerHour: i64(policy.MaxLimit), MaxConcurrent: i64(7), Features: []string{}}
+		tier := policy.Tier{Name: "rt", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1)), policy.RequestsPerHour: new(int64(1)), policy.RequestsPerDay: new(int64(1)), policy.TokensPerMinute: i64(0), policy.TokensPerHour: i64(policy.MaxLimit), policy.MaxConcurrent: i64(7)}, Features: []string{}}
 		e := newMeteredEnv(t, bk, tier)
 		ctx := context.Background()
 		got, err := e.store.Tier(ctx, "rt")
-		if err != nil || !policy.SameLimits(&got, &tier) || got.TokensPerDay != nil || *got.TokensPerMinute != 0 {
+		if err != nil || !policy.SameLimits(&got, &tier) || got.Limits[policy.TokensPerDay] != nil || *got.Limits[policy.TokensPerMinute] != 0 {
 			t.Fatalf("read back %+v %v", got, err)
 		}
 		changes, err := e.store.TierChanges(ctx, 1)
@@ -230,12 +228,12 @@ func TestMeteredTierRoundTrips(t *testing.T) {
 		}
 		// The comparator sees each of them.
 		other := tier
-		other.MaxConcurrent = nil
+		other.Limits[policy.MaxConcurrent] = nil
 		if policy.SameLimits(&other, &tier) {
 			t.Fatal("SameLimits ignores max_concurrent")
 		}
 		bad := tier
-		bad.TokensPerDay = i64(-1)
+		bad.Limits[policy.TokensPerDay] = i64(-1)
 		if err := bad.Validate(); err == nil || err.Error() != "tokens_per_day must be an integer from 0 to 2147483647" {
 			t.Fatalf("validate: %v", err)
 		}
@@ -246,7 +244,7 @@ func TestMeteredTierRoundTrips(t *testing.T) {
 // user on a tier with max_concurrent 5 admit exactly 5.
 func TestConcurrentChecksOpenExactlyMaxConcurrent(t *testing.T) {
 	eachBackend(t, func(t *testing.T, bk backend) {
-		e := newMeteredEnv(t, bk, policy.Tier{Name: "c5", RequestsPerMinute: 1000, RequestsPerHour: 1000, RequestsPerDay: 1000, MaxConcurrent: i64(5)})
+		e := newMeteredEnv(t, bk, policy.Tier{Name: "c5", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1000)), policy.RequestsPerHour: new(int64(1000)), policy.RequestsPerDay: new(int64(1000)), policy.MaxConcurrent: i64(5)}})
 		var admitted atomic.Int64
 		var wg sync.WaitGroup
 		for range 40 {
@@ -280,7 +278,7 @@ func TestConcurrentChecksOpenExactlyMaxConcurrent(t *testing.T) {
 func TestConcurrentChecksNeverExceedTokens(t *testing.T) {
 	eachBackend(t, func(t *testing.T, bk backend) {
 		const limit = 1000
-		e := newMeteredEnv(t, bk, policy.Tier{Name: "tk", RequestsPerMinute: 100000, RequestsPerHour: 100000, RequestsPerDay: 100000, TokensPerMinute: i64(limit)})
+		e := newMeteredEnv(t, bk, policy.Tier{Name: "tk", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(100000)), policy.RequestsPerHour: new(int64(100000)), policy.RequestsPerDay: new(int64(100000)), policy.TokensPerMinute: i64(limit)}})
 		ctx := context.Background()
 		var wg sync.WaitGroup
 		var admitted atomic.Int64
@@ -322,7 +320,7 @@ func TestConcurrentChecksNeverExceedTokens(t *testing.T) {
 // afterwards is unchanged.
 func TestPruneCallsKeepsCounts(t *testing.T) {
 	eachBackend(t, func(t *testing.T, bk backend) {
-		e := newMeteredEnv(t, bk, policy.Tier{Name: "p", RequestsPerMinute: 1000, RequestsPerHour: 1000, RequestsPerDay: 1000, TokensPerDay: i64(1 << 30)})
+		e := newMeteredEnv(t, bk, policy.Tier{Name: "p", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1000)), policy.RequestsPerHour: new(int64(1000)), policy.RequestsPerDay: new(int64(1000)), policy.TokensPerDay: i64(1 << 30)}})
 		ctx := context.Background()
 		var expired policy.Decision
 		for i := range 30 {

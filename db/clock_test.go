@@ -15,7 +15,7 @@ import (
 func TestClockStepsHoursEitherWay(t *testing.T) {
 	s := openStore(t, "")
 	ctx := context.Background()
-	if _, err := s.UpdateTiers(ctx, policy.TierUpdate{Put: []policy.Tier{{Name: "clock", RequestsPerMinute: 3, RequestsPerHour: 5, RequestsPerDay: 8}}}); err != nil {
+	if _, err := s.UpdateTiers(ctx, policy.TierUpdate{Put: []policy.Tier{{Name: "clock", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(3)), policy.RequestsPerHour: new(int64(5)), policy.RequestsPerDay: new(int64(8))}}}}); err != nil {
 		t.Fatal(err)
 	}
 	now := t0

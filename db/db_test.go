@@ -296,8 +296,7 @@ func TestTiersCRUDAndCache(t *testing.T) {
 		path := bk.newDSN(t)
 		s := openStore(t, path)
 		ctx := context.Background()
-		team := policy.Tier{Name: "team", RequestsPerMinute: 7, RequestsPerHour: 70, RequestsPerDay: 700, BurstAllowance: 3,
-			Features: []string{"chat", "search"}, Description: "<b>team</b>", UpdatedAt: t0}
+		team := policy.Tier{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(7)), policy.RequestsPerHour: new(int64(70)), policy.RequestsPerDay: new(int64(700)), policy.BurstAllowance: new(int64(3))}, Features: []string{"chat", "search"}, Description: "<b>team</b>", UpdatedAt: t0}
 		changes, err := s.UpdateTiers(ctx, policy.TierUpdate{At: t0, Put: []policy.Tier{team}})
 		if err != nil || !changes[0].Created() {
 			t.Fatalf("create: %v %v", changes, err)
@@ -307,19 +306,19 @@ func TestTiersCRUDAndCache(t *testing.T) {
 		if err != nil || fmt.Sprint(got) != fmt.Sprint(team) {
 			t.Fatalf("Tier = %+v, %v; want %+v", got, err, team)
 		}
-		team.RequestsPerMinute = 8
+		team.Limits[policy.RequestsPerMinute] = new(int64(8))
 		if changes, err := s.UpdateTiers(ctx, policy.TierUpdate{At: t0, Put: []policy.Tier{team}}); err != nil || changes[0].Created() {
 			t.Fatalf("replace: %v %v", changes, err)
 		}
-		if got, _ := s.Tier(ctx, "team"); got.RequestsPerMinute != 8 {
+		if got, _ := s.Tier(ctx, "team"); got.Limits.Value(policy.RequestsPerMinute) != 8 {
 			t.Fatalf("cache not refreshed: %+v", got)
 		}
-		if _, err := s.UpdateTiers(ctx, policy.TierUpdate{Put: []policy.Tier{{Name: "x", RequestsPerMinute: -1}}}); policy.ErrorCode(err) != policy.EINVALID {
+		if _, err := s.UpdateTiers(ctx, policy.TierUpdate{Put: []policy.Tier{{Name: "x", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(-1))}}}}); policy.ErrorCode(err) != policy.EINVALID {
 			t.Fatalf("invalid tier stored: %v", err)
 		}
 		// A second store on the same file sees the change.
 		other := openStore(t, path)
-		if got, _ := other.Tier(ctx, "team"); got.RequestsPerMinute != 8 {
+		if got, _ := other.Tier(ctx, "team"); got.Limits.Value(policy.RequestsPerMinute) != 8 {
 			t.Fatalf("not persisted: %+v", got)
 		}
 		if _, err := s.UpdateTiers(ctx, policy.TierUpdate{Delete: []string{"team"}}); err != nil {
@@ -338,7 +337,7 @@ func TestConcurrentChecksAdmitExactly(t *testing.T) {
 	eachBackend(t, func(t *testing.T, bk backend) {
 		s := openStore(t, bk.newDSN(t))
 		ctx := context.Background()
-		tier := policy.Tier{Name: "hammer", RequestsPerMinute: 40, RequestsPerHour: 1000, RequestsPerDay: 1000, BurstAllowance: 10}
+		tier := policy.Tier{Name: "hammer", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(40)), policy.RequestsPerHour: new(int64(1000)), policy.RequestsPerDay: new(int64(1000)), policy.BurstAllowance: new(int64(10))}}
 		if _, err := s.UpdateTiers(ctx, policy.TierUpdate{Put: []policy.Tier{tier}}); err != nil {
 			t.Fatal(err)
 		}
@@ -442,7 +441,7 @@ func TestCleanupOnAFastClockKeepsWhatCounts(t *testing.T) {
 		s := openStore(t, bk.newDSN(t))
 		now := t0
 		svc := policy.NewService(s, s, policy.WithClock(func() time.Time { return now }))
-		day := policy.Tier{Name: "day", RequestsPerMinute: 3, RequestsPerHour: 3, RequestsPerDay: 3}
+		day := policy.Tier{Name: "day", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(3)), policy.RequestsPerHour: new(int64(3)), policy.RequestsPerDay: new(int64(3))}}
 		if _, _, err := svc.PutTier(ctx, day); err != nil {
 			t.Fatal(err)
 		}

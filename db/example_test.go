@@ -25,7 +25,7 @@ func Example() {
 
 	// A tier of 2 requests a minute, then three checks for one user.
 	svc := policy.NewService(store, store)
-	_, _, err = svc.PutTier(ctx, policy.Tier{Name: "tiny", RequestsPerMinute: 2, RequestsPerHour: 100, RequestsPerDay: 1000})
+	_, _, err = svc.PutTier(ctx, policy.Tier{Name: "tiny", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(2)), policy.RequestsPerHour: new(int64(100)), policy.RequestsPerDay: new(int64(1000))}})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -107,8 +107,8 @@ func poolBinds(v [8]int64) bool {
 }
 
 // policyPool returns v as a tier's account object.
-func policyPool(v [8]int64) policy.PoolLimits {
-	var p policy.PoolLimits
+func policyPool(v [8]int64) policy.LimitSet {
+	var p policy.LimitSet
 	for i, x := range v {
 		if x >= 0 {
 			p[i] = &x
@@ -119,8 +119,8 @@ func policyPool(v [8]int64) policy.PoolLimits {
 
 // policyPoolOverrides returns an account's overrides as its record holds
 // them.
-func policyPoolOverrides(over [8]int64) policy.PoolOverrides {
-	var o policy.PoolOverrides
+func policyPoolOverrides(over [8]int64) policy.Overrides {
+	var o policy.Overrides
 	for i, x := range over {
 		switch {
 		case x == refInherit:

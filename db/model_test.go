@@ -1171,7 +1171,7 @@ func (m *refModel) overrides(p policy.RequestLimits) func(user string) ([3]int64
 		if !ok || u.over[0] == refInherit && u.over[1] == refInherit && u.over[2] == refInherit && u.over[3] == refInherit {
 			return [3]int64{}, false
 		}
-		l := [4]int64{p.RequestsPerMinute, p.RequestsPerHour, p.RequestsPerDay, p.BurstAllowance}
+		l := [4]int64{p.Limits.Value(policy.RequestsPerMinute), p.Limits.Value(policy.RequestsPerHour), p.Limits.Value(policy.RequestsPerDay), p.Limits.Value(policy.BurstAllowance)}
 		for i := range l {
 			if u.over[i] != refInherit {
 				l[i] = u.over[i]
@@ -1212,7 +1212,7 @@ func (h *modelHarness) comparePreviews(run *modelRun) {
 	}
 	for _, tier := range modelTiers {
 		l := h.ref.tiers[tier]
-		proposals := []policy.RequestLimits{{RequestsPerMinute: l.perMinute, BurstAllowance: l.burst, RequestsPerHour: l.perHour, RequestsPerDay: l.perDay}}
+		proposals := []policy.RequestLimits{{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(l.perMinute)), policy.BurstAllowance: new(int64(l.burst)), policy.RequestsPerHour: new(int64(l.perHour)), policy.RequestsPerDay: new(int64(l.perDay))}}}
 		if sl := shadowOf(l); sl != nil {
 			proposals = append(proposals, *sl)
 		}
@@ -1224,7 +1224,7 @@ func (h *modelHarness) comparePreviews(run *modelRun) {
 			if !got.From.Equal(now.Add(-policy.PreviewWindow)) || !got.To.Equal(now) {
 				run.fatalf("preview %s: from %v to %v, now %v", tier, got.From, got.To, now)
 			}
-			match("preview", got, tier, policy.PreviewWindow, [3]int64{p.RequestsPerMinute + p.BurstAllowance, p.RequestsPerHour, p.RequestsPerDay}, h.ref.overrides(p))
+			match("preview", got, tier, policy.PreviewWindow, [3]int64{p.Limits.Value(policy.RequestsPerMinute) + p.Limits.Value(policy.BurstAllowance), p.Limits.Value(policy.RequestsPerHour), p.Limits.Value(policy.RequestsPerDay)}, h.ref.overrides(p))
 		}
 
 		h.stats["preview of users with overrides"] += h.ref.overridden
@@ -1254,19 +1254,12 @@ func (h *modelHarness) setTier(run *modelRun, name string, l refLimits) {
 		}
 		return &v
 	}
-	var pool *policy.PoolLimits
+	var pool *policy.LimitSet
 	if l.pool != nil {
 		p := policyPool(*l.pool)
 		pool = &p
 	}
-	_, _, err := h.svc.PutTier(context.Background(), policy.Tier{
-		Name: name, RequestsPerMinute: l.perMinute, BurstAllowance: l.burst,
-		RequestsPerHour: l.perHour, RequestsPerDay: l.perDay,
-		TokensPerMinute: opt(l.tokens[0]), TokensPerHour: opt(l.tokens[1]), TokensPerDay: opt(l.tokens[2]),
-		MaxConcurrent: opt(l.maxConcurrent),
-		Shadow:        shadowOf(l),
-		Account:       pool,
-	})
+	_, _, err := h.svc.PutTier(context.Background(), policy.Tier{Name: name, Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(l.perMinute)), policy.BurstAllowance: new(int64(l.burst)), policy.RequestsPerHour: new(int64(l.perHour)), policy.RequestsPerDay: new(int64(l.perDay)), policy.TokensPerMinute: opt(l.tokens[0]), policy.TokensPerHour: opt(l.tokens[1]), policy.TokensPerDay: opt(l.tokens[2]), policy.MaxConcurrent: opt(l.maxConcurrent)}, Shadow: shadowOf(l), Account: pool})
 	if err != nil {
 		run.fatalf("put tier: %v", err)
 	}
@@ -1278,7 +1271,7 @@ func shadowOf(l refLimits) *policy.RequestLimits {
 	if l.shadow == nil {
 		return nil
 	}
-	return &policy.RequestLimits{RequestsPerMinute: l.shadow[0], BurstAllowance: l.shadow[1], RequestsPerHour: l.shadow[2], RequestsPerDay: l.shadow[3]}
+	return &policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(l.shadow[0])), policy.BurstAllowance: new(int64(l.shadow[1])), policy.RequestsPerHour: new(int64(l.shadow[2])), policy.RequestsPerDay: new(int64(l.shadow[3]))}}
 }
 
 // setUser writes or deletes a user record, through this store or the
@@ -1322,8 +1315,7 @@ func (h *modelHarness) setUser(run *modelRun, op modelOp) {
 		}
 		return policy.To(v)
 	}
-	r.Limits = policy.Limits{RequestsPerMinute: req(over[0]), RequestsPerHour: req(over[1]), RequestsPerDay: req(over[2]), BurstAllowance: req(over[3]),
-		TokensPerMinute: opt(over[4]), TokensPerHour: opt(over[5]), TokensPerDay: opt(over[6]), MaxConcurrent: opt(over[7])}
+	r.Limits = policy.Overrides{policy.RequestsPerMinute: policy.Override{Set: req(over[0]) != nil, Limit: req(over[0])}, policy.RequestsPerHour: policy.Override{Set: req(over[1]) != nil, Limit: req(over[1])}, policy.RequestsPerDay: policy.Override{Set: req(over[2]) != nil, Limit: req(over[2])}, policy.BurstAllowance: policy.Override{Set: req(over[3]) != nil, Limit: req(over[3])}, policy.TokensPerMinute: opt(over[4]), policy.TokensPerHour: opt(over[5]), policy.TokensPerDay: opt(over[6]), policy.MaxConcurrent: opt(over[7])}
 	var tier *refLimits
 	if l, ok := h.ref.tiers[op.user2.tier]; ok {
 		tier = &l

@@ -24,7 +24,7 @@ func TestTierModelsRoundTrip(t *testing.T) {
 			}
 		}
 		tier := func(name string, models []string) policy.Tier {
-			return policy.Tier{Name: name, RequestsPerMinute: 1, RequestsPerHour: 1, RequestsPerDay: 1, Models: models}
+			return policy.Tier{Name: name, Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1)), policy.RequestsPerHour: new(int64(1)), policy.RequestsPerDay: new(int64(1))}, Models: models}
 		}
 		want := map[string][]string{"anymodel": nil, "nomodel": {}, "some": {"o3", "gpt-4o-mini*", "*"}}
 		var put []policy.Tier

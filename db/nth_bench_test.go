@@ -39,7 +39,9 @@ func BenchmarkRefusedCheck(b *testing.B) {
 		// limits must all bind): at the day's ceiling they refuse too,
 		// and the first of them names the reason, but retry_after still
 		// needs the day's k-th row, which is what this measures.
-		tier.RequestsPerMinute, tier.RequestsPerHour, tier.RequestsPerDay = ceiling, ceiling, ceiling
+		for _, id := range []policy.LimitID{policy.RequestsPerMinute, policy.RequestsPerHour, policy.RequestsPerDay} {
+			tier.Limits[id] = new(int64(ceiling))
+		}
 		if _, err := f.store.UpdateTiers(ctx, policy.TierUpdate{Put: []policy.Tier{tier}}); err != nil {
 			b.Fatal(err)
 		}

@@ -573,8 +573,8 @@ func (a *batchArgs) fill(jobs []*pgJob, tiers *tierCache) {
 			a.tokLim = append(a.tokLim, pgtype.Int8{Int64: v, Valid: ok})
 		}
 		var mc pgtype.Int8
-		if p.Tier.MaxConcurrent != nil {
-			mc = pgtype.Int8{Int64: *p.Tier.MaxConcurrent, Valid: true}
+		if c := p.Tier.Limits[policy.MaxConcurrent]; c != nil {
+			mc = pgtype.Int8{Int64: *c, Valid: true}
 		}
 		a.maxConc = append(a.maxConc, mc)
 	}
@@ -606,7 +606,7 @@ type admitFacts struct {
 
 // decode reads admit_batch's row of one admission, its columns in binary.
 func (f *admitFacts) decode(v [][]byte) error {
-	const columns = 35
+	const columns = 28
 	if len(v) != columns {
 		return fmt.Errorf("admit_batch: %d columns, want %d", len(v), columns)
 	}
@@ -627,18 +627,14 @@ func (f *admitFacts) decode(v [][]byte) error {
 	}
 	f.userFound = pgtype.Bool{Bool: len(v[n]) == 1 && v[n][0] != 0, Valid: v[n] != nil}
 	f.userTier = pgtype.Text{String: string(v[n+1]), Valid: v[n+1] != nil}
-	n += 2
-	ints = ints[:0]
-	for i := range f.userLim {
-		ints = append(ints, &f.userLim[i])
+	if err := decodeInt8Array(f.userLim[:], v[n+2]); err != nil {
+		return err
 	}
-	ints = append(ints, &f.userOver)
-	for _, p := range ints {
-		if err := decodeInt8(p, v[n]); err != nil {
-			return err
-		}
-		n++
+	n += 3
+	if err := decodeInt8(&f.userOver, v[n]); err != nil {
+		return err
 	}
+	n++
 	f.userNote = pgtype.Text{String: string(v[n]), Valid: v[n] != nil}
 	n++
 	if err := decodeInt8(&f.userUpdated, v[n]); err != nil {
@@ -655,6 +651,47 @@ func (f *admitFacts) decode(v [][]byte) error {
 			return err
 		}
 		n++
+	}
+	return nil
+}
+
+// decodeInt8Array reads a BIGINT[] of len(dst) elements in binary into
+// dst, every element NULL when b is nil (the array is NULL).
+func decodeInt8Array(dst []pgtype.Int8, b []byte) error {
+	if b == nil {
+		clear(dst)
+		return nil
+	}
+	// The header: dimensions, a has-nulls flag, the element type; then
+	// each dimension's length and lower bound.
+	if len(b) < 12 {
+		return fmt.Errorf("admit_batch: an array of %d bytes", len(b))
+	}
+	dims := binary.BigEndian.Uint32(b)
+	switch {
+	case dims == 0 && len(dst) == 0:
+		return nil
+	case dims != 1 || len(b) < 20 || int(binary.BigEndian.Uint32(b[12:])) != len(dst):
+		return fmt.Errorf("admit_batch: an array of %d dimensions, want one of %d elements", dims, len(dst))
+	}
+	b = b[20:]
+	for i := range dst {
+		if len(b) < 4 {
+			return fmt.Errorf("admit_batch: an array cut short")
+		}
+		size := int32(binary.BigEndian.Uint32(b))
+		b = b[4:]
+		if size < 0 {
+			dst[i] = pgtype.Int8{}
+			continue
+		}
+		if int(size) > len(b) {
+			return fmt.Errorf("admit_batch: an array cut short")
+		}
+		if err := decodeInt8(&dst[i], b[:size]); err != nil {
+			return err
+		}
+		b = b[size:]
 	}
 	return nil
 }

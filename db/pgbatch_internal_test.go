@@ -89,7 +89,7 @@ func rowsOf(t *testing.T, s *Store, user string) [][2]int64 {
 // other two refused, in the same statement as another user's.
 func TestBatchDecidesOneUsersAdmissionsInOrder(t *testing.T) {
 	s := openPG(t, dbtest.Postgres(t))
-	putTier(t, s, policy.Tier{Name: "three", RequestsPerMinute: 3, RequestsPerHour: 100, RequestsPerDay: 100})
+	putTier(t, s, policy.Tier{Name: "three", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(3)), policy.RequestsPerHour: new(int64(100)), policy.RequestsPerDay: new(int64(100))}})
 	w := stopBatches(t, s)
 	svc := policy.NewService(s, s, policy.WithClock(func() time.Time { return batchT0 }), policy.WithUsers(s))
 	users := []string{"a", "b", "a", "a", "b", "a", "a", "b"}
@@ -163,7 +163,7 @@ func TestBatchGivesWayToDecide(t *testing.T) {
 		t.Fatalf("after a decide that records against the plan: %d rows, want 1", len(rows))
 	}
 	// The plan says it fits; decide refuses.
-	open := base.WithLimits(policy.RequestLimits{RequestsPerMinute: 10, RequestsPerHour: 10, RequestsPerDay: 10})
+	open := base.WithLimits(policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(10)), policy.RequestsPerHour: new(int64(10)), policy.RequestsPerDay: new(int64(10))}})
 	p = &policy.Plan{Now: batchT0.Add(time.Second), Tier: &open, Base: &base}
 	refuse := func(h policy.History) (policy.Admission, error) { return policy.Admission{}, nil }
 	if err := s.AdmitPlanned(ctx, "u", p, refuse); err != nil {
@@ -194,7 +194,7 @@ func TestBatchLeavesChangedTiersAndRecordsAlone(t *testing.T) {
 	s, other := openPG(t, dsn), openPG(t, dsn)
 	ctx := context.Background()
 	w := s.writer.(*pgWriter)
-	putTier(t, s, policy.Tier{Name: "t", RequestsPerMinute: 5, RequestsPerHour: 100, RequestsPerDay: 100})
+	putTier(t, s, policy.Tier{Name: "t", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(5)), policy.RequestsPerHour: new(int64(100)), policy.RequestsPerDay: new(int64(100))}})
 	base, _ := s.CachedTier("t")
 	var seen []bool // whether each decide was told the plan's tier is current
 	decide := func(at time.Time) func(h policy.History) (policy.Admission, error) {
@@ -208,13 +208,13 @@ func TestBatchLeavesChangedTiersAndRecordsAlone(t *testing.T) {
 		}
 	}
 	changed := base
-	changed.RequestsPerMinute = 6
+	changed.Limits[policy.RequestsPerMinute] = new(int64(6))
 	putTier(t, other, changed)
 	if err := s.AdmitPlanned(ctx, "u", &policy.Plan{Now: batchT0, Tier: &base, Base: &base}, decide(batchT0)); err != nil {
 		t.Fatal(err)
 	}
-	if cur, _ := s.CachedTier("t"); cur.RequestsPerMinute != 6 {
-		t.Errorf("the store's tier after a batch found it changed: %d a minute, want 6", cur.RequestsPerMinute)
+	if cur, _ := s.CachedTier("t"); cur.Limits.Value(policy.RequestsPerMinute) != 6 {
+		t.Errorf("the store's tier after a batch found it changed: %d a minute, want 6", cur.Limits.Value(policy.RequestsPerMinute))
 	}
 	if len(seen) != 1 || seen[0] {
 		t.Errorf("decide saw the plan's tier as current: %v; want one decide, alone, that did not", seen)
@@ -223,7 +223,7 @@ func TestBatchLeavesChangedTiersAndRecordsAlone(t *testing.T) {
 	// A record made through the other replica, which this one's check
 	// did not see.
 	base, _ = s.CachedTier("t")
-	rec := policy.UserRecord{UserID: "u", Limits: policy.Limits{RequestsPerMinute: new(int64(1))}}
+	rec := policy.UserRecord{UserID: "u", Limits: policy.Overrides{policy.RequestsPerMinute: policy.To(1)}}
 	if _, err := other.UpdateUsers(ctx, policy.UserUpdate{Put: []policy.UserRecord{rec}}); err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +231,7 @@ func TestBatchLeavesChangedTiersAndRecordsAlone(t *testing.T) {
 	var found bool
 	if err := s.AdmitPlanned(ctx, "u", p, func(h policy.History) (policy.Admission, error) {
 		r, ok, err := h.(policy.CurrentUsers).CurrentUser("u")
-		found = ok && r.Limits.RequestsPerMinute != nil
+		found = ok && r.Limits[policy.RequestsPerMinute].Limit != nil
 		return policy.Admission{}, err
 	}); err != nil {
 		t.Fatal(err)
@@ -259,7 +259,7 @@ func TestBatchesOfReplicasNeverDeadlock(t *testing.T) {
 	// Metered, with calls that expire at once: the cleanup settles them,
 	// taking each user's lock.
 	limit := int64(40)
-	putTier(t, stores[0], policy.Tier{Name: "m", RequestsPerMinute: limit, RequestsPerHour: 1000, RequestsPerDay: 1000, MaxConcurrent: new(int64(1000))})
+	putTier(t, stores[0], policy.Tier{Name: "m", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(limit)), policy.RequestsPerHour: new(int64(1000)), policy.RequestsPerDay: new(int64(1000)), policy.MaxConcurrent: new(int64(1000))}})
 	var now sync.Mutex
 	clock := batchT0
 	tick := func() time.Time {
@@ -426,7 +426,7 @@ func TestPoolOfOne(t *testing.T) {
 		s     *Store
 		limit int64
 	}{{s, 100}, {other, 50}} {
-		rec := policy.UserRecord{UserID: "changed", Limits: policy.Limits{RequestsPerMinute: new(u.limit)}}
+		rec := policy.UserRecord{UserID: "changed", Limits: policy.Overrides{policy.RequestsPerMinute: policy.To(u.limit)}}
 		if _, err := u.s.UpdateUsers(ctx, policy.UserUpdate{Put: []policy.UserRecord{rec}}); err != nil {
 			t.Fatal(err)
 		}

@@ -36,7 +36,7 @@ func newPoolReadsEnv(t *testing.T, bk backend, team policy.Tier) *poolReadsEnv {
 	return e
 }
 
-func (e *poolReadsEnv) putAccount(id string, overrides policy.PoolOverrides) {
+func (e *poolReadsEnv) putAccount(id string, overrides policy.Overrides) {
 	e.t.Helper()
 	if _, _, err := e.svc.PutAccount(context.Background(), policy.Account{AccountID: id, Tier: "team", Limits: overrides}); err != nil {
 		e.t.Fatal(err)
@@ -103,12 +103,12 @@ func (e *poolReadsEnv) rows(bk backend, table string) (pools, users int64) {
 // refused and refused by account window, and never as users.
 func TestPreviewReplaysPoolsApart(t *testing.T) {
 	eachBackend(t, func(t *testing.T, bk backend) {
-		team := policy.Tier{Name: "team", RequestsPerMinute: 100, RequestsPerHour: 1000, RequestsPerDay: 10000}
+		team := policy.Tier{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(100)), policy.RequestsPerHour: new(int64(1000)), policy.RequestsPerDay: new(int64(10000))}}
 		e := newPoolReadsEnv(t, bk, team)
 		ctx := context.Background()
-		e.putAccount("acme", policy.PoolOverrides{})
-		e.putAccount("beta", policy.PoolOverrides{2: policy.To(1000)}) // requests_per_day
-		e.putAccount("gone", policy.PoolOverrides{2: policy.To(1000)})
+		e.putAccount("acme", policy.Overrides{})
+		e.putAccount("beta", policy.Overrides{2: policy.To(1000)}) // requests_per_day
+		e.putAccount("gone", policy.Overrides{2: policy.To(1000)})
 		if _, _, err := e.svc.PutUser(ctx, policy.UserRecord{UserID: "a1", Account: "acme"}); err != nil {
 			t.Fatal(err)
 		}
@@ -127,7 +127,7 @@ func TestPreviewReplaysPoolsApart(t *testing.T) {
 		}
 
 		proposed := team
-		proposed.RequestsPerMinute = 2
+		proposed.Limits[policy.RequestsPerMinute] = new(int64(2))
 		proposed.Account = pooledRequests(-1, -1, 2)
 		p, err := e.svc.PreviewTier(ctx, "team", proposed.PreviewLimits())
 		if err != nil {
@@ -161,8 +161,8 @@ func TestPreviewReplaysPoolsApart(t *testing.T) {
 
 // poolOf returns pooled limits of requests per minute, hour and day; a
 // negative value sets none.
-func pooledRequests(perMinute, perHour, perDay int64) *policy.PoolLimits {
-	var p policy.PoolLimits
+func pooledRequests(perMinute, perHour, perDay int64) *policy.LimitSet {
+	var p policy.LimitSet
 	for i, v := range []int64{perMinute, perHour, perDay} {
 		if v >= 0 {
 			f, _ := policy.LimitFieldNamed([]string{"requests_per_minute", "requests_per_hour", "requests_per_day"}[i])
@@ -177,10 +177,10 @@ func pooledRequests(perMinute, perHour, perDay int64) *policy.PoolLimits {
 // tier and the tokens settled count them once, and name no pool.
 func TestStatsLeaveOutPools(t *testing.T) {
 	eachBackend(t, func(t *testing.T, bk backend) {
-		team := policy.Tier{Name: "team", RequestsPerMinute: 100, RequestsPerHour: 1000, RequestsPerDay: 10000, MaxConcurrent: i64(10)}
+		team := policy.Tier{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(100)), policy.RequestsPerHour: new(int64(1000)), policy.RequestsPerDay: new(int64(10000)), policy.MaxConcurrent: i64(10)}}
 		e := newPoolReadsEnv(t, bk, team)
 		ctx := context.Background()
-		e.putAccount("acme", policy.PoolOverrides{})
+		e.putAccount("acme", policy.Overrides{})
 		calls := e.check("m1", "acme", 3)
 		calls = append(calls, e.check("m2", "acme", 2)...)
 		e.check("solo", "", 1)
@@ -228,10 +228,10 @@ func TestStatsLeaveOutPools(t *testing.T) {
 // and their windows then count nothing.
 func TestPrunePrunesPools(t *testing.T) {
 	eachBackend(t, func(t *testing.T, bk backend) {
-		team := policy.Tier{Name: "team", RequestsPerMinute: 100, RequestsPerHour: 1000, RequestsPerDay: 10000, TokensPerDay: i64(1 << 20)}
+		team := policy.Tier{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(100)), policy.RequestsPerHour: new(int64(1000)), policy.RequestsPerDay: new(int64(10000)), policy.TokensPerDay: i64(1 << 20)}}
 		e := newPoolReadsEnv(t, bk, team)
 		ctx := context.Background()
-		e.putAccount("acme", policy.PoolOverrides{})
+		e.putAccount("acme", policy.Overrides{})
 		calls := e.check("m1", "acme", 3)
 		if _, err := e.svc.FinishCall(ctx, calls[0], i64(5)); err != nil {
 			t.Fatal(err)
@@ -264,10 +264,9 @@ func TestShadowAccountStored(t *testing.T) {
 		ctx := context.Background()
 		dsn := bk.newDSN(t)
 		s := openStore(t, dsn)
-		team := policy.Tier{Name: "team", RequestsPerMinute: 10, RequestsPerHour: 100, RequestsPerDay: 1000, Features: []string{},
-			Shadow: &policy.RequestLimits{RequestsPerMinute: 5, RequestsPerHour: 50, RequestsPerDay: 500}}
+		team := policy.Tier{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(10)), policy.RequestsPerHour: new(int64(100)), policy.RequestsPerDay: new(int64(1000))}, Features: []string{}, Shadow: &policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(5)), policy.RequestsPerHour: new(int64(50)), policy.RequestsPerDay: new(int64(500))}}}
 		plain := team
-		team.Shadow = &policy.RequestLimits{RequestsPerMinute: 5, RequestsPerHour: 50, RequestsPerDay: 500, Account: pooledRequests(20, -1, 400)}
+		team.Shadow = &policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(5)), policy.RequestsPerHour: new(int64(50)), policy.RequestsPerDay: new(int64(500))}, Account: pooledRequests(20, -1, 400)}
 		if _, err := s.UpdateTiers(ctx, policy.TierUpdate{At: t0, Put: []policy.Tier{plain}}); err != nil {
 			t.Fatal(err)
 		}
@@ -298,11 +297,10 @@ func TestShadowAccountStored(t *testing.T) {
 // never refused by them; statistics count it under shadow_account.
 func TestShadowAccountChecks(t *testing.T) {
 	eachBackend(t, func(t *testing.T, bk backend) {
-		team := policy.Tier{Name: "team", RequestsPerMinute: 100, RequestsPerHour: 1000, RequestsPerDay: 10000,
-			Shadow: &policy.RequestLimits{RequestsPerMinute: 100, RequestsPerHour: 1000, RequestsPerDay: 10000, Account: pooledRequests(2, -1, -1)}}
+		team := policy.Tier{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(100)), policy.RequestsPerHour: new(int64(1000)), policy.RequestsPerDay: new(int64(10000))}, Shadow: &policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(100)), policy.RequestsPerHour: new(int64(1000)), policy.RequestsPerDay: new(int64(10000))}, Account: pooledRequests(2, -1, -1)}}
 		e := newPoolReadsEnv(t, bk, team)
 		ctx := context.Background()
-		e.putAccount("acme", policy.PoolOverrides{})
+		e.putAccount("acme", policy.Overrides{})
 		for i, user := range []string{"a", "b", "a", "b"} {
 			d, err := e.svc.Check(ctx, policy.Request{UserID: user, Account: "acme"}, false)
 			if err != nil || !d.Allowed() || d.Shadow == nil {

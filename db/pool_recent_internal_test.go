@@ -36,8 +36,7 @@ func putTeam(t *testing.T, svc *policy.Service, poolMinute int64, accts ...strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := svc.PutTier(ctx, policy.Tier{Name: "team", RequestsPerMinute: 1000, RequestsPerHour: 1000, RequestsPerDay: 1000,
-		Features: []string{"*"}, Account: &pool}); err != nil {
+	if _, _, err := svc.PutTier(ctx, policy.Tier{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1000)), policy.RequestsPerHour: new(int64(1000)), policy.RequestsPerDay: new(int64(1000))}, Features: []string{"*"}, Account: &pool}); err != nil {
 		t.Fatal(err)
 	}
 	for _, a := range accts {

@@ -107,7 +107,7 @@ func newPreviewFixtureOf(b testing.TB, users, perUser int) *previewFixture {
 }
 
 // previewLimits refuse the last five requests of each burst of ten.
-var previewLimits = policy.RequestLimits{RequestsPerMinute: 5, RequestsPerHour: 1000, RequestsPerDay: 10000}
+var previewLimits = policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(5)), policy.RequestsPerHour: new(int64(1000)), policy.RequestsPerDay: new(int64(10000))}}
 
 // BenchmarkPreview replays a million stored requests through proposed
 // limits, as POST /v1/tiers/{name}/preview does: one read of the table in

@@ -27,7 +27,7 @@ func BenchmarkRefusedCheckCounting(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			tier := policy.Tier{Name: "one", RequestsPerMinute: 1, RequestsPerHour: 10, RequestsPerDay: 10}
+			tier := policy.Tier{Name: "one", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1)), policy.RequestsPerHour: new(int64(10)), policy.RequestsPerDay: new(int64(10))}}
 			if _, err := s.UpdateTiers(ctx, policy.TierUpdate{At: t0, Source: policy.SourceAPI, Put: []policy.Tier{tier}}); err != nil {
 				b.Fatal(err)
 			}

@@ -23,8 +23,7 @@ func TestTierWriteByAnotherStoreAppliesToTheNextRecordingCheck(t *testing.T) {
 		put := func(perMinute int64, features ...string) {
 			t.Helper()
 			now = now.Add(time.Second)
-			tier := policy.Tier{Name: "lesson", RequestsPerMinute: perMinute, RequestsPerHour: 100, RequestsPerDay: 100,
-				Features: append([]string{}, features...), UpdatedAt: now}
+			tier := policy.Tier{Name: "lesson", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(perMinute)), policy.RequestsPerHour: new(int64(100)), policy.RequestsPerDay: new(int64(100))}, Features: append([]string{}, features...), UpdatedAt: now}
 			if _, err := importer.UpdateTiers(ctx, policy.TierUpdate{At: now, Source: policy.SourceImport, Put: []policy.Tier{tier}}); err != nil {
 				t.Fatal(err)
 			}

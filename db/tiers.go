@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,39 +32,77 @@ type tierCache struct {
 // (tier_changes), which leave out updated_at: an entry has its own time.
 // The JSON names are the API's.
 type tierRow struct {
-	Name              string      `db:"name" json:"name"`
-	RequestsPerMinute int64       `db:"requests_per_minute" json:"requests_per_minute"`
-	RequestsPerHour   int64       `db:"requests_per_hour" json:"requests_per_hour"`
-	RequestsPerDay    int64       `db:"requests_per_day" json:"requests_per_day"`
-	BurstAllowance    int64       `db:"burst_allowance" json:"burst_allowance"`
-	Features          featureList `db:"features" json:"features"`
-	Models            modelList   `db:"models" json:"models,format:emitnull"` // NULL, and null in the audit log, for any model
-	Description       string      `db:"description" json:"description"`
-	UpdatedAt         int64       `db:"updated_at" json:"-"` // Unix microseconds; 0 for never
+	Name        string      `json:"name"`
+	Features    featureList `json:"features"`
+	Models      modelList   `json:"models,format:emitnull"` // NULL, and null in the audit log, for any model
+	Description string      `json:"description"`
+	UpdatedAt   int64       `json:"-"` // Unix microseconds; 0 for never
 
-	TokensPerMinute *int64 `db:"tokens_per_minute" json:"tokens_per_minute"`
-	TokensPerHour   *int64 `db:"tokens_per_hour" json:"tokens_per_hour"`
-	TokensPerDay    *int64 `db:"tokens_per_day" json:"tokens_per_day"`
-	MaxConcurrent   *int64 `db:"max_concurrent" json:"max_concurrent"`
-
-	Shadow *limitsRow `db:"shadow" json:"shadow"`
+	Shadow *limitsRow `json:"shadow"`
 	// Account is the pooled limits of an account on the tier, NULL (and
 	// null in the audit log) for none.
-	Account *poolRow `db:"account" json:"account"`
+	Account *poolRow `json:"account"`
 	// ID is tier_ids.id, read with the row and never written from it.
-	ID int64 `db:"id" json:"-"`
+	ID int64 `json:"-"`
+
+	// Limits are the tier's limits: a column each, named as its row of
+	// policy.LimitFields, and in JSON a member each (null: no limit).
+	Limits limitValues `json:",inline"`
 }
 
-// limitsRow is the shadow column: the four request limits as a JSON
-// object with the API's field names, or NULL. Its account member, left
-// out when the shadow has none, holds the pooled shadow limits, each
-// request limit present (null: no limit).
+// limitValues are limits by the names of policy.LimitFields.
+type limitValues map[string]*int64
+
+// tierColumns are the columns of the tiers table, in the order of
+// tierRow.scanArgs: a column per limit of policy.LimitFields, named as the
+// limit.
+var tierColumns = `name, ` + strings.Join(policy.LimitNames[:], ", ") + `, features, description, updated_at, shadow, models, account`
+
+// tierSelect reads tierColumns and the tier's ID.
+var tierSelect = `SELECT ` + tierColumns + `, COALESCE((SELECT id FROM tier_ids WHERE tier_ids.name = tiers.name), 0) AS id FROM tiers`
+
+// tierUpsert creates or replaces a tier, in both dialects.
+var tierUpsert = `INSERT INTO tiers (` + tierColumns + `) VALUES (?` + strings.Repeat(", ?", strings.Count(tierColumns, ",")) + `)
+	ON CONFLICT (name) DO UPDATE SET ` + func() string {
+	var set []string
+	for _, c := range strings.Split(tierColumns, ", ")[1:] {
+		set = append(set, c+" = excluded."+c)
+	}
+	return strings.Join(set, ", ")
+}()
+
+// scanTier reads a row of tierSelect.
+func scanTier(row interface{ Scan(...any) error }) (tierRow, error) {
+	var r tierRow
+	var lims [len(policy.LimitFields)]*int64
+	args := []any{&r.Name}
+	for i := range lims {
+		args = append(args, &lims[i])
+	}
+	err := row.Scan(append(args, &r.Features, &r.Description, &r.UpdatedAt, &r.Shadow, &r.Models, &r.Account, &r.ID)...)
+	r.Limits = make(limitValues, len(lims))
+	for i, v := range lims {
+		r.Limits[policy.LimitNames[i]] = v
+	}
+	return r, err
+}
+
+// args returns r's values for tierUpsert.
+func (r *tierRow) args() []any {
+	args := []any{r.Name}
+	for _, name := range policy.LimitNames {
+		args = append(args, r.Limits[name])
+	}
+	return append(args, r.Features, r.Description, r.UpdatedAt, r.Shadow, r.Models, r.Account)
+}
+
+// limitsRow is the shadow column: the request limits as a JSON object with
+// the API's field names, or NULL. Its account member, left out when the
+// shadow has none, holds the pooled shadow limits, each request limit
+// present (null: no limit).
 type limitsRow struct {
-	RequestsPerMinute int64    `json:"requests_per_minute"`
-	RequestsPerHour   int64    `json:"requests_per_hour"`
-	RequestsPerDay    int64    `json:"requests_per_day"`
-	BurstAllowance    int64    `json:"burst_allowance"`
-	Account           *poolRow `json:"account,omitzero"`
+	Account *poolRow    `json:"account,omitzero"`
+	Limits  limitValues `json:",inline"`
 }
 
 // Scan implements sql.Scanner; database/sql sets a nil *limitsRow for NULL.
@@ -71,19 +110,28 @@ func (l *limitsRow) Scan(src any) error { return scanJSON("shadow", src, l) }
 
 // Value implements driver.Valuer; a nil *limitsRow is written NULL.
 func (l limitsRow) Value() (driver.Value, error) {
-	b, err := json.Marshal(l)
+	b, err := json.Marshal(l, json.Deterministic(true))
 	return string(b), err
 }
 
 func rowOf(t *policy.Tier) tierRow {
-	r := tierRow{t.Name, t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay, t.BurstAllowance, t.Features, t.Models, t.Description, 0,
-		t.TokensPerMinute, t.TokensPerHour, t.TokensPerDay, t.MaxConcurrent, nil, nil, t.ID}
+	r := tierRow{Name: t.Name, Features: t.Features, Models: t.Models, Description: t.Description, ID: t.ID,
+		Limits: make(limitValues, len(policy.LimitFields))}
+	for i := range policy.LimitFields {
+		f := &policy.LimitFields[i]
+		r.Limits[f.Name] = f.Get(t)
+	}
 	if t.Account != nil {
 		p := poolRow(t.Account.Values())
 		r.Account = &p
 	}
 	if l := t.Shadow; l != nil {
-		r.Shadow = &limitsRow{l.RequestsPerMinute, l.RequestsPerHour, l.RequestsPerDay, l.BurstAllowance, nil}
+		r.Shadow = &limitsRow{Limits: limitValues{}}
+		for i := range policy.LimitFields {
+			if f := &policy.LimitFields[i]; f.InRequestLimits() {
+				r.Shadow.Limits[f.Name] = new(l.Limits.Value(f.ID()))
+			}
+		}
 		if a := l.Account; a != nil {
 			p := poolRow{}
 			for i := range policy.LimitFields {
@@ -101,24 +149,18 @@ func rowOf(t *policy.Tier) tierRow {
 }
 
 func (r *tierRow) tier() policy.Tier {
-	t := policy.Tier{
-		Name:              r.Name,
-		RequestsPerMinute: r.RequestsPerMinute,
-		RequestsPerHour:   r.RequestsPerHour,
-		RequestsPerDay:    r.RequestsPerDay,
-		BurstAllowance:    r.BurstAllowance,
-		Description:       r.Description,
-		Features:          r.Features,
-		Models:            r.Models,
-		TokensPerMinute:   r.TokensPerMinute,
-		TokensPerHour:     r.TokensPerHour,
-		TokensPerDay:      r.TokensPerDay,
-		MaxConcurrent:     r.MaxConcurrent,
-		ID:                r.ID,
+	t := policy.Tier{Name: r.Name, Description: r.Description, Features: r.Features, Models: r.Models, ID: r.ID}
+	for i := range policy.LimitFields {
+		f := &policy.LimitFields[i]
+		f.Set(&t, r.Limits[f.Name])
 	}
 	if l := r.Shadow; l != nil {
-		t.Shadow = &policy.RequestLimits{RequestsPerMinute: l.RequestsPerMinute, RequestsPerHour: l.RequestsPerHour,
-			RequestsPerDay: l.RequestsPerDay, BurstAllowance: l.BurstAllowance}
+		t.Shadow = &policy.RequestLimits{}
+		for i := range policy.LimitFields {
+			if f := &policy.LimitFields[i]; f.InRequestLimits() {
+				t.Shadow.Limits.Set(f, new(l.Limits.value(f.Name)))
+			}
+		}
 		if l.Account != nil {
 			p, _ := policy.PoolLimitsOf(*l.Account) // names unknown to this version are dropped
 			t.Shadow.Account = &p
@@ -135,6 +177,14 @@ func (r *tierRow) tier() policy.Tier {
 		t.UpdatedAt = time.UnixMicro(r.UpdatedAt).UTC()
 	}
 	return t
+}
+
+// value returns the limit named name, 0 when unset.
+func (l limitValues) value(name string) int64 {
+	if v := l[name]; v != nil {
+		return *v
+	}
+	return 0
 }
 
 // poolRow is the account column: the pooled limits as a JSON object with
@@ -202,12 +252,6 @@ func (m modelList) Value() (driver.Value, error) {
 	return string(b), err
 }
 
-const tierColumns = `name, requests_per_minute, requests_per_hour, requests_per_day, burst_allowance, features, description, updated_at, ` +
-	`tokens_per_minute, tokens_per_hour, tokens_per_day, max_concurrent, shadow, models, account`
-
-// tierSelect reads every tier with its ID.
-const tierSelect = `SELECT ` + tierColumns + `, COALESCE((SELECT id FROM tier_ids WHERE tier_ids.name = tiers.name), 0) AS id FROM tiers`
-
 // initTiers loads the tier cache and prepares the statement that tells
 // whether it is stale.
 func (s *Store) initTiers(ctx context.Context) error {
@@ -246,15 +290,23 @@ func (s *Store) reloadTiers(ctx context.Context, atLeast int64) error {
 	if err := tx.GetContext(ctx, &c.version, `SELECT version FROM tier_version WHERE id = 1`); err != nil {
 		return unavailable(err)
 	}
-	var rows []tierRow
-	if err := tx.SelectContext(ctx, &rows, tierSelect+` ORDER BY name`); err != nil {
+	rows, err := tx.QueryContext(ctx, tierSelect+` ORDER BY name`)
+	if err != nil {
 		return unavailable(err)
 	}
-	c.byName, c.sorted = make(map[string]policy.Tier, len(rows)), make([]policy.Tier, 0, len(rows))
-	for i := range rows {
-		t := rows[i].tier()
+	defer rows.Close()
+	c.byName = make(map[string]policy.Tier)
+	for rows.Next() {
+		r, err := scanTier(rows)
+		if err != nil {
+			return unavailable(err)
+		}
+		t := r.tier()
 		c.byName[t.Name] = t
 		c.sorted = append(c.sorted, t)
+	}
+	if err := rows.Err(); err != nil {
+		return unavailable(err)
 	}
 	sort.Slice(c.sorted, func(i, j int) bool { return c.sorted[i].Name < c.sorted[j].Name })
 	s.tiers.Store(c)
@@ -499,9 +551,8 @@ func queryTiers(tx *writeTx, where string, args ...any) (map[string]policy.Tier,
 	defer rows.Close()
 	tiers := make(map[string]policy.Tier)
 	for rows.Next() {
-		var r tierRow
-		if err := rows.Scan(&r.Name, &r.RequestsPerMinute, &r.RequestsPerHour, &r.RequestsPerDay, &r.BurstAllowance,
-			&r.Features, &r.Description, &r.UpdatedAt, &r.TokensPerMinute, &r.TokensPerHour, &r.TokensPerDay, &r.MaxConcurrent, &r.Shadow, &r.Models, &r.Account, &r.ID); err != nil {
+		r, err := scanTier(rows)
+		if err != nil {
 			return nil, unavailable(err)
 		}
 		t := r.tier()
@@ -512,25 +563,8 @@ func queryTiers(tx *writeTx, where string, args ...any) (map[string]policy.Tier,
 
 func upsertTier(tx *writeTx, t *policy.Tier) error {
 	r := rowOf(t)
-	_, err := tx.execSQL(`INSERT INTO tiers (`+tierColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (name) DO UPDATE SET
-				requests_per_minute = excluded.requests_per_minute,
-				requests_per_hour   = excluded.requests_per_hour,
-				requests_per_day    = excluded.requests_per_day,
-				burst_allowance     = excluded.burst_allowance,
-				features            = excluded.features,
-				description         = excluded.description,
-				updated_at          = excluded.updated_at,
-				tokens_per_minute   = excluded.tokens_per_minute,
-				tokens_per_hour     = excluded.tokens_per_hour,
-				tokens_per_day      = excluded.tokens_per_day,
-				max_concurrent      = excluded.max_concurrent,
-				shadow              = excluded.shadow,
-				models              = excluded.models,
-				account             = excluded.account`,
-		r.Name, r.RequestsPerMinute, r.RequestsPerHour, r.RequestsPerDay, r.BurstAllowance, r.Features, r.Description, t.UpdatedAt.UnixMicro(),
-		r.TokensPerMinute, r.TokensPerHour, r.TokensPerDay, r.MaxConcurrent, r.Shadow, r.Models, r.Account)
+	r.UpdatedAt = t.UpdatedAt.UnixMicro()
+	_, err := tx.execSQL(tierUpsert, r.args()...)
 	return unavailable(err)
 }
 
@@ -539,7 +573,7 @@ func auditJSON(t *policy.Tier) any {
 	if t == nil {
 		return nil
 	}
-	b, _ := json.Marshal(rowOf(t)) // cannot fail: the row holds only strings, lists of strings and integers
+	b, _ := json.Marshal(rowOf(t), json.Deterministic(true)) // cannot fail: the row holds only strings, lists of strings and integers
 	return string(b)
 }
 

@@ -193,7 +193,7 @@ func TestUpdateTiersReportsACommittedChange(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() {
 		_, err := s.UpdateTiers(ctx, policy.TierUpdate{At: w0, Source: policy.SourceAPI,
-			Put: []policy.Tier{{Name: "gold", RequestsPerMinute: 1, RequestsPerHour: 1, RequestsPerDay: 1}}})
+			Put: []policy.Tier{{Name: "gold", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1)), policy.RequestsPerHour: new(int64(1)), policy.RequestsPerDay: new(int64(1))}}}})
 		errc <- err
 	}()
 	waitUntil(t, "the change queues", func() bool { return len(s.writer.(*writer).jobs) == 1 })
@@ -206,7 +206,7 @@ func TestUpdateTiersReportsACommittedChange(t *testing.T) {
 	if err := recv(t, "UpdateTiers", errc); err != nil {
 		t.Fatalf("UpdateTiers reported %v for a change it committed", err)
 	}
-	if got, err := s.Tier(bg, "gold"); err != nil || got.RequestsPerMinute != 1 {
+	if got, err := s.Tier(bg, "gold"); err != nil || got.Limits.Value(policy.RequestsPerMinute) != 1 {
 		t.Fatalf("gold after the change: %+v, %v", got, err)
 	}
 }

@@ -27,7 +27,7 @@ func TestTierWriteByAnotherStoreAppliesToTheNextCheck(t *testing.T) {
 		}
 
 		importer := openStore(t, path)
-		lesson := policy.Tier{Name: "lesson", RequestsPerMinute: 0, RequestsPerHour: 10, RequestsPerDay: 10, Features: []string{}}
+		lesson := policy.Tier{Name: "lesson", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(0)), policy.RequestsPerHour: new(int64(10)), policy.RequestsPerDay: new(int64(10))}, Features: []string{}}
 		if _, err := importer.UpdateTiers(ctx, policy.TierUpdate{At: t0, Source: policy.SourceImport, Put: []policy.Tier{lesson}}); err != nil {
 			t.Fatal(err)
 		}
@@ -39,7 +39,7 @@ func TestTierWriteByAnotherStoreAppliesToTheNextCheck(t *testing.T) {
 			t.Fatalf("decision %+v, want refused by the imported 0/min", d)
 		}
 
-		lesson.RequestsPerMinute = 1
+		lesson.Limits[policy.RequestsPerMinute] = new(int64(1))
 		if _, err := importer.UpdateTiers(ctx, policy.TierUpdate{At: t0, Source: policy.SourceImport, Put: []policy.Tier{lesson}}); err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +70,7 @@ func TestTierEditedWithPlainSQLIsSeen(t *testing.T) {
 		path := bk.newDSN(t)
 		s := openStore(t, path)
 		ctx := context.Background()
-		if got, _ := s.Tier(ctx, "free"); got.RequestsPerMinute != 10 {
+		if got, _ := s.Tier(ctx, "free"); got.Limits.Value(policy.RequestsPerMinute) != 10 {
 			t.Fatalf("seeded free: %+v", got)
 		}
 		shell, err := bk.raw(path)
@@ -81,7 +81,7 @@ func TestTierEditedWithPlainSQLIsSeen(t *testing.T) {
 		if _, err := shell.Exec(`UPDATE tiers SET requests_per_minute = 3 WHERE name = 'free'`); err != nil {
 			t.Fatal(err)
 		}
-		if got, err := s.Tier(ctx, "free"); err != nil || got.RequestsPerMinute != 3 {
+		if got, err := s.Tier(ctx, "free"); err != nil || got.Limits.Value(policy.RequestsPerMinute) != 3 {
 			t.Fatalf("after the shell's UPDATE: %+v, %v; want 3 per minute", got, err)
 		}
 	})
@@ -91,7 +91,7 @@ func TestUpdateTiersIsAllOrNothing(t *testing.T) {
 	eachBackend(t, func(t *testing.T, bk backend) {
 		s := openStore(t, bk.newDSN(t))
 		ctx := context.Background()
-		team := policy.Tier{Name: "team", RequestsPerMinute: 1, RequestsPerHour: 1, RequestsPerDay: 1}
+		team := policy.Tier{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1)), policy.RequestsPerHour: new(int64(1)), policy.RequestsPerDay: new(int64(1))}}
 		_, err := s.UpdateTiers(ctx, policy.TierUpdate{At: t0, Source: policy.SourceAPI, Put: []policy.Tier{team}, Delete: []string{"ghost"}})
 		if policy.ErrorCode(err) != policy.ENOTFOUND {
 			t.Fatalf("err = %v, want ENOTFOUND for ghost", err)
@@ -121,9 +121,9 @@ func TestUpdateTiersSkipsUnchangedAndPrunes(t *testing.T) {
 		free, _ := s.Tier(ctx, "free")
 		pro, _ := s.Tier(ctx, "pro")
 		oldPro := pro
-		pro.RequestsPerMinute = 61
+		pro.Limits[policy.RequestsPerMinute] = new(int64(61))
 		pro.Features = []string{"chat"}
-		team := policy.Tier{Name: "team", RequestsPerMinute: 5, RequestsPerHour: 50, RequestsPerDay: 500, Description: "<b>team</b>"}
+		team := policy.Tier{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(5)), policy.RequestsPerHour: new(int64(50)), policy.RequestsPerDay: new(int64(500))}, Description: "<b>team</b>"}
 		at := t0.Add(time.Hour)
 		changes, err := s.UpdateTiers(ctx, policy.TierUpdate{
 			At: at, Source: policy.SourceImport, Put: []policy.Tier{free, pro, team}, Prune: true, SkipUnchanged: true,
@@ -145,7 +145,7 @@ func TestUpdateTiersSkipsUnchangedAndPrunes(t *testing.T) {
 		if g, want := fmt.Sprint(got), "[updated pro created team deleted enterprise]"; g != want {
 			t.Fatalf("changes %s, want %s", g, want)
 		}
-		if c := changes[0]; c.Old.RequestsPerMinute != oldPro.RequestsPerMinute || c.New.RequestsPerMinute != 61 || !c.At.Equal(at) || c.Source != policy.SourceImport {
+		if c := changes[0]; c.Old.Limits.Value(policy.RequestsPerMinute) != oldPro.Limits.Value(policy.RequestsPerMinute) || c.New.Limits.Value(policy.RequestsPerMinute) != 61 || !c.At.Equal(at) || c.Source != policy.SourceImport {
 			t.Errorf("pro's change: %+v", c)
 		}
 		tiers, _ := s.Tiers(ctx)
@@ -181,17 +181,17 @@ func TestAuditLogRecordsSourceAndValues(t *testing.T) {
 		svc := policy.NewService(s, s, policy.WithClock(func() time.Time { return now }))
 		ctx := context.Background()
 
-		team := policy.Tier{Name: "team", RequestsPerMinute: 7, RequestsPerHour: 70, RequestsPerDay: 700, Features: []string{"chat"}, Description: `say "hi"`}
+		team := policy.Tier{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(7)), policy.RequestsPerHour: new(int64(70)), policy.RequestsPerDay: new(int64(700))}, Features: []string{"chat"}, Description: `say "hi"`}
 		if _, _, err := svc.PutTier(policy.WithChangeSource(ctx, policy.SourceAPI), team); err != nil {
 			t.Fatal(err)
 		}
 		now = now.Add(time.Minute)
-		team.RequestsPerMinute = 8
+		team.Limits[policy.RequestsPerMinute] = new(int64(8))
 		if _, _, err := svc.PutTier(policy.WithChangeSource(ctx, policy.SourceAdmin), team); err != nil {
 			t.Fatal(err)
 		}
 		now = now.Add(time.Minute)
-		if _, err := svc.ImportTiers(ctx, []policy.Tier{{Name: "solo", RequestsPerMinute: 1, RequestsPerHour: 1, RequestsPerDay: 1}}, false); err != nil {
+		if _, err := svc.ImportTiers(ctx, []policy.Tier{{Name: "solo", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1)), policy.RequestsPerHour: new(int64(1)), policy.RequestsPerDay: new(int64(1))}}}, false); err != nil {
 			t.Fatal(err)
 		}
 		now = now.Add(time.Minute)
@@ -213,7 +213,7 @@ func TestAuditLogRecordsSourceAndValues(t *testing.T) {
 			if t == nil {
 				return -1
 			}
-			return t.RequestsPerMinute
+			return t.Limits.Value(policy.RequestsPerMinute)
 		}
 		want := []entry{
 			{"team", policy.SourceLibrary, t0.Add(3 * time.Minute), 8, -1},
@@ -272,7 +272,7 @@ func TestUpdateTiersPreconditions(t *testing.T) {
 		if !free.UpdatedAt.IsZero() {
 			t.Fatalf("seeded free UpdatedAt %v, want zero", free.UpdatedAt)
 		}
-		team := policy.Tier{Name: "team", RequestsPerMinute: 1, RequestsPerHour: 10, RequestsPerDay: 100}
+		team := policy.Tier{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1)), policy.RequestsPerHour: new(int64(10)), policy.RequestsPerDay: new(int64(100))}}
 		logLen := func() int {
 			log, err := s.TierChanges(ctx, 1000)
 			if err != nil {
@@ -282,7 +282,7 @@ func TestUpdateTiersPreconditions(t *testing.T) {
 		}
 		zero := time.Time{}
 		edited := free
-		edited.RequestsPerMinute = 11
+		edited.Limits[policy.RequestsPerMinute] = new(int64(11))
 
 		for _, tc := range []struct {
 			name string
@@ -292,7 +292,7 @@ func TestUpdateTiersPreconditions(t *testing.T) {
 			{"replace a missing tier", policy.TierUpdate{At: t0, Put: []policy.Tier{team}, Mode: policy.PutReplace}, policy.ENOTFOUND},
 			{"create a missing tier", policy.TierUpdate{At: t0, Put: []policy.Tier{team}, Mode: policy.PutCreate}, ""},
 			{"create it again", policy.TierUpdate{At: t0.Add(time.Second), Put: []policy.Tier{team}, Mode: policy.PutCreate}, policy.ECONFLICT},
-			{"create one that exists among new ones", policy.TierUpdate{At: t0, Put: []policy.Tier{{Name: "new", RequestsPerDay: 1}, free}, Mode: policy.PutCreate}, policy.ECONFLICT},
+			{"create one that exists among new ones", policy.TierUpdate{At: t0, Put: []policy.Tier{{Name: "new", Limits: policy.LimitSet{policy.RequestsPerDay: new(int64(1))}}, free}, Mode: policy.PutCreate}, policy.ECONFLICT},
 			{"edit a seeded tier read as seeded", policy.TierUpdate{At: t0, Put: []policy.Tier{edited}, Mode: policy.PutReplace, IfUpdatedAt: &zero}, ""},
 			{"edit it again on the seeded read", policy.TierUpdate{At: t0.Add(time.Minute), Put: []policy.Tier{free}, Mode: policy.PutReplace, IfUpdatedAt: &zero}, policy.ECONFLICT},
 		} {
@@ -323,25 +323,25 @@ func TestUpdateTiersPreconditions(t *testing.T) {
 			t.Fatal(err)
 		}
 		theirs := read
-		theirs.RequestsPerMinute = 12
+		theirs.Limits[policy.RequestsPerMinute] = new(int64(12))
 		if _, err := other.UpdateTiers(ctx, policy.TierUpdate{At: t0.Add(time.Hour), Source: policy.SourceLibrary, Put: []policy.Tier{theirs}}); err != nil {
 			t.Fatal(err)
 		}
 		mine := read
-		mine.RequestsPerMinute = 13
+		mine.Limits[policy.RequestsPerMinute] = new(int64(13))
 		stale := read.UpdatedAt
 		if err := put(policy.TierUpdate{At: t0.Add(2 * time.Hour), Put: []policy.Tier{mine}, IfUpdatedAt: &stale}); policy.ErrorCode(err) != policy.ECONFLICT {
 			t.Fatalf("edit on a stale read: %v, want ECONFLICT", err)
 		}
-		if got, _ := s.Tier(ctx, "free"); got.RequestsPerMinute != 12 {
-			t.Fatalf("the other process's edit was lost: requests_per_minute %d, want 12", got.RequestsPerMinute)
+		if got, _ := s.Tier(ctx, "free"); got.Limits.Value(policy.RequestsPerMinute) != 12 {
+			t.Fatalf("the other process's edit was lost: requests_per_minute %d, want 12", got.Limits.Value(policy.RequestsPerMinute))
 		}
 		fresh := t0.Add(time.Hour)
 		if err := put(policy.TierUpdate{At: t0.Add(2 * time.Hour), Put: []policy.Tier{mine}, IfUpdatedAt: &fresh}); err != nil {
 			t.Fatalf("edit on a fresh read: %v", err)
 		}
-		if got, _ := other.Tier(ctx, "free"); got.RequestsPerMinute != 13 {
-			t.Fatalf("requests_per_minute %d, want 13", got.RequestsPerMinute)
+		if got, _ := other.Tier(ctx, "free"); got.Limits.Value(policy.RequestsPerMinute) != 13 {
+			t.Fatalf("requests_per_minute %d, want 13", got.Limits.Value(policy.RequestsPerMinute))
 		}
 	})
 }

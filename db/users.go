@@ -74,11 +74,11 @@ func (r *userRow) record() policy.UserRecord {
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
 		if !f.Optional {
-			f.SetOverride(&u.Limits, policy.Override{Set: r.Limits[i] != nil, Limit: r.Limits[i]})
+			u.Limits[i] = policy.Override{Set: r.Limits[i] != nil, Limit: r.Limits[i]}
 			continue
 		}
 		if r.Overrides&(1<<bit) != 0 {
-			f.SetOverride(&u.Limits, policy.Override{Set: true, Limit: r.Limits[i]})
+			u.Limits[i] = policy.Override{Set: true, Limit: r.Limits[i]}
 		}
 		bit++
 	}
@@ -91,7 +91,7 @@ func userRowOf(u *policy.UserRecord) userRow {
 	bit := 0
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
-		o := f.Override(&u.Limits)
+		o := u.Limits[i]
 		r.Limits[i] = o.Limit
 		if f.Optional {
 			if o.Set {

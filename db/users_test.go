@@ -26,7 +26,7 @@ func TestUserRecordsCRUDAndRestart(t *testing.T) {
 		s := openStore(t, path)
 		svc := newUserService(s, &now)
 		rec := policy.UserRecord{UserID: "alice", Tier: "pro", Note: "trial",
-			Limits: policy.Limits{RequestsPerMinute: ptr(3), TokensPerDay: policy.Unlimited, MaxConcurrent: policy.To(2)}}
+			Limits: policy.Overrides{policy.RequestsPerMinute: policy.To(3), policy.TokensPerDay: policy.Unlimited, policy.MaxConcurrent: policy.To(2)}}
 		got, created, err := svc.PutUser(ctx, rec)
 		if err != nil || !created {
 			t.Fatalf("PutUser = %v, %v, want created", created, err)
@@ -71,10 +71,10 @@ func TestUserRecordsCRUDAndRestart(t *testing.T) {
 		if err != nil || len(changes) != 3 {
 			t.Fatalf("UserChanges = %d, %v, want 3", len(changes), err)
 		}
-		if c := changes[0]; c.New != nil || c.Old == nil || c.Source != policy.SourceAPI || !c.Old.Limits.Equal(rec.Limits) {
+		if c := changes[0]; c.New != nil || c.Old == nil || c.Source != policy.SourceAPI || !c.Old.Limits.Equal(&rec.Limits) {
 			t.Fatalf("newest change %+v, want the deletion with the old limits", c)
 		}
-		if c := changes[2]; c.Old != nil || c.New == nil || c.New.Tier != "pro" || !c.New.Limits.Equal(rec.Limits) {
+		if c := changes[2]; c.Old != nil || c.New == nil || c.New.Tier != "pro" || !c.New.Limits.Equal(&rec.Limits) {
 			t.Fatalf("oldest change %+v, want the creation", c)
 		}
 	})
@@ -152,7 +152,7 @@ func TestUserWriteByAnotherStoreAppliesToTheNextCheck(t *testing.T) {
 		if d := check(false); d.Tier != "free" || d.Allowed() {
 			t.Fatalf("before: %+v, want free refusing search", d)
 		}
-		if _, _, err := otherSvc.PutUser(ctx, policy.UserRecord{UserID: "u", Tier: "pro", Limits: policy.Limits{RequestsPerMinute: ptr(1), BurstAllowance: ptr(0)}}); err != nil {
+		if _, _, err := otherSvc.PutUser(ctx, policy.UserRecord{UserID: "u", Tier: "pro", Limits: policy.Overrides{policy.RequestsPerMinute: policy.To(1), policy.BurstAllowance: policy.To(0)}}); err != nil {
 			t.Fatal(err)
 		}
 		// The recording check first: it takes the record from memory, which

@@ -3,7 +3,6 @@ package policy
 import (
 	"context"
 	"errors"
-	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -17,167 +16,32 @@ import (
 // statements as a user's, and a member's admission is one transaction over
 // two histories (see PoolStore).
 
-// PoolLimits are an account's pooled limits: one per row of LimitFields,
-// in its order; nil sets no limit. A tier's Account holds the pooled
-// limits of an account on its plan, and an account's record may override
-// them (PoolOverrides).
-type PoolLimits [len(LimitFields)]*int64
-
 // noPoolLimit is the ceiling of a pooled request window without a limit:
 // more requests than a day can hold.
 const noPoolLimit = 1 << 50
 
-// Get returns the pooled limit of f; nil when there is none.
-func (p *PoolLimits) Get(f *LimitField) *int64 { return p[f.index()] }
-
-// Set sets the pooled limit of f to v (nil: none).
-func (p *PoolLimits) Set(f *LimitField, v *int64) { p[f.index()] = v }
-
-// IsZero reports whether p limits nothing.
-func (p *PoolLimits) IsZero() bool { return *p == PoolLimits{} }
-
-// Equal reports whether p and q set the same limits to the same values.
-func (p *PoolLimits) Equal(q *PoolLimits) bool {
-	for i := range p {
-		if !sameValue(p[i], q[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-// Metered reports whether p limits tokens or concurrent calls.
-func (p *PoolLimits) Metered() bool {
+// Metered reports whether s limits tokens or concurrent calls.
+func (s *LimitSet) Metered() bool {
 	for i := range LimitFields {
-		if k := LimitFields[i].Kind; (k == KindTokens || k == KindConcurrency) && p[i] != nil {
+		if k := LimitFields[i].Kind; (k == KindTokens || k == KindConcurrency) && s[i] != nil {
 			return true
 		}
 	}
 	return false
 }
 
-// ValidateFields returns the problems of p, each field named with prefix
-// ("account."), by the rules of a tier's limits.
-func (p *PoolLimits) ValidateFields(prefix string) []FieldError {
-	return fieldErrors(limitProblems(prefix, func(f *LimitField) (int64, bool) {
-		if v := p.Get(f); v != nil {
-			return *v, true
-		}
-		return 0, false
-	}))
-}
-
-// Values returns p by field name: a nil value sets no limit.
-func (p *PoolLimits) Values() map[string]*int64 {
-	m := make(map[string]*int64, len(p))
+// Tier returns the pooled limits p as the tier a pooled check is
+// evaluated and metered on, named name with ID id: a request window
+// without a limit admits more than any window holds.
+func (p *LimitSet) Tier(name string, id int64) Tier {
+	t := Tier{Name: name, ID: id, Limits: *p}
 	for i := range LimitFields {
-		m[LimitFields[i].Name] = p[i]
-	}
-	return m
-}
-
-// PoolLimitsOf returns the PoolLimits whose Values are values; a name
-// missing sets no limit. An unknown name is an EINVALID error naming it.
-func PoolLimitsOf(values map[string]*int64) (PoolLimits, error) {
-	var p PoolLimits
-	for _, name := range sortedKeys(values) {
-		f, ok := LimitFieldNamed(name)
-		if !ok {
-			return PoolLimits{}, Errorf(EINVALID, "unknown field %s in account", Quote(name))
-		}
-		p.Set(f, values[name])
-	}
-	return p, nil
-}
-
-// WithOverrides returns p with the limits o sets replaced.
-func (p PoolLimits) WithOverrides(o PoolOverrides) PoolLimits {
-	for i := range o {
-		if o[i].Set {
-			p[i] = o[i].Limit
-		}
-	}
-	return p
-}
-
-// Tier returns p as the tier a pooled check is evaluated and metered on,
-// named name with ID id: a request window without a limit admits more than
-// any window holds.
-func (p *PoolLimits) Tier(name string, id int64) Tier {
-	t := Tier{Name: name, ID: id}
-	for i := range LimitFields {
-		f := &LimitFields[i]
-		v := p[i]
-		if req, opt := f.onTier(&t); opt != nil {
-			*opt = v
-		} else if v != nil {
-			*req = *v
-		} else if f.Kind == KindRequests {
-			*req = noPoolLimit
+		if t.Limits[i] == nil && LimitFields[i].Kind == KindRequests {
+			t.Limits[i] = new(int64(noPoolLimit))
 		}
 	}
 	return t
 }
-
-// PoolOverrides are an account record's overrides of its plan's pooled
-// limits, one per row of LimitFields: an Override not Set keeps the
-// plan's; Set with a nil Limit removes it.
-type PoolOverrides [len(LimitFields)]Override
-
-// IsZero reports whether o overrides nothing.
-func (o *PoolOverrides) IsZero() bool { return o.Equal(&PoolOverrides{}) }
-
-// Equal reports whether o and q override the same limits with the same
-// values.
-func (o *PoolOverrides) Equal(q *PoolOverrides) bool {
-	for i := range o {
-		if o[i].Set != q[i].Set || o[i].Set && !sameValue(o[i].Limit, q[i].Limit) {
-			return false
-		}
-	}
-	return true
-}
-
-// Values returns the limits o overrides, by name; nil when it overrides
-// none.
-func (o *PoolOverrides) Values() map[string]*int64 {
-	var m map[string]*int64
-	for i := range LimitFields {
-		if o[i].Set {
-			if m == nil {
-				m = make(map[string]*int64)
-			}
-			m[LimitFields[i].Name] = o[i].Limit
-		}
-	}
-	return m
-}
-
-// PoolOverridesOf returns the overrides whose Values are values. An
-// unknown name is an EINVALID error naming it.
-func PoolOverridesOf(values map[string]*int64) (PoolOverrides, error) {
-	var o PoolOverrides
-	for _, name := range sortedKeys(values) {
-		f, ok := LimitFieldNamed(name)
-		if !ok {
-			return PoolOverrides{}, Errorf(EINVALID, "unknown field %s in limits", Quote(name))
-		}
-		o[f.index()] = Override{Set: true, Limit: values[name]}
-	}
-	return o, nil
-}
-
-func sortedKeys(m map[string]*int64) []string {
-	names := make([]string, 0, len(m))
-	for name := range m {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	return names
-}
-
-// index returns f's row in LimitFields.
-func (f *LimitField) index() int { return int(f.id) }
 
 // AccountKeyPrefix begins the key of every account's pool in a
 // RequestStore: a control character, which no user id holds.
@@ -197,7 +61,7 @@ type Account struct {
 	AccountID string
 	// Tier names the account's plan; it must exist.
 	Tier      string
-	Limits    PoolOverrides
+	Limits    Overrides
 	Note      string
 	UpdatedAt time.Time
 }
@@ -211,16 +75,7 @@ func (a *Account) ValidateFields() []FieldError {
 	if !ValidTierName(a.Tier) {
 		errs = append(errs, FieldError{"tier", "tier must match [a-z0-9][a-z0-9_-]{0,62}"})
 	}
-	for _, p := range limitProblems("limits.", func(f *LimitField) (int64, bool) {
-		if o := a.Limits[f.index()]; o.Set && o.Limit != nil {
-			return *o.Limit, true
-		}
-		return 0, false
-	}) {
-		if p.shorter == nil {
-			errs = append(errs, p.FieldError)
-		}
-	}
+	errs = append(errs, a.Limits.ValidateFields("limits.")...)
 	if len(a.Note) > MaxNote {
 		errs = append(errs, FieldError{"note", "note must be at most 1024 bytes"})
 	} else if !utf8.ValidString(a.Note) {
@@ -238,8 +93,8 @@ func (a *Account) Validate() error {
 }
 
 // Pool returns the pooled limits of a on its plan t.
-func (a *Account) Pool(t *Tier) PoolLimits {
-	var p PoolLimits
+func (a *Account) Pool(t *Tier) LimitSet {
+	var p LimitSet
 	if t.Account != nil {
 		p = *t.Account
 	}
@@ -312,7 +167,7 @@ var errAccountUnconfirmed = errors.New("the request store cannot confirm a cache
 type AccountState struct {
 	ID string
 	// Limits are the pooled limits the check was decided on.
-	Limits PoolLimits
+	Limits LimitSet
 	// Windows is each window's pooled state; a window whose request limit
 	// is unset has Limit and Remaining of noPoolLimit (see Limited).
 	Windows [len(Windows)]WindowState
@@ -455,7 +310,7 @@ func (s *Service) Members(ctx context.Context, id, after string, limit int) ([]U
 // AccountUsage is an account's pooled state at one instant.
 type AccountUsage struct {
 	Account Account
-	Limits  PoolLimits
+	Limits  LimitSet
 	UsageReport
 }
 
@@ -532,8 +387,8 @@ type pool struct {
 	plan       *Tier
 	planCached bool
 	key        string
-	limits     PoolLimits
-	tier       Tier // limits as a tier (see PoolLimits.Tier)
+	limits     LimitSet
+	tier       Tier // limits as a tier (see LimitSet.Tier)
 	// shadow is the pooled shadow limits of the account's plan as a tier
 	// (its Shadow's Account); nil when it has none.
 	shadow *Tier

@@ -239,7 +239,7 @@ func Meter(l Ledger, t *Tier, tokens int64, now time.Time) (Metering, error) {
 		}
 		m.RetryAfter = max(m.RetryAfter, retry)
 	}
-	if t.MaxConcurrent != nil && m.inFlight >= *t.MaxConcurrent {
+	if c := t.Limits[MaxConcurrent]; c != nil && m.inFlight >= *c {
 		refuse(ConcurrencyReason, 1)
 		m.Waitless = true
 	}
@@ -298,8 +298,8 @@ func (m *Metering) States(t *Tier, admitted bool, now time.Time) (tokens [len(Wi
 		}
 		tokens[w] = s
 	}
-	if t.MaxConcurrent != nil {
-		conc = &ConcurrencyState{Limit: *t.MaxConcurrent, InFlight: m.inFlight + calls}
+	if c := t.Limits[MaxConcurrent]; c != nil {
+		conc = &ConcurrencyState{Limit: *c, InFlight: m.inFlight + calls}
 	}
 	return tokens, conc
 }

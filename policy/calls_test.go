@@ -20,7 +20,9 @@ func TestMeter(t *testing.T) {
 		}
 		return out
 	}
-	tpm := func(n int64) *policy.Tier { return &policy.Tier{Name: "t", TokensPerMinute: i64(n)} }
+	tpm := func(n int64) *policy.Tier {
+		return &policy.Tier{Name: "t", Limits: policy.LimitSet{policy.TokensPerMinute: i64(n)}}
+	}
 	for _, tc := range []struct {
 		name           string
 		tier           *policy.Tier
@@ -47,13 +49,13 @@ func TestMeter(t *testing.T) {
 			allowed: true, used: 100},
 		{name: "zero limit", tier: tpm(0), tokens: 1, reason: "per-minute token limit exceeded", retry: 60, waitless: true},
 		{name: "zero tokens fit a zero limit", tier: tpm(0), tokens: 0, allowed: true},
-		{name: "concurrency before tokens", tier: &policy.Tier{TokensPerMinute: i64(10), MaxConcurrent: i64(1)}, ledger: memLedger{open: 1, reserved: 10}, tokens: 1,
+		{name: "concurrency before tokens", tier: &policy.Tier{Limits: policy.LimitSet{policy.TokensPerMinute: i64(10), policy.MaxConcurrent: i64(1)}}, ledger: memLedger{open: 1, reserved: 10}, tokens: 1,
 			reason: "concurrent call limit exceeded", retry: 60, used: 10, waitless: true, inFlightAfter: 1, concurrencySet: true},
-		{name: "concurrency alone retries after 1s", tier: &policy.Tier{MaxConcurrent: i64(2)}, ledger: memLedger{open: 2},
+		{name: "concurrency alone retries after 1s", tier: &policy.Tier{Limits: policy.LimitSet{policy.MaxConcurrent: i64(2)}}, ledger: memLedger{open: 2},
 			reason: "concurrent call limit exceeded", retry: 1, waitless: true, inFlightAfter: 2, concurrencySet: true},
-		{name: "in flight counts the call admitted", tier: &policy.Tier{MaxConcurrent: i64(2)}, ledger: memLedger{open: 1},
+		{name: "in flight counts the call admitted", tier: &policy.Tier{Limits: policy.LimitSet{policy.MaxConcurrent: i64(2)}}, ledger: memLedger{open: 1},
 			allowed: true, inFlightAfter: 2, concurrencySet: true},
-		{name: "minute before day", tier: &policy.Tier{TokensPerMinute: i64(10), TokensPerDay: i64(10)}, ledger: memLedger{rows: rows(0, 10)}, tokens: 1, at: time.Second,
+		{name: "minute before day", tier: &policy.Tier{Limits: policy.LimitSet{policy.TokensPerMinute: i64(10), policy.TokensPerDay: i64(10)}}, ledger: memLedger{rows: rows(0, 10)}, tokens: 1, at: time.Second,
 			reason: "per-minute token limit exceeded", retry: 24*3600 - 1, used: 10, reset: 59},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -66,7 +68,7 @@ func TestMeter(t *testing.T) {
 				t.Fatalf("got allowed=%v reason=%q retry=%d waitless=%v, want %v %q %d %v", m.Allowed, m.Reason, m.RetryAfter, m.Waitless, tc.allowed, tc.reason, tc.retry, tc.waitless)
 			}
 			tokens, conc := m.States(tc.tier, m.Allowed, now)
-			if tc.tier.TokensPerMinute != nil {
+			if tc.tier.Limits[policy.TokensPerMinute] != nil {
 				if got := tokens[policy.Minute]; got.Used != tc.used || got.Reset != tc.reset || got.Remaining != max(got.Limit-got.Used, 0) {
 					t.Fatalf("minute %+v, want used %d reset %d", *got, tc.used, tc.reset)
 				}
@@ -84,8 +86,7 @@ func TestMeter(t *testing.T) {
 // order of reasons, what a refusal records, dry runs and validation.
 func TestServiceMeteredChecks(t *testing.T) {
 	ctx := context.Background()
-	tier := policy.Tier{Name: "m", RequestsPerMinute: 2, RequestsPerHour: 100, RequestsPerDay: 100,
-		TokensPerMinute: i64(100), MaxConcurrent: i64(2), Features: []string{"chat"}}
+	tier := policy.Tier{Name: "m", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(2)), policy.RequestsPerHour: new(int64(100)), policy.RequestsPerDay: new(int64(100)), policy.TokensPerMinute: i64(100), policy.MaxConcurrent: i64(2)}, Features: []string{"chat"}}
 	st := newMemStore(tier)
 	clk := policy.NewTestClock(t0)
 	svc := policy.NewService(st, st, policy.WithClock(clk.Now), policy.WithCallTimeout(time.Minute))

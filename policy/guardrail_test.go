@@ -75,8 +75,8 @@ func TestChainErrorIsNotARefusal(t *testing.T) {
 }
 
 var (
-	free = policy.Tier{Name: "free", RequestsPerMinute: 2, RequestsPerHour: 10, RequestsPerDay: 100, Features: []string{"chat"}}
-	pro  = policy.Tier{Name: "pro", RequestsPerMinute: 5, RequestsPerHour: 100, RequestsPerDay: 1000, BurstAllowance: 1, Features: []string{"*"}}
+	free = policy.Tier{Name: "free", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(2)), policy.RequestsPerHour: new(int64(10)), policy.RequestsPerDay: new(int64(100))}, Features: []string{"chat"}}
+	pro  = policy.Tier{Name: "pro", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(5)), policy.RequestsPerHour: new(int64(100)), policy.RequestsPerDay: new(int64(1000)), policy.BurstAllowance: new(int64(1))}, Features: []string{"*"}}
 )
 
 func newService(t *testing.T, opts ...policy.Option) (*policy.Service, *memStore, *policy.TestClock) {
@@ -211,7 +211,7 @@ func TestServiceTierEdits(t *testing.T) {
 	if _, _, err := svc.PutTier(ctx, bad); policy.ErrorCode(err) != policy.EINVALID {
 		t.Fatalf("invalid tier: err = %v", err)
 	}
-	tier, created, err := svc.PutTier(ctx, policy.Tier{Name: "team", RequestsPerMinute: 1, RequestsPerHour: 1, RequestsPerDay: 1})
+	tier, created, err := svc.PutTier(ctx, policy.Tier{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1)), policy.RequestsPerHour: new(int64(1)), policy.RequestsPerDay: new(int64(1))}})
 	if err != nil || !created || !tier.UpdatedAt.Equal(t0) || tier.Features == nil {
 		t.Fatalf("put = %+v, %v, %v", tier, created, err)
 	}
@@ -229,7 +229,7 @@ func TestServiceTierEdits(t *testing.T) {
 func TestServiceCreateAndReplaceAskForPreconditions(t *testing.T) {
 	svc, st, clk := newService(t)
 	ctx := context.Background()
-	team := policy.Tier{Name: "team", RequestsPerMinute: 1, RequestsPerHour: 10, RequestsPerDay: 10}
+	team := policy.Tier{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1)), policy.RequestsPerHour: new(int64(10)), policy.RequestsPerDay: new(int64(10))}}
 	if _, err := svc.CreateTier(ctx, policy.Tier{Name: "Bad Name"}); policy.ErrorCode(err) != policy.EINVALID {
 		t.Fatalf("invalid tier: err = %v", err)
 	}
@@ -238,9 +238,9 @@ func TestServiceCreateAndReplaceAskForPreconditions(t *testing.T) {
 		t.Fatalf("create = %+v, %v", created, err)
 	}
 	clk.Advance(time.Second)
-	team.RequestsPerMinute = 2
+	team.Limits[policy.RequestsPerMinute] = new(int64(2))
 	replaced, err := svc.ReplaceTier(ctx, team, created.UpdatedAt)
-	if err != nil || !replaced.UpdatedAt.Equal(t0.Add(time.Second)) || replaced.RequestsPerMinute != 2 {
+	if err != nil || !replaced.UpdatedAt.Equal(t0.Add(time.Second)) || replaced.Limits.Value(policy.RequestsPerMinute) != 2 {
 		t.Fatalf("replace = %+v, %v", replaced, err)
 	}
 	if _, _, err := svc.PutTier(ctx, team); err != nil {
@@ -273,10 +273,10 @@ func TestTierValidation(t *testing.T) {
 		{policy.Tier{Name: "-a"}, "name"},
 		{policy.Tier{Name: "A"}, "name"},
 		{policy.Tier{Name: strings.Repeat("a", 64)}, "name"},
-		{policy.Tier{Name: "a", RequestsPerMinute: -1}, "requests_per_minute"},
-		{policy.Tier{Name: "a", RequestsPerHour: policy.MaxLimit + 1}, "requests_per_hour"},
-		{policy.Tier{Name: "a", RequestsPerDay: -5}, "requests_per_day"},
-		{policy.Tier{Name: "a", BurstAllowance: -1}, "burst_allowance"},
+		{policy.Tier{Name: "a", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(-1))}}, "requests_per_minute"},
+		{policy.Tier{Name: "a", Limits: policy.LimitSet{policy.RequestsPerHour: new(int64(policy.MaxLimit + 1))}}, "requests_per_hour"},
+		{policy.Tier{Name: "a", Limits: policy.LimitSet{policy.RequestsPerDay: new(int64(-5))}}, "requests_per_day"},
+		{policy.Tier{Name: "a", Limits: policy.LimitSet{policy.BurstAllowance: new(int64(-1))}}, "burst_allowance"},
 		{policy.Tier{Name: "a", Features: []string{""}}, "features"},
 		{policy.Tier{Name: "a", Features: []string{"chat", "chat"}}, "features"},
 		{policy.Tier{Name: "a", Description: strings.Repeat("d", 1025)}, "description"},

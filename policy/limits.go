@@ -2,6 +2,8 @@ package policy
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
 )
 
 // LimitKind is what a limit counts.
@@ -41,112 +43,183 @@ type LimitField struct {
 	// remove it. A required limit is always set; 0 admits nothing.
 	Optional bool
 
-	// id says where the limit lives in the domain types (see onTier).
-	id limitID
+	// id is the limit's row in LimitFields and its index in a LimitSet.
+	id LimitID
 }
 
-// limitID names a limit for the functions that find it in the domain
-// types.
-type limitID int
+// LimitID names a limit: its row in LimitFields, and the index of its
+// value in a LimitSet or an Overrides.
+type LimitID int
 
+// The limits, in the order of LimitFields.
 const (
-	requestsPerMinute limitID = iota
-	requestsPerHour
-	requestsPerDay
-	burstAllowance
-	tokensPerMinute
-	tokensPerHour
-	tokensPerDay
-	maxConcurrent
+	RequestsPerMinute LimitID = iota
+	RequestsPerHour
+	RequestsPerDay
+	BurstAllowance
+	TokensPerMinute
+	TokensPerHour
+	TokensPerDay
+	MaxConcurrent
+	numLimits // the number of limits, not one
 )
 
 // LimitFields lists every limit of a tier, in the order the API, the tiers
 // file and the admin page show them; within a kind, the windows run from
 // the shortest to the longest. Every surface that lists limits walks this
-// table. Adding a limit adds a row here, with an id and its cases in
-// onTier, onLimits and onRequestLimits below, and a field to the types
-// they point to (Tier, Limits, and RequestLimits for a request limit);
-// then to the wire type, the client, the database row and a migration.
+// table: the domain's LimitSet and Overrides, validation, the wording of a
+// change, the API's and the tiers file's JSON, the admin page's forms and
+// tables, and the database's rows. Adding a limit adds its LimitID and its
+// row here, its columns in a migration per dialect (and, on PostgreSQL, to
+// user_limits), its field in openapi.yaml and in the client's own types.
+// How a value is written and read on the wire is decided in one place per
+// surface, by its row (api's writeLimits and readLimit, the forms'
+// parsing): a kind whose values are not integers on the wire changes those.
 //
 // The users table keeps which optional limits a record overrides as a bit
 // each, in the order of the optional rows here: a new optional limit goes
 // after the last one.
-var LimitFields = [...]LimitField{
-	{id: requestsPerMinute, Name: "requests_per_minute", Label: "Requests per minute", Kind: KindRequests, Window: Minute, Windowed: true},
-	{id: requestsPerHour, Name: "requests_per_hour", Label: "Requests per hour", Kind: KindRequests, Window: Hour, Windowed: true},
-	{id: requestsPerDay, Name: "requests_per_day", Label: "Requests per day", Kind: KindRequests, Window: Day, Windowed: true},
-	{id: burstAllowance, Name: "burst_allowance", Label: "Burst allowance", Doc: "Extra requests the minute window admits.",
+var LimitFields = [numLimits]LimitField{
+	RequestsPerMinute: {Name: "requests_per_minute", Label: "Requests per minute", Kind: KindRequests, Window: Minute, Windowed: true},
+	RequestsPerHour:   {Name: "requests_per_hour", Label: "Requests per hour", Kind: KindRequests, Window: Hour, Windowed: true},
+	RequestsPerDay:    {Name: "requests_per_day", Label: "Requests per day", Kind: KindRequests, Window: Day, Windowed: true},
+	BurstAllowance: {Name: "burst_allowance", Label: "Burst allowance", Doc: "Extra requests the minute window admits.",
 		Kind: KindBurst, Window: Minute, Windowed: true},
-	{id: tokensPerMinute, Name: "tokens_per_minute", Label: "Tokens per minute", Kind: KindTokens, Window: Minute, Windowed: true, Optional: true},
-	{id: tokensPerHour, Name: "tokens_per_hour", Label: "Tokens per hour", Kind: KindTokens, Window: Hour, Windowed: true, Optional: true},
-	{id: tokensPerDay, Name: "tokens_per_day", Label: "Tokens per day", Kind: KindTokens, Window: Day, Windowed: true, Optional: true},
-	{id: maxConcurrent, Name: "max_concurrent", Label: "Max concurrent calls", Doc: "Calls open at once.", Kind: KindConcurrency, Optional: true},
+	TokensPerMinute: {Name: "tokens_per_minute", Label: "Tokens per minute", Kind: KindTokens, Window: Minute, Windowed: true, Optional: true},
+	TokensPerHour:   {Name: "tokens_per_hour", Label: "Tokens per hour", Kind: KindTokens, Window: Hour, Windowed: true, Optional: true},
+	TokensPerDay:    {Name: "tokens_per_day", Label: "Tokens per day", Kind: KindTokens, Window: Day, Windowed: true, Optional: true},
+	MaxConcurrent:   {Name: "max_concurrent", Label: "Max concurrent calls", Doc: "Calls open at once.", Kind: KindConcurrency, Optional: true},
 }
 
-// onTier returns where f lives in t: req for a required limit, opt for an
-// optional one. (A switch rather than a function per row, so that finding
-// a limit leaves t where it is: checks call this for every limit.)
-func (f *LimitField) onTier(t *Tier) (req *int64, opt **int64) {
-	switch f.id {
-	case requestsPerMinute:
-		return &t.RequestsPerMinute, nil
-	case requestsPerHour:
-		return &t.RequestsPerHour, nil
-	case requestsPerDay:
-		return &t.RequestsPerDay, nil
-	case burstAllowance:
-		return &t.BurstAllowance, nil
-	case tokensPerMinute:
-		return nil, &t.TokensPerMinute
-	case tokensPerHour:
-		return nil, &t.TokensPerHour
-	case tokensPerDay:
-		return nil, &t.TokensPerDay
-	case maxConcurrent:
-		return nil, &t.MaxConcurrent
+func init() {
+	for i := range LimitFields {
+		LimitFields[i].id = LimitID(i)
 	}
-	return nil, nil
 }
 
-// onLimits returns where f lives in l: req for a required limit, opt for
-// an optional one.
-func (f *LimitField) onLimits(l *Limits) (req **int64, opt *Override) {
-	switch f.id {
-	case requestsPerMinute:
-		return &l.RequestsPerMinute, nil
-	case requestsPerHour:
-		return &l.RequestsPerHour, nil
-	case requestsPerDay:
-		return &l.RequestsPerDay, nil
-	case burstAllowance:
-		return &l.BurstAllowance, nil
-	case tokensPerMinute:
-		return nil, &l.TokensPerMinute
-	case tokensPerHour:
-		return nil, &l.TokensPerHour
-	case tokensPerDay:
-		return nil, &l.TokensPerDay
-	case maxConcurrent:
-		return nil, &l.MaxConcurrent
+// Field returns id's row of LimitFields.
+func (id LimitID) Field() *LimitField { return &LimitFields[id] }
+
+// ID returns f's row in LimitFields.
+func (f *LimitField) ID() LimitID { return f.id }
+
+// index returns f's row in LimitFields.
+func (f *LimitField) index() int { return int(f.id) }
+
+// LimitSet is a set of limits, one per row of LimitFields, in its order:
+// nil sets no limit. A tier's own limits, the pooled limits of the
+// accounts on its plan (Tier.Account) and its shadow limits are each one.
+// In a tier's own limits a required limit is never unset: nil reads as 0
+// there (see LimitField.Value). The zero value sets no limit.
+//
+// A LimitSet shares the values it points to with its copies: replace a
+// value, never write through it.
+type LimitSet [numLimits]*int64
+
+// Get returns the limit of f; nil when s sets none.
+func (s *LimitSet) Get(f *LimitField) *int64 { return s[f.id] }
+
+// Set sets the limit of f to a copy of v (nil: none).
+func (s *LimitSet) Set(f *LimitField, v *int64) {
+	if v != nil {
+		c := *v
+		v = &c
 	}
-	return nil, nil
+	s[f.id] = v
 }
 
-// onRequestLimits returns where f lives in l, nil when RequestLimits has
-// no such field.
-func (f *LimitField) onRequestLimits(l *RequestLimits) *int64 {
-	switch f.id {
-	case requestsPerMinute:
-		return &l.RequestsPerMinute
-	case requestsPerHour:
-		return &l.RequestsPerHour
-	case requestsPerDay:
-		return &l.RequestsPerDay
-	case burstAllowance:
-		return &l.BurstAllowance
+// Value returns the limit id, 0 when s sets none.
+func (s LimitSet) Value(id LimitID) int64 {
+	if p := s[id]; p != nil {
+		return *p
 	}
-	return nil
+	return 0
 }
+
+// String returns s as "{requests_per_minute:5 ... max_concurrent:none}",
+// the values rather than where they are kept.
+func (s LimitSet) String() string {
+	b := []byte{'{'}
+	for i, p := range s {
+		if i > 0 {
+			b = append(b, ' ')
+		}
+		b = append(b, LimitFields[i].Name...)
+		b = append(b, ':')
+		if p == nil {
+			b = append(b, "none"...)
+		} else {
+			b = strconv.AppendInt(b, *p, 10)
+		}
+	}
+	return string(append(b, '}'))
+}
+
+// IsZero reports whether s limits nothing.
+func (s *LimitSet) IsZero() bool { return *s == LimitSet{} }
+
+// Equal reports whether s and q set the same limits to the same values.
+func (s *LimitSet) Equal(q *LimitSet) bool {
+	for i := range s {
+		if !sameValue(s[i], q[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// Values returns s by field name: a nil value sets no limit.
+func (s *LimitSet) Values() map[string]*int64 {
+	m := make(map[string]*int64, len(s))
+	for i := range LimitFields {
+		m[LimitFields[i].Name] = s[i]
+	}
+	return m
+}
+
+// ValidateFields returns the problems of s, each field named with prefix
+// ("account."), by the rules of a tier's limits: an unset limit has none.
+func (s *LimitSet) ValidateFields(prefix string) []FieldError {
+	return fieldErrors(limitProblems(prefix, func(f *LimitField) (int64, bool) {
+		if v := s.Get(f); v != nil {
+			return *v, true
+		}
+		return 0, false
+	}))
+}
+
+// Value returns f's value in t; ok is false when f is optional and t sets
+// no such limit. A required limit t leaves unset reads as 0.
+func (f *LimitField) Value(t *Tier) (v int64, ok bool) {
+	if p := t.Limits[f.id]; p != nil {
+		return *p, true
+	}
+	return 0, !f.Optional
+}
+
+// Get returns f's value in t as the wire has it: nil when unset, else a
+// copy.
+func (f *LimitField) Get(t *Tier) *int64 {
+	v, ok := f.Value(t)
+	if !ok {
+		return nil
+	}
+	return &v
+}
+
+// Set sets f in t to v: nil unsets an optional limit, and sets a required
+// one to 0. t keeps no reference to v.
+func (f *LimitField) Set(t *Tier, v *int64) {
+	if v == nil && !f.Optional {
+		v = new(int64(0))
+	}
+	t.Limits.Set(f, v)
+}
+
+// InRequestLimits reports whether f is one of the limits shadow limits,
+// previews and the replay of a user's overrides hold: the request limits
+// and the burst allowance.
+func (f *LimitField) InRequestLimits() bool { return f.Kind == KindRequests || f.Kind == KindBurst }
 
 // LimitNames are the names of LimitFields, in order: the limits a user's
 // record can override, as the API and the tiers file name them.
@@ -175,84 +248,6 @@ func LimitFieldNamed(name string) (f *LimitField, ok bool) {
 		}
 	}
 	return nil, false
-}
-
-// Value returns f's value in t; ok is false when f is optional and t sets
-// no such limit.
-func (f *LimitField) Value(t *Tier) (v int64, ok bool) {
-	req, opt := f.onTier(t)
-	switch {
-	case req != nil:
-		return *req, true
-	case *opt != nil:
-		return **opt, true
-	}
-	return 0, false
-}
-
-// Get returns f's value in t as the wire has it: nil when unset, else a
-// copy.
-func (f *LimitField) Get(t *Tier) *int64 {
-	v, ok := f.Value(t)
-	if !ok {
-		return nil
-	}
-	return &v
-}
-
-// Set sets f in t to v: nil unsets an optional limit, and sets a required
-// one to 0. t keeps no reference to v.
-func (f *LimitField) Set(t *Tier, v *int64) {
-	req, opt := f.onTier(t)
-	switch {
-	case req != nil && v == nil:
-		*req = 0
-	case req != nil:
-		*req = *v
-	case v == nil:
-		*opt = nil
-	default:
-		c := *v
-		*opt = &c
-	}
-}
-
-// Override returns what l does to f: for a required limit, Set when l
-// replaces it, with its Limit never nil.
-func (f *LimitField) Override(l *Limits) Override {
-	req, opt := f.onLimits(l)
-	if opt != nil {
-		return *opt
-	}
-	return Override{Set: *req != nil, Limit: *req}
-}
-
-// SetOverride makes l do o to f. A required limit cannot be removed: o Set
-// with a nil Limit keeps the tier's value, as the zero Override does.
-func (f *LimitField) SetOverride(l *Limits, o Override) {
-	req, opt := f.onLimits(l)
-	switch {
-	case opt != nil:
-		*opt = o
-	case o.Set:
-		*req = o.Limit
-	default:
-		*req = nil
-	}
-}
-
-// InRequestLimits reports whether RequestLimits holds f: the request
-// limits and the burst allowance, which shadow limits, previews and the
-// replay of a user's overrides use.
-func (f *LimitField) InRequestLimits() bool { return f.onRequestLimits(&RequestLimits{}) != nil }
-
-// RequestLimit returns where f lives in l, or nil when RequestLimits holds
-// no such limit (see InRequestLimits) or l is nil.
-func (f *LimitField) RequestLimit(l *RequestLimits) *int64 {
-	if l == nil {
-		return nil
-	}
-	return f.onRequestLimits(l)
 }
 
 // inRange reports whether v is a limit value.
@@ -317,14 +312,14 @@ func (t *Tier) validateLimits() []FieldError {
 
 // validate returns the problems of l, naming each field with prefix, and
 // those of its Account with prefix+"account.": a limit RequestLimits does
-// not hold is one.
+// not hold is one, in either.
 func (l *RequestLimits) validate(prefix string) []FieldError {
-	errs := fieldErrors(limitProblems(prefix, func(f *LimitField) (int64, bool) {
-		if p := f.RequestLimit(l); p != nil {
-			return *p, true
+	errs := fieldErrors(limitProblems(prefix, l.value))
+	for i := range LimitFields {
+		if f := &LimitFields[i]; !f.InRequestLimits() && l.Limits[i] != nil {
+			errs = append(errs, FieldError{prefix + f.Name, prefix + f.Name + " cannot be set: only request limits and the burst allowance are shadowed"})
 		}
-		return 0, false
-	}))
+	}
 	if a := l.Account; a != nil {
 		pre := prefix + "account."
 		for i := range LimitFields {
@@ -369,35 +364,56 @@ func To(v int64) Override { return Override{Set: true, Limit: &v} }
 // Unlimited is the override that removes a tier's optional limit.
 var Unlimited = Override{Set: true}
 
-// Limits are a user's overrides of their tier's limits, field by field: a
-// nil request limit, or an Override not Set, keeps the tier's value. The
-// zero value overrides nothing.
-type Limits struct {
-	RequestsPerMinute, RequestsPerHour, RequestsPerDay, BurstAllowance *int64
-	TokensPerMinute, TokensPerHour, TokensPerDay, MaxConcurrent        Override
-}
+// Overrides are a record's overrides of the limits it would otherwise be
+// checked under, one per row of LimitFields: a user record's of its tier's
+// limits, an account record's of its plan's pooled limits. An Override not
+// Set keeps the limit; Set with a nil Limit removes it, which a user's
+// record may do only to an optional limit. The zero value overrides
+// nothing.
+type Overrides [numLimits]Override
 
-// IsZero reports whether l overrides nothing.
-func (l Limits) IsZero() bool { return l.Equal(Limits{}) }
+// Get returns what o does to f.
+func (o *Overrides) Get(f *LimitField) Override { return o[f.id] }
 
-// Equal reports whether l and m override the same limits with the same
+// Set makes o do v to f.
+func (o *Overrides) Set(f *LimitField, v Override) { o[f.id] = v }
+
+// IsZero reports whether o overrides nothing.
+func (o *Overrides) IsZero() bool { return o.Equal(&Overrides{}) }
+
+// Equal reports whether o and q override the same limits with the same
 // values.
-func (l Limits) Equal(m Limits) bool {
-	for i := range LimitFields {
-		a, b := LimitFields[i].Override(&l), LimitFields[i].Override(&m)
-		if a.Set != b.Set || a.Set && !sameValue(a.Limit, b.Limit) {
+func (o *Overrides) Equal(q *Overrides) bool {
+	for i := range o {
+		if o[i].Set != q[i].Set || o[i].Set && !sameValue(o[i].Limit, q[i].Limit) {
 			return false
 		}
 	}
 	return true
 }
 
-// ValidateFields returns every value of l out of range, in field order,
-// worded as a tier's. Whether the limits could all bind depends on the
-// tier they apply to: see ValidateOn.
-func (l *Limits) ValidateFields() []FieldError {
+// Values returns the limits o overrides, by name: a nil value removes the
+// limit. It returns nil when o overrides nothing.
+func (o *Overrides) Values() map[string]*int64 {
+	var m map[string]*int64
+	for i := range LimitFields {
+		if o[i].Set {
+			if m == nil {
+				m = make(map[string]*int64)
+			}
+			m[LimitFields[i].Name] = o[i].Limit
+		}
+	}
+	return m
+}
+
+// ValidateFields returns every value of o out of range, in field order,
+// each named with prefix ("limits.") and worded as a tier's. Whether the
+// limits could all bind depends on the limits they apply to: see
+// ValidateOn.
+func (o *Overrides) ValidateFields(prefix string) []FieldError {
 	var errs []FieldError
-	for _, p := range limitProblems("", l.value) {
+	for _, p := range limitProblems(prefix, o.value) {
 		if p.shorter == nil {
 			errs = append(errs, p.FieldError)
 		}
@@ -405,74 +421,64 @@ func (l *Limits) ValidateFields() []FieldError {
 	return errs
 }
 
-// value returns the limit l sets f to; ok is false when l keeps the tier's
+// value returns the limit o sets f to; ok is false when o keeps the limit
 // or removes it.
-func (l *Limits) value(f *LimitField) (int64, bool) {
-	o := f.Override(l)
-	if !o.Set || o.Limit == nil {
-		return 0, false
+func (o *Overrides) value(f *LimitField) (int64, bool) {
+	if v := o[f.id]; v.Set && v.Limit != nil {
+		return *v.Limit, true
 	}
-	return *o.Limit, true
+	return 0, false
 }
 
-// ValidateOn returns the limits of t with l's overrides applied (see
-// WithOverrides) that could not all bind, worded as a tier's, when l
+// ValidateOn returns the limits of t with o's overrides applied (see
+// WithOverrides) that could not all bind, worded as a tier's, when o
 // overrides one of the two limits compared: the problem names the field of
-// l to change (the longer window's when l sets both). Problems of t's own,
-// and values out of range (see ValidateFields), are not l's to report.
-// With t nil, the limits l sets are compared among themselves, as on any
+// o to change (the longer window's when o sets both). Problems of t's own,
+// and values out of range (see ValidateFields), are not o's to report.
+// With t nil, the limits o sets are compared among themselves, as on any
 // tier.
-func (l *Limits) ValidateOn(t *Tier) []FieldError {
-	value := l.value
+func (o *Overrides) ValidateOn(t *Tier) []FieldError {
+	value := o.value
 	if t != nil {
-		merged := t.WithOverrides(*l)
+		merged := t.WithOverrides(*o)
 		value = func(f *LimitField) (int64, bool) { return f.Value(&merged) }
 	}
 	var errs []FieldError
 	for _, p := range limitProblems("", value) {
 		switch {
 		case p.shorter == nil:
-		case p.field.Override(l).Set:
+		case o.Get(p.field).Set:
 			errs = append(errs, p.FieldError)
-		case p.shorter.Override(l).Set:
+		case o.Get(p.shorter).Set:
 			errs = append(errs, FieldError{p.shorter.Name, p.Message})
 		}
 	}
 	return errs
 }
 
-// WithOverrides returns t with the limits l sets replaced; its name,
-// features, models and description stay the tier's.
-func (t Tier) WithOverrides(l Limits) Tier {
+// WithOverrides returns t with the limits o sets replaced; its name,
+// features, models and description stay the tier's. A required limit
+// cannot be removed: an Override of one Set with a nil Limit keeps the
+// tier's.
+func (t Tier) WithOverrides(o Overrides) Tier {
 	for i := range LimitFields {
-		f := &LimitFields[i]
-		o := f.Override(&l)
-		if !o.Set {
-			continue
-		}
 		// The tier shares the record's value, as the record does its own.
-		if req, opt := f.onTier(&t); req != nil {
-			*req = *o.Limit // set, so not nil (see Override)
-		} else {
-			*opt = o.Limit
+		if v := o[i]; v.Set && (v.Limit != nil || LimitFields[i].Optional) {
+			t.Limits[i] = v.Limit
 		}
 	}
 	return t
 }
 
-// Values returns the limits l overrides, by name: a nil value removes an
-// optional limit. It returns nil when l overrides nothing.
-func (l Limits) Values() map[string]*int64 {
-	var m map[string]*int64
-	for i := range LimitFields {
-		if o := LimitFields[i].Override(&l); o.Set {
-			if m == nil {
-				m = make(map[string]*int64)
-			}
-			m[LimitFields[i].Name] = o.Limit
+// WithOverrides returns s with the limits o sets replaced: pooled limits
+// are all optional, so any may be removed.
+func (s LimitSet) WithOverrides(o Overrides) LimitSet {
+	for i := range o {
+		if o[i].Set {
+			s[i] = o[i].Limit
 		}
 	}
-	return m
+	return s
 }
 
 // NullRequiredLimit is the message of a required limit, named field
@@ -482,22 +488,60 @@ func NullRequiredLimit(field string) string {
 	return fmt.Sprintf("%s must be an integer from 0 to %d (only token limits and max_concurrent can be null)", field, MaxLimit)
 }
 
-// LimitsOf returns the Limits whose Values are values. A name that is not
-// one of LimitNames, or a nil request limit (only the optional limits can
-// be removed), is an EINVALID error naming it; values are not checked
-// against their range (see Limits.ValidateFields).
-func LimitsOf(values map[string]*int64) (Limits, error) {
-	var l Limits
+// LimitsOf returns the user's Overrides whose Values are values. A name
+// that is not one of LimitNames, or a nil required limit (only the
+// optional limits can be removed), is an EINVALID error naming it; values
+// are not checked against their range (see Overrides.ValidateFields).
+func LimitsOf(values map[string]*int64) (Overrides, error) {
+	var o Overrides
 	for _, name := range sortedKeys(values) {
 		v := values[name]
 		f, ok := LimitFieldNamed(name)
 		switch {
 		case !ok:
-			return Limits{}, Errorf(EINVALID, "unknown field %s in limits", Quote(name))
+			return Overrides{}, Errorf(EINVALID, "unknown field %s in limits", Quote(name))
 		case !f.Optional && v == nil:
-			return Limits{}, Errorf(EINVALID, "%s", NullRequiredLimit(name))
+			return Overrides{}, Errorf(EINVALID, "%s", NullRequiredLimit(name))
 		}
-		f.SetOverride(&l, Override{Set: true, Limit: v})
+		o[f.id] = Override{Set: true, Limit: v}
 	}
-	return l, nil
+	return o, nil
+}
+
+// PoolOverridesOf returns an account's Overrides whose Values are values:
+// any limit may be removed. An unknown name is an EINVALID error naming
+// it.
+func PoolOverridesOf(values map[string]*int64) (Overrides, error) {
+	var o Overrides
+	for _, name := range sortedKeys(values) {
+		f, ok := LimitFieldNamed(name)
+		if !ok {
+			return Overrides{}, Errorf(EINVALID, "unknown field %s in limits", Quote(name))
+		}
+		o[f.id] = Override{Set: true, Limit: values[name]}
+	}
+	return o, nil
+}
+
+// PoolLimitsOf returns the pooled LimitSet whose Values are values; a name
+// missing sets no limit. An unknown name is an EINVALID error naming it.
+func PoolLimitsOf(values map[string]*int64) (LimitSet, error) {
+	var s LimitSet
+	for _, name := range sortedKeys(values) {
+		f, ok := LimitFieldNamed(name)
+		if !ok {
+			return LimitSet{}, Errorf(EINVALID, "unknown field %s in account", Quote(name))
+		}
+		s.Set(f, values[name])
+	}
+	return s, nil
+}
+
+func sortedKeys(m map[string]*int64) []string {
+	names := make([]string, 0, len(m))
+	for name := range m {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
 }

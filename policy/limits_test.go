@@ -32,50 +32,29 @@ func TestLimitFieldsCoverTheDomainTypes(t *testing.T) {
 		t.Error(`LimitFieldNamed("rpm") found a limit`)
 	}
 
-	// Set each limit to a value of its own and see which field of each
-	// type it reached.
-	reached := func(v reflect.Value) map[string]int64 {
-		out := map[string]int64{}
-		for i := range v.NumField() {
-			switch fv := v.Field(i); {
-			case v.Type().Field(i).Name == "ID":
-			case fv.Kind() == reflect.Int64 && fv.Int() != 0:
-				out[v.Type().Field(i).Name] = fv.Int()
-			case fv.Kind() == reflect.Pointer && !fv.IsNil() && fv.Elem().Kind() == reflect.Int64:
-				out[v.Type().Field(i).Name] = fv.Elem().Int()
-			case fv.Type() == reflect.TypeFor[policy.Override]() && fv.Field(0).Bool():
-				out[v.Type().Field(i).Name] = fv.Field(1).Elem().Int()
+	// Set each limit to a value of its own and see which entry of each
+	// set it reached.
+	reached := func(set []*int64) map[int]int64 {
+		out := map[int]int64{}
+		for i, p := range set {
+			if p != nil {
+				out[i] = *p
 			}
 		}
 		return out
 	}
-	fieldsOf := func(typ reflect.Type) int {
-		n := 0
-		for i := range typ.NumField() {
-			switch ft := typ.Field(i).Type; {
-			case typ.Field(i).Name == "ID":
-			case ft == reflect.TypeFor[int64](), ft == reflect.TypeFor[*int64](), ft == reflect.TypeFor[policy.Override]():
-				n++
-			}
-		}
-		return n
-	}
-	tierFields, limitsFields, requestFields := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
 		v := int64(1000 + i)
+		if f.ID() != policy.LimitID(i) || f.ID().Field() != f {
+			t.Errorf("row %d: ID %d", i, f.ID())
+		}
 
 		var tier policy.Tier
 		f.Set(&tier, &v)
-		got := reached(reflect.ValueOf(tier))
-		if len(got) != 1 {
-			t.Fatalf("%s: Set reached %v, want one field of Tier", f.Name, got)
-		}
-		for name, x := range got {
-			tierFields[name] = true
-			if x != v {
-				t.Errorf("%s: Set wrote %d, want %d", f.Name, x, v)
-			}
+		got := reached(tier.Limits[:])
+		if len(got) != 1 || got[i] != v {
+			t.Fatalf("%s: Set reached %v, want entry %d of Tier.Limits", f.Name, got, i)
 		}
 		if x, ok := f.Value(&tier); !ok || x != v || *f.Get(&tier) != v {
 			t.Errorf("%s: Value %d, %v after Set %d", f.Name, x, ok, v)
@@ -84,19 +63,17 @@ func TestLimitFieldsCoverTheDomainTypes(t *testing.T) {
 			t.Errorf("%s: Set(nil) leaves %v; optional %v", f.Name, f.Get(&tier), f.Optional)
 		}
 
-		var l policy.Limits
-		f.SetOverride(&l, policy.To(v))
-		got = reached(reflect.ValueOf(l))
-		if len(got) != 1 {
-			t.Fatalf("%s: SetOverride reached %v, want one field of Limits", f.Name, got)
+		var l policy.Overrides
+		l.Set(f, policy.To(v))
+		for j, o := range l {
+			if o.Set != (j == i) {
+				t.Fatalf("%s: Overrides.Set reached entry %d", f.Name, j)
+			}
 		}
-		for name := range got {
-			limitsFields[name] = true
+		if o := l.Get(f); !o.Set || *o.Limit != v {
+			t.Errorf("%s: Override %+v after Set %d", f.Name, o, v)
 		}
-		if o := f.Override(&l); !o.Set || *o.Limit != v {
-			t.Errorf("%s: Override %+v after SetOverride %d", f.Name, o, v)
-		}
-		if back, err := policy.LimitsOf(l.Values()); err != nil || !back.Equal(l) {
+		if back, err := policy.LimitsOf(l.Values()); err != nil || !back.Equal(&l) {
 			t.Errorf("%s: LimitsOf(Values()) = %+v, %v", f.Name, back, err)
 		}
 		if applied := (policy.Tier{}).WithOverrides(l); f.Get(&applied) == nil || *f.Get(&applied) != v {
@@ -107,29 +84,36 @@ func TestLimitFieldsCoverTheDomainTypes(t *testing.T) {
 			t.Errorf("%s: SameLimits does not compare it", f.Name)
 		}
 
-		var rl policy.RequestLimits
-		if p := f.RequestLimit(&rl); p != nil {
-			*p = v
-			got := reached(reflect.ValueOf(rl))
-			for name := range got {
-				requestFields[name] = true
-			}
+		if f.InRequestLimits() {
+			var rl policy.RequestLimits
+			rl.Limits.Set(f, &v)
 			withShadow := (&policy.Tier{}).WithLimits(rl)
-			if len(got) != 1 || *f.Get(&withShadow) != v {
-				t.Errorf("%s: RequestLimit reached %v, and WithLimits gave %v", f.Name, got, f.Get(&withShadow))
+			if got := reached(withShadow.Limits[:]); len(got) != 1 || *f.Get(&withShadow) != v {
+				t.Errorf("%s: RequestLimits reached %v, and WithLimits gave %v", f.Name, got, f.Get(&withShadow))
+			}
+			for _, e := range (&policy.Tier{Name: "t", Shadow: &rl}).ValidateFields() {
+				if strings.Contains(e.Message, "cannot be set") {
+					t.Errorf("%s: a shadow limit: %v", f.Name, e)
+				}
+			}
+		} else {
+			var rl policy.RequestLimits
+			rl.Limits.Set(f, &v)
+			if errs := (&policy.Tier{Name: "t", Shadow: &rl}).ValidateFields(); len(errs) != 1 || errs[0].Field != "shadow."+f.Name {
+				t.Errorf("%s: shadow limits may not hold it: %v", f.Name, errs)
 			}
 		}
 	}
-	for _, c := range []struct {
-		typ     reflect.Type
-		reached map[string]bool
-	}{
-		{reflect.TypeFor[policy.Tier](), tierFields},
-		{reflect.TypeFor[policy.Limits](), limitsFields},
-		{reflect.TypeFor[policy.RequestLimits](), requestFields},
-	} {
-		if n := fieldsOf(c.typ); len(c.reached) != n {
-			t.Errorf("the table reaches %d of the %d limits of %s: %v", len(c.reached), n, c.typ, c.reached)
+	// No limit lives outside the sets: a field of a domain type that holds
+	// a limit value the table does not reach is a limit a surface would
+	// silently leave out.
+	for _, typ := range []reflect.Type{reflect.TypeFor[policy.Tier](), reflect.TypeFor[policy.RequestLimits]()} {
+		for i := range typ.NumField() {
+			switch ft := typ.Field(i).Type; {
+			case typ.Field(i).Name == "ID":
+			case ft == reflect.TypeFor[int64](), ft == reflect.TypeFor[*int64](), ft == reflect.TypeFor[policy.Override]():
+				t.Errorf("%s.%s holds a limit outside the table", typ, typ.Field(i).Name)
+			}
 		}
 	}
 }
@@ -166,39 +150,75 @@ func TestLimitFieldsWindowsInOrder(t *testing.T) {
 // limits too. Equal limits bind; the burst is not part of the minute's
 // limit here.
 func TestTierLimitsMustBind(t *testing.T) {
-	base := policy.Tier{Name: "t", RequestsPerMinute: 10, RequestsPerHour: 100, RequestsPerDay: 1000}
+	base := policy.Tier{Name: "t", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(10)), policy.RequestsPerHour: new(int64(100)), policy.RequestsPerDay: new(int64(1000))}}
 	for _, tc := range []struct {
 		name   string
 		change func(*policy.Tier)
 		want   []policy.FieldError
 	}{
-		{"seeded free", func(t *policy.Tier) { t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay = 10, 100, 1000 }, nil},
-		{"seeded pro", func(t *policy.Tier) { t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay = 60, 2000, 20000 }, nil},
-		{"seeded enterprise", func(t *policy.Tier) { t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay = 600, 30000, 500000 }, nil},
-		{"all equal", func(t *policy.Tier) { t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay = 5, 5, 5 }, nil},
-		{"all zero", func(t *policy.Tier) { t.RequestsPerMinute, t.RequestsPerHour, t.RequestsPerDay = 0, 0, 0 }, nil},
-		{"a burst above the hour", func(t *policy.Tier) { t.RequestsPerHour, t.BurstAllowance = 10, 500 }, nil},
-		{"hour below minute", func(t *policy.Tier) { t.RequestsPerHour = 9 }, []policy.FieldError{
+		{"seeded free", func(t *policy.Tier) {
+			t.Limits[policy.RequestsPerMinute] = new(int64(10))
+			t.Limits[policy.RequestsPerHour] = new(int64(100))
+			t.Limits[policy.RequestsPerDay] = new(int64(1000))
+		}, nil},
+		{"seeded pro", func(t *policy.Tier) {
+			t.Limits[policy.RequestsPerMinute] = new(int64(60))
+			t.Limits[policy.RequestsPerHour] = new(int64(2000))
+			t.Limits[policy.RequestsPerDay] = new(int64(20000))
+		}, nil},
+		{"seeded enterprise", func(t *policy.Tier) {
+			t.Limits[policy.RequestsPerMinute] = new(int64(600))
+			t.Limits[policy.RequestsPerHour] = new(int64(30000))
+			t.Limits[policy.RequestsPerDay] = new(int64(500000))
+		}, nil},
+		{"all equal", func(t *policy.Tier) {
+			t.Limits[policy.RequestsPerMinute] = new(int64(5))
+			t.Limits[policy.RequestsPerHour] = new(int64(5))
+			t.Limits[policy.RequestsPerDay] = new(int64(5))
+		}, nil},
+		{"all zero", func(t *policy.Tier) {
+			t.Limits[policy.RequestsPerMinute] = new(int64(0))
+			t.Limits[policy.RequestsPerHour] = new(int64(0))
+			t.Limits[policy.RequestsPerDay] = new(int64(0))
+		}, nil},
+		{"a burst above the hour", func(t *policy.Tier) {
+			t.Limits[policy.RequestsPerHour] = new(int64(10))
+			t.Limits[policy.BurstAllowance] = new(int64(500))
+		}, nil},
+		{"hour below minute", func(t *policy.Tier) { t.Limits[policy.RequestsPerHour] = new(int64(9)) }, []policy.FieldError{
 			{Field: "requests_per_hour", Message: "requests_per_hour (9) is below requests_per_minute (10): the hour would refuse first"}}},
-		{"day below hour", func(t *policy.Tier) { t.RequestsPerDay = 5 }, []policy.FieldError{
+		{"day below hour", func(t *policy.Tier) { t.Limits[policy.RequestsPerDay] = new(int64(5)) }, []policy.FieldError{
 			{Field: "requests_per_day", Message: "requests_per_day (5) is below requests_per_hour (100): the day would refuse first"}}},
-		{"both", func(t *policy.Tier) { t.RequestsPerHour, t.RequestsPerDay = 3, 2 }, []policy.FieldError{
+		{"both", func(t *policy.Tier) {
+			t.Limits[policy.RequestsPerHour] = new(int64(3))
+			t.Limits[policy.RequestsPerDay] = new(int64(2))
+		}, []policy.FieldError{
 			{Field: "requests_per_hour", Message: "requests_per_hour (3) is below requests_per_minute (10): the hour would refuse first"},
 			{Field: "requests_per_day", Message: "requests_per_day (2) is below requests_per_hour (3): the day would refuse first"}}},
-		{"a value out of range is compared with none", func(t *policy.Tier) { t.RequestsPerMinute = policy.MaxLimit + 1 }, []policy.FieldError{
+		{"a value out of range is compared with none", func(t *policy.Tier) { t.Limits[policy.RequestsPerMinute] = new(int64(policy.MaxLimit + 1)) }, []policy.FieldError{
 			{Field: "requests_per_minute", Message: "requests_per_minute must be an integer from 0 to 2147483647"}}},
-		{"tokens in order", func(t *policy.Tier) { t.TokensPerMinute, t.TokensPerHour, t.TokensPerDay = i64(1), i64(1), i64(2) }, nil},
-		{"tokens: hour below minute", func(t *policy.Tier) { t.TokensPerMinute, t.TokensPerHour = i64(1000), i64(999) }, []policy.FieldError{
+		{"tokens in order", func(t *policy.Tier) {
+			t.Limits[policy.TokensPerMinute] = i64(1)
+			t.Limits[policy.TokensPerHour] = i64(1)
+			t.Limits[policy.TokensPerDay] = i64(2)
+		}, nil},
+		{"tokens: hour below minute", func(t *policy.Tier) {
+			t.Limits[policy.TokensPerMinute] = i64(1000)
+			t.Limits[policy.TokensPerHour] = i64(999)
+		}, []policy.FieldError{
 			{Field: "tokens_per_hour", Message: "tokens_per_hour (999) is below tokens_per_minute (1000): the hour would refuse first"}}},
-		{"tokens: day below minute, no hour", func(t *policy.Tier) { t.TokensPerMinute, t.TokensPerDay = i64(1000), i64(10) }, []policy.FieldError{
+		{"tokens: day below minute, no hour", func(t *policy.Tier) {
+			t.Limits[policy.TokensPerMinute] = i64(1000)
+			t.Limits[policy.TokensPerDay] = i64(10)
+		}, []policy.FieldError{
 			{Field: "tokens_per_day", Message: "tokens_per_day (10) is below tokens_per_minute (1000): the day would refuse first"}}},
-		{"tokens are not compared with requests", func(t *policy.Tier) { t.TokensPerDay = i64(1) }, nil},
-		{"max_concurrent is compared with nothing", func(t *policy.Tier) { t.MaxConcurrent = i64(0) }, nil},
+		{"tokens are not compared with requests", func(t *policy.Tier) { t.Limits[policy.TokensPerDay] = i64(1) }, nil},
+		{"max_concurrent is compared with nothing", func(t *policy.Tier) { t.Limits[policy.MaxConcurrent] = i64(0) }, nil},
 		{"shadow in order", func(t *policy.Tier) {
-			t.Shadow = &policy.RequestLimits{RequestsPerMinute: 1, RequestsPerHour: 1, RequestsPerDay: 1}
+			t.Shadow = &policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1)), policy.RequestsPerHour: new(int64(1)), policy.RequestsPerDay: new(int64(1))}}
 		}, nil},
 		{"shadow: day below hour", func(t *policy.Tier) {
-			t.Shadow = &policy.RequestLimits{RequestsPerMinute: 1, RequestsPerHour: 10, RequestsPerDay: 5}
+			t.Shadow = &policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1)), policy.RequestsPerHour: new(int64(10)), policy.RequestsPerDay: new(int64(5))}}
 		}, []policy.FieldError{
 			{Field: "shadow.requests_per_day", Message: "shadow.requests_per_day (5) is below shadow.requests_per_hour (10): the day would refuse first"}}},
 	} {
@@ -246,18 +266,18 @@ func TestUserLimitsMustBindOnTheirTier(t *testing.T) {
 		field  string // "" when the record is accepted
 		wantOn string
 	}{
-		{"overrides that bind", policy.UserRecord{UserID: "u", Tier: "gold", Limits: policy.Limits{RequestsPerHour: i64(5), TokensPerMinute: policy.To(1000)}}, "", ""},
-		{"hour below the tier's minute", policy.UserRecord{UserID: "u", Tier: "gold", Limits: policy.Limits{RequestsPerHour: i64(4)}},
+		{"overrides that bind", policy.UserRecord{UserID: "u", Tier: "gold", Limits: policy.Overrides{policy.RequestsPerHour: policy.To(5), policy.TokensPerMinute: policy.To(1000)}}, "", ""},
+		{"hour below the tier's minute", policy.UserRecord{UserID: "u", Tier: "gold", Limits: policy.Overrides{policy.RequestsPerHour: policy.To(4)}},
 			"requests_per_hour", "requests_per_hour (4) is below requests_per_minute (5): the hour would refuse first"},
-		{"minute above the tier's hour names the minute", policy.UserRecord{UserID: "u", Tier: "gold", Limits: policy.Limits{RequestsPerMinute: i64(60)}},
+		{"minute above the tier's hour names the minute", policy.UserRecord{UserID: "u", Tier: "gold", Limits: policy.Overrides{policy.RequestsPerMinute: policy.To(60)}},
 			"requests_per_minute", "requests_per_hour (50) is below requests_per_minute (60): the hour would refuse first"},
-		{"a burst is not the minute's limit", policy.UserRecord{UserID: "u", Tier: "gold", Limits: policy.Limits{BurstAllowance: i64(100)}}, "", ""},
-		{"tokens above the tier's day", policy.UserRecord{UserID: "u", Tier: "gold", Limits: policy.Limits{TokensPerHour: policy.To(2000)}},
+		{"a burst is not the minute's limit", policy.UserRecord{UserID: "u", Tier: "gold", Limits: policy.Overrides{policy.BurstAllowance: policy.To(100)}}, "", ""},
+		{"tokens above the tier's day", policy.UserRecord{UserID: "u", Tier: "gold", Limits: policy.Overrides{policy.TokensPerHour: policy.To(2000)}},
 			"tokens_per_hour", "tokens_per_day (1000) is below tokens_per_hour (2000): the day would refuse first"},
-		{"removing the tier's limit binds", policy.UserRecord{UserID: "u", Tier: "gold", Limits: policy.Limits{TokensPerDay: policy.Unlimited, TokensPerHour: policy.To(2000)}}, "", ""},
-		{"no tier: among themselves", policy.UserRecord{UserID: "u", Limits: policy.Limits{RequestsPerMinute: i64(10), RequestsPerDay: i64(9)}},
+		{"removing the tier's limit binds", policy.UserRecord{UserID: "u", Tier: "gold", Limits: policy.Overrides{policy.TokensPerDay: policy.Unlimited, policy.TokensPerHour: policy.To(2000)}}, "", ""},
+		{"no tier: among themselves", policy.UserRecord{UserID: "u", Limits: policy.Overrides{policy.RequestsPerMinute: policy.To(10), policy.RequestsPerDay: policy.To(9)}},
 			"requests_per_day", "requests_per_day (9) is below requests_per_minute (10): the day would refuse first"},
-		{"no tier: one limit", policy.UserRecord{UserID: "u", Limits: policy.Limits{RequestsPerDay: i64(1)}}, "", ""},
+		{"no tier: one limit", policy.UserRecord{UserID: "u", Limits: policy.Overrides{policy.RequestsPerDay: policy.To(1)}}, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var tier *policy.Tier
@@ -285,10 +305,10 @@ func TestUserLimitsMustBindOnTheirTier(t *testing.T) {
 	users := newMemUsers()
 	s := &userStore{newMemStore(basic, gold), users}
 	svc := policy.NewService(s, s, policy.WithUsers(importer{users, s.memStore}), policy.WithClock(func() time.Time { return t0 }))
-	rec := policy.UserRecord{UserID: "u", Tier: "gold", Limits: policy.Limits{RequestsPerHour: i64(20)}}
+	rec := policy.UserRecord{UserID: "u", Tier: "gold", Limits: policy.Overrides{policy.RequestsPerHour: policy.To(20)}}
 	// The tier listed beside the record is the one it is checked on...
 	faster := gold
-	faster.RequestsPerMinute = 30
+	faster.Limits[policy.RequestsPerMinute] = new(int64(30))
 	_, err := svc.Import(ctx, []policy.Tier{faster}, nil, []policy.UserRecord{rec}, false)
 	if want := `user 1 ("u"): requests_per_hour (20) is below requests_per_minute (30): the hour would refuse first`; policy.ErrorMessage(err) != want {
 		t.Fatalf("import on a faster gold: %v, want %q", err, want)

@@ -96,7 +96,7 @@ func manyModels(n int) []string {
 // lists: SameLimits tells them apart, so an import that changes only the
 // models is not skipped as unchanged.
 func TestSameLimitsComparesModels(t *testing.T) {
-	base := policy.Tier{Name: "a", RequestsPerMinute: 1, RequestsPerHour: 1, RequestsPerDay: 1}
+	base := policy.Tier{Name: "a", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1)), policy.RequestsPerHour: new(int64(1)), policy.RequestsPerDay: new(int64(1))}}
 	with := func(models []string) *policy.Tier { c := base; c.Models = models; return &c }
 	for _, tc := range []struct {
 		a, b []string
@@ -120,7 +120,7 @@ func TestSameLimitsComparesModels(t *testing.T) {
 // nothing for any model (as the seeded tiers always read), "no models" for
 // none, else the list.
 func TestModelsWording(t *testing.T) {
-	base := policy.Tier{Name: "a", RequestsPerMinute: 5, RequestsPerHour: 50, RequestsPerDay: 500, Features: []string{"chat"}}
+	base := policy.Tier{Name: "a", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(5)), policy.RequestsPerHour: new(int64(50)), policy.RequestsPerDay: new(int64(500))}, Features: []string{"chat"}}
 	with := func(models []string) *policy.Tier { c := base; c.Models = models; return &c }
 	for _, tc := range []struct {
 		models []string
@@ -155,8 +155,7 @@ func TestServiceKeepsModels(t *testing.T) {
 	ctx := context.Background()
 	svc, st, _ := newService(t)
 	models := []string{"gpt-4o-mini*"}
-	team := policy.Tier{Name: "team", RequestsPerMinute: 5, RequestsPerHour: 50, RequestsPerDay: 500, Models: models,
-		Shadow: &policy.RequestLimits{RequestsPerMinute: 2, RequestsPerHour: 50, RequestsPerDay: 500}}
+	team := policy.Tier{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(5)), policy.RequestsPerHour: new(int64(50)), policy.RequestsPerDay: new(int64(500))}, Models: models, Shadow: &policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(2)), policy.RequestsPerHour: new(int64(50)), policy.RequestsPerDay: new(int64(500))}}}
 	if _, _, err := svc.PutTier(ctx, team); err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +167,7 @@ func TestServiceKeepsModels(t *testing.T) {
 		t.Fatalf("stored models %q, want %q", stored.Models, models)
 	}
 	two := int64(2)
-	if o := stored.WithOverrides(policy.Limits{RequestsPerMinute: &two}); fmt.Sprint(o.Models) != fmt.Sprint(models) {
+	if o := stored.WithOverrides(policy.Overrides{policy.RequestsPerMinute: policy.To(two)}); fmt.Sprint(o.Models) != fmt.Sprint(models) {
 		t.Errorf("WithOverrides: models %q, want %q", o.Models, models)
 	}
 	promoted, err := svc.PromoteShadow(ctx, "team", &stored.UpdatedAt)

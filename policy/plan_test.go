@@ -29,8 +29,7 @@ func (s *planningStore) AdmitPlanned(ctx context.Context, user string, p *policy
 // what it decides on: the instant (to the microsecond), the tier, and the
 // call an admission opens with its expiry. Dry runs plan nothing.
 func TestRateLimiterPlansAdmissions(t *testing.T) {
-	tier := policy.Tier{Name: "metered", RequestsPerMinute: 1, RequestsPerHour: 10, RequestsPerDay: 10,
-		TokensPerMinute: i64(100), MaxConcurrent: i64(2), Features: []string{"*"}}
+	tier := policy.Tier{Name: "metered", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1)), policy.RequestsPerHour: new(int64(10)), policy.RequestsPerDay: new(int64(10)), policy.TokensPerMinute: i64(100), policy.MaxConcurrent: i64(2)}, Features: []string{"*"}}
 	store := &planningStore{memStore: newMemStore(tier)}
 	now := time.Date(2026, 3, 1, 12, 0, 0, 1500, time.UTC) // 1.5 µs past the second
 	svc := policy.NewService(store, store, policy.WithClock(func() time.Time { return now }), policy.WithCallTimeout(time.Minute))

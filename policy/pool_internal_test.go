@@ -19,7 +19,7 @@ func TestPoolCallIDs(t *testing.T) {
 	}
 }
 
-// PoolLimits and PoolOverrides are indexed by a field's row in
+// LimitSet and Overrides are indexed by a field's row in
 // LimitFields: index must say the row.
 func TestLimitFieldIndexIsItsRow(t *testing.T) {
 	for i := range LimitFields {

@@ -56,9 +56,9 @@ type UserPreview struct {
 type LimitsLookup func(userID string) (RequestLimits, bool)
 
 // AccountLookup returns the overrides of the pooled limits of the account
-// named id: the zero PoolOverrides for an account without any, or without
+// named id: the zero Overrides for an account without any, or without
 // a record. An error stops the replay.
-type AccountLookup func(id string) (PoolOverrides, error)
+type AccountLookup func(id string) (Overrides, error)
 
 // Replayer replays recorded requests through limits, exactly as the
 // RateLimiter would decide them: a request is refused when a window already
@@ -79,7 +79,7 @@ type AccountLookup func(id string) (PoolOverrides, error)
 type Replayer struct {
 	limits   RequestLimits
 	override LimitsLookup
-	pool     PoolLimits    // limits.Account, or none
+	pool     LimitSet      // limits.Account, or none
 	pooled   RequestLimits // pool as a pool is evaluated on it
 	accounts AccountLookup
 	from, to int64 // Unix microseconds
@@ -326,10 +326,10 @@ func (s *Service) accountOverrides(ctx context.Context) AccountLookup {
 	if s.accounts == nil {
 		return nil
 	}
-	return func(id string) (PoolOverrides, error) {
+	return func(id string) (Overrides, error) {
 		a, err := s.accounts.Account(ctx, id)
 		if ErrorCode(err) == ENOTFOUND {
-			return PoolOverrides{}, nil
+			return Overrides{}, nil
 		}
 		return a.Limits, err
 	}
@@ -337,9 +337,9 @@ func (s *Service) accountOverrides(ctx context.Context) AccountLookup {
 
 // overridesRequestLimits reports whether l overrides a limit that
 // RequestLimits holds.
-func overridesRequestLimits(l *Limits) bool {
+func overridesRequestLimits(l *Overrides) bool {
 	for i := range LimitFields {
-		if f := &LimitFields[i]; f.InRequestLimits() && f.Override(l).Set {
+		if f := &LimitFields[i]; f.InRequestLimits() && l[i].Set {
 			return true
 		}
 	}

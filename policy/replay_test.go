@@ -22,7 +22,7 @@ type replayRow struct {
 // Evaluate on an in-memory History, one request at a time, recording each
 // admitted one. It is the definition Replayer must match, figure by figure.
 // An account's pool is replayed as a member's check decides it: on the
-// tier its pooled limits make (policy.PoolLimits.Tier), with the
+// tier its pooled limits make (policy.LimitSet.Tier), with the
 // account's overrides applied.
 func referenceReplay(t *testing.T, rows []replayRow, l policy.RequestLimits, from, to time.Time, override policy.LimitsLookup,
 	accounts policy.AccountLookup) policy.Preview {
@@ -45,7 +45,7 @@ func referenceReplay(t *testing.T, rows []replayRow, l policy.RequestLimits, fro
 		tier := (&policy.Tier{Name: "ref"}).WithLimits(lim)
 		pool := policy.IsAccountKey(user)
 		if pool {
-			var pooled policy.PoolLimits
+			var pooled policy.LimitSet
 			if l.Account != nil {
 				pooled = *l.Account
 			}
@@ -160,13 +160,10 @@ func TestReplayMatchesEvaluate(t *testing.T) {
 	from := to.Add(-policy.PreviewWindow)
 	for i := range 200 {
 		rows := randomRows(rng, 1+rng.IntN(25), to)
-		l := policy.RequestLimits{
-			RequestsPerMinute: rng.Int64N(15), RequestsPerHour: rng.Int64N(120),
-			RequestsPerDay: rng.Int64N(400), BurstAllowance: rng.Int64N(5),
-		}
+		l := policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(rng.Int64N(15))), policy.RequestsPerHour: new(int64(rng.Int64N(120))), policy.RequestsPerDay: new(int64(rng.Int64N(400))), policy.BurstAllowance: new(int64(rng.Int64N(5)))}}
 		var override policy.LimitsLookup
 		if i%3 == 0 {
-			special := policy.RequestLimits{RequestsPerMinute: rng.Int64N(5), RequestsPerHour: rng.Int64N(50), RequestsPerDay: rng.Int64N(100)}
+			special := policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(rng.Int64N(5))), policy.RequestsPerHour: new(int64(rng.Int64N(50))), policy.RequestsPerDay: new(int64(rng.Int64N(100)))}}
 			override = func(user string) (policy.RequestLimits, bool) { return special, strings.HasSuffix(user, "1") }
 		}
 		got := replay(t, rows, l, from, to, override)
@@ -185,7 +182,7 @@ func TestReplayEdges(t *testing.T) {
 	// refuses everything; the minute frees exactly a minute later.
 	const us = time.Microsecond
 	rows := []replayRow{{"a", at(0)}, {"a", at(us)}, {"a", at(2 * us)}, {"a", at(time.Minute + us)}, {"a", at(policy.PreviewWindow)}, {"b", at(5 * us)}}
-	got := replay(t, rows, policy.RequestLimits{RequestsPerMinute: 1, RequestsPerHour: 10, RequestsPerDay: 10}, from, to, nil)
+	got := replay(t, rows, policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1)), policy.RequestsPerHour: new(int64(10)), policy.RequestsPerDay: new(int64(10))}}, from, to, nil)
 	if got.Users != 2 || got.Requests != 5 || got.RequestsRefused != 1 || got.RefusedBy[policy.Minute] != 1 ||
 		len(got.TopUsers) != 1 || got.TopUsers[0] != (policy.UserPreview{UserID: "a", Requests: 4, Refused: 1}) {
 		t.Fatalf("preview = %+v", got)
@@ -219,8 +216,8 @@ func randomPools(rng *rand.Rand, pools int, to time.Time) []replayRow {
 }
 
 // randomPool returns pooled request limits, each unset one time in three.
-func randomPool(rng *rand.Rand) *policy.PoolLimits {
-	var p policy.PoolLimits
+func randomPool(rng *rand.Rand) *policy.LimitSet {
+	var p policy.LimitSet
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
 		if f.InRequestLimits() && rng.IntN(3) > 0 {
@@ -246,15 +243,15 @@ func TestReplayPoolsMatchEvaluate(t *testing.T) {
 	for i := range 200 {
 		users := randomRows(rng, 1+rng.IntN(10), to)
 		rows := append(randomPools(rng, 1+rng.IntN(10), to), users...)
-		l := policy.RequestLimits{RequestsPerMinute: rng.Int64N(15), RequestsPerHour: rng.Int64N(120), RequestsPerDay: rng.Int64N(400)}
+		l := policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(rng.Int64N(15))), policy.RequestsPerHour: new(int64(rng.Int64N(120))), policy.RequestsPerDay: new(int64(rng.Int64N(400)))}}
 		if i%4 > 0 {
 			l.Account = randomPool(rng)
 		}
 		var accounts policy.AccountLookup
 		if i%2 == 0 {
 			special := *randomPool(rng)
-			accounts = func(id string) (policy.PoolOverrides, error) {
-				var o policy.PoolOverrides
+			accounts = func(id string) (policy.Overrides, error) {
+				var o policy.Overrides
 				if strings.HasSuffix(id, "1") {
 					for j := range special {
 						o[j] = policy.Override{Set: true, Limit: special[j]}
@@ -289,7 +286,7 @@ func TestReplayPools(t *testing.T) {
 			rows = append(rows, replayRow{key, at(time.Duration(k+1) * time.Second)})
 		}
 	}
-	l := policy.RequestLimits{RequestsPerMinute: 100, RequestsPerHour: 100, RequestsPerDay: 100}
+	l := policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(100)), policy.RequestsPerHour: new(int64(100)), policy.RequestsPerDay: new(int64(100))}}
 	got := replay(t, rows, l, from, to, nil)
 	if got.Users != 1 || got.Requests != 3 || got.UsersRefused != 0 || len(got.TopUsers) != 0 || got.AccountsRefused != 0 || got.RefusedByAccount != [3]int64{} {
 		t.Fatalf("pools without pooled limits: %+v", got)
@@ -301,12 +298,12 @@ func TestReplayPools(t *testing.T) {
 	}
 	// beta's record raises its pool's day; acme has none any more.
 	lookups := 0
-	accounts := func(id string) (policy.PoolOverrides, error) {
+	accounts := func(id string) (policy.Overrides, error) {
 		lookups++
 		if id == "beta" {
-			return policy.PoolOverrides{2: policy.To(10)}, nil
+			return policy.Overrides{2: policy.To(10)}, nil
 		}
-		return policy.PoolOverrides{}, nil
+		return policy.Overrides{}, nil
 	}
 	got = replay(t, rows, l, from, to, nil, accounts)
 	if got.AccountsRefused != 1 || got.RefusedByAccount != [3]int64{0, 0, 1} || lookups != 2 {
@@ -314,7 +311,7 @@ func TestReplayPools(t *testing.T) {
 	}
 	failed := policy.Errorf(policy.EUNAVAILABLE, "accounts unreadable")
 	r := policy.NewReplayer(l, from, to, nil)
-	r.SetAccounts(func(string) (policy.PoolOverrides, error) { return policy.PoolOverrides{}, failed })
+	r.SetAccounts(func(string) (policy.Overrides, error) { return policy.Overrides{}, failed })
 	if err := r.Add(acme, at(time.Second)); err != failed {
 		t.Fatalf("Add with an account that cannot be read: %v, want its error", err)
 	}

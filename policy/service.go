@@ -92,6 +92,18 @@ func (s *Service) DefaultTier() string { return s.defaultTier }
 
 // Check decides req and, when admitted (and not a dry run), records it.
 // Unknown tiers and malformed requests are EINVALID errors, never admissions.
+//
+// The invariant: no check decides on a tier or a user record older than
+// the last change committed before it began. A recording check first takes
+// its user's record (which may assign the tier and override its limits)
+// and its tier from the stores' memory (CachedUser, CachedTier), which
+// costs no read but may lag behind another process; the rate limiter then
+// confirms both in the same transaction that records the request, and a
+// guardrail that refused before it is confirmed here by reading them. Any
+// difference starts the check again on what is stored, at most
+// maxCheckAttempts times. A request store that cannot confirm tiers or
+// records says so once, and from then on they are read (readTier,
+// readUser).
 func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision, error) {
 	if req.UserID == "" {
 		req.UserID = AnonymousUser
@@ -102,17 +114,6 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 	if req.Tokens < 0 || req.Tokens > MaxLimit {
 		return Decision{}, Errorf(EINVALID, "tokens must be an integer from 0 to 2147483647")
 	}
-	// The invariant: no check decides on a tier or a user record older
-	// than the last change committed before it began. A recording check
-	// first takes its user's record (which may assign the tier and
-	// override its limits) and its tier from the stores' memory
-	// (CachedUser, CachedTier), which costs no read but may lag behind
-	// another process; the rate limiter then confirms both in the same
-	// transaction that records the request, and a guardrail that refused
-	// before it is confirmed here by reading them. Any difference starts
-	// the check again on what is stored, at most maxCheckAttempts times. A
-	// request store that cannot confirm tiers or records says so once,
-	// and from then on they are read (readTier, readUser).
 	// The check, the tier it is decided on (base with the user's
 	// overrides) and base share one allocation: each was one of its own.
 	st := new(checkState)
@@ -139,14 +140,9 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 			return Decision{}, err
 		}
 		name := s.tierName(&req, rec, acct)
-		cached := false
-		if fromMemory && !s.tiersUnconfirmable.Load() {
-			*base, cached = s.tiers.CachedTier(name)
-		}
-		if !cached {
-			if *base, err = s.readTier(ctx, name); err != nil {
-				return Decision{}, err
-			}
+		cached, err := s.baseTier(ctx, base, name, fromMemory)
+		if err != nil {
+			return Decision{}, err
 		}
 		*tier = *base
 		if rec != nil {
@@ -194,20 +190,8 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 		break
 	}
 	if d.Windows == nil {
-		// Refused before the rate limiter ran: report the windows as they
-		// stand, with nothing consumed.
-		u, err := s.limiter.usage(ctx, c.UserID, tier, c.Now, tier.Metered())
-		if err != nil {
+		if err := s.viewUnconsumed(ctx, c, &d); err != nil {
 			return Decision{}, err
-		}
-		d.Windows, d.Concurrency = &u.Windows, unconsumed(&u, tier)
-		if d.Shadow, err = s.limiter.shadowView(ctx, c); err != nil {
-			return Decision{}, err
-		}
-		if c.pool != nil {
-			if d.Account, err = s.limiter.poolView(ctx, c.pool, c.Now); err != nil {
-				return Decision{}, err
-			}
 		}
 	}
 	if s.counter != nil && !dryRun {
@@ -217,6 +201,39 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 		}
 	}
 	return d, nil
+}
+
+// baseTier sets *base to the tier named name: from the store's memory when
+// fromMemory and the store can confirm it later (cached is then true),
+// else as stored.
+func (s *Service) baseTier(ctx context.Context, base *Tier, name string, fromMemory bool) (cached bool, err error) {
+	if fromMemory && !s.tiersUnconfirmable.Load() {
+		*base, cached = s.tiers.CachedTier(name)
+	}
+	if !cached {
+		*base, err = s.readTier(ctx, name)
+	}
+	return cached, err
+}
+
+// viewUnconsumed completes d, the decision of c refused before the rate
+// limiter ran, with the windows as they stand, nothing consumed, and what
+// its shadow limits and its pool would have said.
+func (s *Service) viewUnconsumed(ctx context.Context, c *Check, d *Decision) error {
+	u, err := s.limiter.usage(ctx, c.UserID, c.Tier, c.Now, c.Tier.Metered())
+	if err != nil {
+		return err
+	}
+	d.Windows, d.Concurrency = &u.Windows, unconsumed(&u, c.Tier)
+	if d.Shadow, err = s.limiter.shadowView(ctx, c); err != nil {
+		return err
+	}
+	if c.pool != nil {
+		if d.Account, err = s.limiter.poolView(ctx, c.pool, c.Now); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkState is what one Service.Check decides on.

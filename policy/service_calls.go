@@ -80,8 +80,9 @@ func unconsumed(u *UsageReport, t *Tier) *ConcurrencyState {
 			u.Windows[w].Tokens = nil
 		}
 	}
-	if t.MaxConcurrent == nil || !u.CallsKept {
+	c := t.Limits[MaxConcurrent]
+	if c == nil || !u.CallsKept {
 		return nil
 	}
-	return &ConcurrencyState{Limit: *t.MaxConcurrent, InFlight: u.CallsInFlight}
+	return &ConcurrencyState{Limit: *c, InFlight: u.CallsInFlight}
 }

@@ -5,39 +5,45 @@ import (
 	"time"
 )
 
-// RequestLimits are the request limits of a tier's three rolling windows: what
-// shadow limits, a preview and a user's override set.
+// RequestLimits are the request limits of a tier's three rolling windows
+// and its burst allowance: what shadow limits, a preview and a user's
+// overrides set. Limits holds only the rows of LimitFields that
+// InRequestLimits, each nil read as 0; the others are unset.
 type RequestLimits struct {
-	RequestsPerMinute int64
-	RequestsPerHour   int64
-	RequestsPerDay    int64
-	// BurstAllowance widens only the minute window, as a tier's does.
-	BurstAllowance int64
+	Limits LimitSet
 	// Account, when set, holds request limits of the pool of each account
-	// on the tier's plan: the rows of PoolLimits that RequestLimits holds
-	// (see LimitField.InRequestLimits), each nil for none, and no other.
-	// On a tier's Shadow they are the pooled shadow limits its accounts'
-	// pools are also decided against; in a preview, the pooled limits
-	// proposed for them. nil sets none. A user's limits have none.
-	Account *PoolLimits
+	// on the tier's plan: the rows of LimitFields that InRequestLimits,
+	// each nil for none, and no other. On a tier's Shadow they are the
+	// pooled shadow limits its accounts' pools are also decided against;
+	// in a preview, the pooled limits proposed for them. nil sets none. A
+	// user's limits have none.
+	Account *LimitSet
+}
+
+// value returns the limit l sets f to: ok is false for a limit l does not
+// hold.
+func (l *RequestLimits) value(f *LimitField) (int64, bool) {
+	if !f.InRequestLimits() {
+		return 0, false
+	}
+	return l.Limits.Value(f.id), true
 }
 
 // Ceiling returns the number of admitted requests window w may hold.
 func (l *RequestLimits) Ceiling(w Window) int64 {
 	switch w {
 	case Minute:
-		return l.RequestsPerMinute + l.BurstAllowance
+		return l.Limits.Value(RequestsPerMinute) + l.Limits.Value(BurstAllowance)
 	case Hour:
-		return l.RequestsPerHour
+		return l.Limits.Value(RequestsPerHour)
 	default:
-		return l.RequestsPerDay
+		return l.Limits.Value(RequestsPerDay)
 	}
 }
 
 // RequestLimits returns t's request limits, without its Account's.
 func (t *Tier) RequestLimits() RequestLimits {
-	return RequestLimits{RequestsPerMinute: t.RequestsPerMinute, RequestsPerHour: t.RequestsPerHour,
-		RequestsPerDay: t.RequestsPerDay, BurstAllowance: t.BurstAllowance}
+	return RequestLimits{Limits: t.Limits.requestPart()}
 }
 
 // PreviewLimits returns what a preview of t replays: its request limits
@@ -52,21 +58,21 @@ func (t *Tier) PreviewLimits() RequestLimits {
 	return l
 }
 
-// requestPart returns the limits of p that RequestLimits holds, the
+// requestPart returns the limits of s that RequestLimits holds, the
 // others unset.
-func (p PoolLimits) requestPart() PoolLimits {
+func (s LimitSet) requestPart() LimitSet {
 	for i := range LimitFields {
 		if !LimitFields[i].InRequestLimits() {
-			p[i] = nil
+			s[i] = nil
 		}
 	}
-	return p
+	return s
 }
 
 // requestLimits returns the request limits of p as a pool is evaluated on
 // them: a window without a limit admits more than any window holds (see
-// PoolLimits.Tier).
-func (p *PoolLimits) requestLimits() RequestLimits {
+// LimitSet.Tier).
+func (p *LimitSet) requestLimits() RequestLimits {
 	t := p.Tier("", 0)
 	return t.RequestLimits()
 }
@@ -76,8 +82,8 @@ func (p *PoolLimits) requestLimits() RequestLimits {
 func (t *Tier) WithLimits(l RequestLimits) Tier {
 	c := *t
 	for i := range LimitFields {
-		if f := &LimitFields[i]; f.InRequestLimits() {
-			f.Set(&c, f.RequestLimit(&l))
+		if LimitFields[i].InRequestLimits() {
+			c.Limits[i] = l.Limits[i]
 		}
 	}
 	return c
@@ -94,7 +100,7 @@ func (t *Tier) Promoted() (Tier, error) {
 	p := t.WithLimits(*t.Shadow)
 	p.Shadow = nil
 	if sa := t.Shadow.Account; sa != nil {
-		var pool PoolLimits // a new one: t's may be shared
+		var pool LimitSet // a new one: t's may be shared
 		if t.Account != nil {
 			pool = *t.Account
 		}
@@ -118,9 +124,15 @@ func sameShadow(a, b *Tier) bool {
 // Equal reports whether l and m set the same limits, their Accounts
 // included.
 func (l *RequestLimits) Equal(m *RequestLimits) bool {
-	x, y := *l, *m
-	x.Account, y.Account = nil, nil
-	return x == y && (l.Account == nil) == (m.Account == nil) && (l.Account == nil || l.Account.Equal(m.Account))
+	for i := range LimitFields {
+		f := &LimitFields[i]
+		x, xok := l.value(f)
+		y, yok := m.value(f)
+		if xok != yok || x != y {
+			return false
+		}
+	}
+	return (l.Account == nil) == (m.Account == nil) && (l.Account == nil || l.Account.Equal(m.Account))
 }
 
 // ShadowDecision is how a tier's shadow limits would have decided a check.

@@ -87,8 +87,8 @@ func lim64(v int64) *int64 { return &v }
 
 // poolOf returns pooled limits of requests per minute, hour and day; a
 // negative value sets none.
-func pooledRequests(perMinute, perHour, perDay int64) *policy.PoolLimits {
-	var p policy.PoolLimits
+func pooledRequests(perMinute, perHour, perDay int64) *policy.LimitSet {
+	var p policy.LimitSet
 	for i, v := range []int64{perMinute, perHour, perDay} {
 		if v >= 0 {
 			f, _ := policy.LimitFieldNamed([]string{"requests_per_minute", "requests_per_hour", "requests_per_day"}[i])
@@ -99,7 +99,7 @@ func pooledRequests(perMinute, perHour, perDay int64) *policy.PoolLimits {
 }
 
 func TestShadowAccountValidation(t *testing.T) {
-	base := policy.Tier{Name: "s", RequestsPerMinute: 1, RequestsPerHour: 1, RequestsPerDay: 1}
+	base := policy.Tier{Name: "s", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1)), policy.RequestsPerHour: new(int64(1)), policy.RequestsPerDay: new(int64(1))}}
 	tokens := *pooledRequests(-1, -1, -1)
 	f, _ := policy.LimitFieldNamed("tokens_per_minute")
 	tokens.Set(f, lim64(10))
@@ -108,7 +108,7 @@ func TestShadowAccountValidation(t *testing.T) {
 	negative.Set(f, lim64(-2))
 	for _, tc := range []struct {
 		name    string
-		account *policy.PoolLimits
+		account *policy.LimitSet
 		field   string // "" when valid
 		message string
 	}{
@@ -121,7 +121,7 @@ func TestShadowAccountValidation(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tier := base
-			tier.Shadow = &policy.RequestLimits{RequestsPerMinute: 1, RequestsPerHour: 1, RequestsPerDay: 1, Account: tc.account}
+			tier.Shadow = &policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1)), policy.RequestsPerHour: new(int64(1)), policy.RequestsPerDay: new(int64(1))}, Account: tc.account}
 			errs := tier.ValidateFields()
 			if tc.field == "" {
 				if len(errs) != 0 {
@@ -144,13 +144,12 @@ func TestPromoteShadowAccount(t *testing.T) {
 	rpm, _ := policy.LimitFieldNamed("requests_per_minute")
 	account := pooledRequests(100, 1000, -1)
 	account.Set(tokensPerDay, lim64(5000))
-	tier := policy.Tier{Name: "team", RequestsPerMinute: 10, RequestsPerHour: 100, RequestsPerDay: 1000, Account: account,
-		Shadow: &policy.RequestLimits{RequestsPerMinute: 5, RequestsPerHour: 50, RequestsPerDay: 500, Account: pooledRequests(50, -1, -1)}}
+	tier := policy.Tier{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(10)), policy.RequestsPerHour: new(int64(100)), policy.RequestsPerDay: new(int64(1000))}, Account: account, Shadow: &policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(5)), policy.RequestsPerHour: new(int64(50)), policy.RequestsPerDay: new(int64(500))}, Account: pooledRequests(50, -1, -1)}}
 	p, err := tier.Promoted()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Shadow != nil || p.RequestsPerMinute != 5 || p.Account == nil {
+	if p.Shadow != nil || p.Limits.Value(policy.RequestsPerMinute) != 5 || p.Account == nil {
 		t.Fatalf("promoted %+v", p)
 	}
 	if got := p.Account.Get(rpm); got == nil || *got != 50 {
@@ -174,7 +173,7 @@ func TestPromoteShadowAccount(t *testing.T) {
 		t.Errorf("promoted without an account object: %+v", p.Account)
 	}
 	userOnly := tier
-	userOnly.Shadow = &policy.RequestLimits{RequestsPerMinute: 5, RequestsPerHour: 50, RequestsPerDay: 500}
+	userOnly.Shadow = &policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(5)), policy.RequestsPerHour: new(int64(50)), policy.RequestsPerDay: new(int64(500))}}
 	if p, _ := userOnly.Promoted(); p.Account != tier.Account {
 		t.Errorf("promoted without pooled shadow limits: account %+v, want the tier's", p.Account)
 	}
@@ -182,14 +181,14 @@ func TestPromoteShadowAccount(t *testing.T) {
 
 // A change of the pooled shadow limits alone is a change of the tier.
 func TestSameLimitsShadowAccount(t *testing.T) {
-	a := policy.Tier{Name: "t", Shadow: &policy.RequestLimits{RequestsPerMinute: 1, Account: pooledRequests(5, -1, -1)}}
+	a := policy.Tier{Name: "t", Shadow: &policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1))}, Account: pooledRequests(5, -1, -1)}}
 	b := a
-	b.Shadow = &policy.RequestLimits{RequestsPerMinute: 1, Account: pooledRequests(5, -1, -1)}
+	b.Shadow = &policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1))}, Account: pooledRequests(5, -1, -1)}
 	if !policy.SameLimits(&a, &b) {
 		t.Fatal("equal pooled shadow limits in different allocations differ")
 	}
-	for name, other := range map[string]*policy.PoolLimits{"value": pooledRequests(6, -1, -1), "unset": pooledRequests(-1, -1, -1), "none": nil} {
-		b.Shadow = &policy.RequestLimits{RequestsPerMinute: 1, Account: other}
+	for name, other := range map[string]*policy.LimitSet{"value": pooledRequests(6, -1, -1), "unset": pooledRequests(-1, -1, -1), "none": nil} {
+		b.Shadow = &policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1))}, Account: other}
 		if policy.SameLimits(&a, &b) {
 			t.Errorf("pooled shadow limits of another %s are the same", name)
 		}
@@ -197,7 +196,7 @@ func TestSameLimitsShadowAccount(t *testing.T) {
 }
 
 func TestShadowLimitsSummary(t *testing.T) {
-	l := policy.RequestLimits{RequestsPerMinute: 5, RequestsPerHour: 100, RequestsPerDay: 1000, Account: pooledRequests(50, -1, 5000)}
+	l := policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(5)), policy.RequestsPerHour: new(int64(100)), policy.RequestsPerDay: new(int64(1000))}, Account: pooledRequests(50, -1, 5000)}
 	if got, want := policy.LimitsSummary(l), "5/min (+0 burst), 100/hour, 1,000/day and account pools 50/min, 5,000/day"; got != want {
 		t.Errorf("LimitsSummary = %q, want %q", got, want)
 	}
@@ -210,9 +209,7 @@ func TestShadowLimitsSummary(t *testing.T) {
 // shadowTeam is a plan whose members have room, and whose shadow limits
 // are roomy for users but hold each account's pool to two requests a
 // minute and four a day.
-var shadowTeam = policy.Tier{Name: "team", RequestsPerMinute: 100, RequestsPerHour: 1000, RequestsPerDay: 10000,
-	Features: []string{"chat"}, Account: pooledRequests(100, -1, -1),
-	Shadow: &policy.RequestLimits{RequestsPerMinute: 100, RequestsPerHour: 1000, RequestsPerDay: 10000, Account: pooledRequests(2, -1, 4)}}
+var shadowTeam = policy.Tier{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(100)), policy.RequestsPerHour: new(int64(1000)), policy.RequestsPerDay: new(int64(10000))}, Features: []string{"chat"}, Account: pooledRequests(100, -1, -1), Shadow: &policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(100)), policy.RequestsPerHour: new(int64(1000)), policy.RequestsPerDay: new(int64(10000))}, Account: pooledRequests(2, -1, 4)}}
 
 func newShadowTeam(t *testing.T, tiers ...policy.Tier) (*policy.Service, *policy.TestClock, *reasonCounter, shadowPoolStore) {
 	t.Helper()
@@ -221,7 +218,7 @@ func newShadowTeam(t *testing.T, tiers ...policy.Tier) (*policy.Service, *policy
 	counter := &reasonCounter{}
 	// An override of the plan's pooled requests per minute, which shadow
 	// limits, as the tier sets them, do not take.
-	book := accountBook{"acme": {AccountID: "acme", Tier: "team", Limits: policy.PoolOverrides{0: policy.To(1000)}}}
+	book := accountBook{"acme": {AccountID: "acme", Tier: "team", Limits: policy.Overrides{0: policy.To(1000)}}}
 	// c has a tier of its own, without shadow limits.
 	users := newMemUsers(policy.UserRecord{UserID: "c", Tier: "free", Account: "acme"})
 	svc := policy.NewService(st.memStore, st, policy.WithClock(clk.Now), policy.WithAccounts(book), policy.WithUsers(users),
@@ -280,7 +277,7 @@ func TestShadowAccountNeverRefuses(t *testing.T) {
 // as a real refusal's is.
 func TestShadowAccountOrUser(t *testing.T) {
 	team := shadowTeam
-	team.Shadow = &policy.RequestLimits{RequestsPerMinute: 2, RequestsPerHour: 1000, RequestsPerDay: 10000, Account: pooledRequests(-1, -1, 3)}
+	team.Shadow = &policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(2)), policy.RequestsPerHour: new(int64(1000)), policy.RequestsPerDay: new(int64(10000))}, Account: pooledRequests(-1, -1, 3)}
 	svc, clk, counter, _ := newShadowTeam(t, team)
 	ctx := context.Background()
 	check := func(user string) *policy.ShadowDecision {

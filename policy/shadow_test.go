@@ -8,7 +8,7 @@ import (
 )
 
 func TestShadowValidation(t *testing.T) {
-	base := policy.Tier{Name: "s", RequestsPerMinute: 1, RequestsPerHour: 1, RequestsPerDay: 1}
+	base := policy.Tier{Name: "s", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1)), policy.RequestsPerHour: new(int64(1)), policy.RequestsPerDay: new(int64(1))}}
 	for _, tc := range []struct {
 		name   string
 		shadow *policy.RequestLimits
@@ -16,11 +16,11 @@ func TestShadowValidation(t *testing.T) {
 	}{
 		{"none", nil, ""},
 		{"zeros", &policy.RequestLimits{}, ""},
-		{"max", &policy.RequestLimits{RequestsPerMinute: policy.MaxLimit, RequestsPerHour: policy.MaxLimit, RequestsPerDay: policy.MaxLimit, BurstAllowance: policy.MaxLimit}, ""},
-		{"minute negative", &policy.RequestLimits{RequestsPerMinute: -1}, "shadow.requests_per_minute"},
-		{"hour too big", &policy.RequestLimits{RequestsPerHour: policy.MaxLimit + 1}, "shadow.requests_per_hour"},
-		{"day negative", &policy.RequestLimits{RequestsPerDay: -5}, "shadow.requests_per_day"},
-		{"burst too big", &policy.RequestLimits{BurstAllowance: policy.MaxLimit + 1}, "shadow.burst_allowance"},
+		{"max", &policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(policy.MaxLimit)), policy.RequestsPerHour: new(int64(policy.MaxLimit)), policy.RequestsPerDay: new(int64(policy.MaxLimit)), policy.BurstAllowance: new(int64(policy.MaxLimit))}}, ""},
+		{"minute negative", &policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(-1))}}, "shadow.requests_per_minute"},
+		{"hour too big", &policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerHour: new(int64(policy.MaxLimit + 1))}}, "shadow.requests_per_hour"},
+		{"day negative", &policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerDay: new(int64(-5))}}, "shadow.requests_per_day"},
+		{"burst too big", &policy.RequestLimits{Limits: policy.LimitSet{policy.BurstAllowance: new(int64(policy.MaxLimit + 1))}}, "shadow.burst_allowance"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tier := base
@@ -43,8 +43,7 @@ func TestShadowValidation(t *testing.T) {
 }
 
 // shadowed has room for many requests and shadow limits of two a minute.
-var shadowed = policy.Tier{Name: "shadowed", RequestsPerMinute: 100, RequestsPerHour: 1000, RequestsPerDay: 10000,
-	Features: []string{"chat"}, Shadow: &policy.RequestLimits{RequestsPerMinute: 2, RequestsPerHour: 1000, RequestsPerDay: 10000}}
+var shadowed = policy.Tier{Name: "shadowed", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(100)), policy.RequestsPerHour: new(int64(1000)), policy.RequestsPerDay: new(int64(10000))}, Features: []string{"chat"}, Shadow: &policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(2)), policy.RequestsPerHour: new(int64(1000)), policy.RequestsPerDay: new(int64(10000))}}}
 
 func TestShadowNeverRefuses(t *testing.T) {
 	st := newMemStore(shadowed, free)

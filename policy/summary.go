@@ -49,7 +49,7 @@ func TierSummary(t *Tier) string {
 // PoolSummary describes an account's pooled limits in one line, those it
 // sets in the order of LimitFields: "600/min (+0 burst), 2,000,000
 // tokens/day, 10 concurrent calls"; "no limits" when it sets none.
-func PoolSummary(p *PoolLimits) string {
+func PoolSummary(p *LimitSet) string {
 	requests, metering := limitWords(func(f *LimitField) (int64, bool) {
 		if v := p.Get(f); v != nil {
 			return *v, true
@@ -153,8 +153,8 @@ func TierDiff(before, after *Tier) []string {
 // field as "account.requests_per_minute: none → 600" (a tier without them
 // limits nothing), or as "account: none → no limits" when only their
 // presence did.
-func poolDiff(before, after *PoolLimits) []string {
-	var none PoolLimits
+func poolDiff(before, after *LimitSet) []string {
+	var none LimitSet
 	b, a := before, after
 	if b == nil {
 		b = &none
@@ -170,7 +170,7 @@ func poolDiff(before, after *PoolLimits) []string {
 		}
 	}
 	if len(out) == 0 && (before == nil) != (after == nil) {
-		words := func(p *PoolLimits) string {
+		words := func(p *LimitSet) string {
 			if p == nil {
 				return "none"
 			}
@@ -236,10 +236,7 @@ func overrideWords(parts []string, values map[string]*int64) []string {
 // none).
 func LimitsSummary(l RequestLimits) string {
 	requests, _ := limitWords(func(f *LimitField) (int64, bool) {
-		if p := f.RequestLimit(&l); p != nil {
-			return *p, true
-		}
-		return 0, false
+		return l.value(f)
 	})
 	if a := l.Account; a != nil {
 		pooled, _ := limitWords(func(f *LimitField) (int64, bool) {

@@ -10,8 +10,7 @@ import (
 // The audit log's account of a change names a change of shadow limits, and
 // a promotion reads as the limits taking the shadow's values.
 func TestTierDiffShadow(t *testing.T) {
-	before := policy.Tier{Name: "s", RequestsPerMinute: 10, RequestsPerHour: 100, RequestsPerDay: 1000,
-		Shadow: &policy.RequestLimits{RequestsPerMinute: 5, RequestsPerHour: 100, RequestsPerDay: 1000}}
+	before := policy.Tier{Name: "s", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(10)), policy.RequestsPerHour: new(int64(100)), policy.RequestsPerDay: new(int64(1000))}, Shadow: &policy.RequestLimits{Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(5)), policy.RequestsPerHour: new(int64(100)), policy.RequestsPerDay: new(int64(1000))}}}
 	after, err := before.Promoted()
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +48,7 @@ func TestUserSummary(t *testing.T) {
 	}{
 		{policy.UserRecord{}, "no tier assigned"},
 		{policy.UserRecord{Tier: "pro"}, "tier pro"},
-		{policy.UserRecord{Tier: "pro", Limits: policy.Limits{RequestsPerMinute: &five, TokensPerDay: policy.Unlimited}},
+		{policy.UserRecord{Tier: "pro", Limits: policy.Overrides{policy.RequestsPerMinute: policy.To(five), policy.TokensPerDay: policy.Unlimited}},
 			"tier pro; requests_per_minute 5; tokens_per_day none"},
 	} {
 		if got := policy.UserSummary(&tc.r); got != tc.want {
@@ -63,15 +62,15 @@ func TestUserSummary(t *testing.T) {
 // presence alone when no limit differs.
 func TestSummaryOfPooledLimits(t *testing.T) {
 	n := func(v int64) *int64 { return &v }
-	pool := func(values map[string]*int64) *policy.PoolLimits {
+	pool := func(values map[string]*int64) *policy.LimitSet {
 		p, err := policy.PoolLimitsOf(values)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return &p
 	}
-	base := policy.Tier{Name: "team", RequestsPerMinute: 5, RequestsPerHour: 50, RequestsPerDay: 500}
-	with := func(p *policy.PoolLimits) *policy.Tier { t := base; t.Account = p; return &t }
+	base := policy.Tier{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(5)), policy.RequestsPerHour: new(int64(50)), policy.RequestsPerDay: new(int64(500))}}
+	with := func(p *policy.LimitSet) *policy.Tier { t := base; t.Account = p; return &t }
 	big := pool(map[string]*int64{"requests_per_minute": n(600), "burst_allowance": n(10), "tokens_per_day": n(2000000), "max_concurrent": n(10)})
 
 	for _, tc := range []struct {
@@ -89,7 +88,7 @@ func TestSummaryOfPooledLimits(t *testing.T) {
 	}
 
 	for _, tc := range []struct {
-		before, after *policy.PoolLimits
+		before, after *policy.LimitSet
 		want          string
 	}{
 		{nil, big, "account.requests_per_minute: none → 600; account.burst_allowance: none → 10; account.tokens_per_day: none → 2,000,000; account.max_concurrent: none → 10"},
@@ -113,7 +112,7 @@ func TestAccountSummaries(t *testing.T) {
 	if got, want := policy.UserSummary(&policy.UserRecord{Account: "acme"}), "no tier assigned; account acme"; got != want {
 		t.Errorf("UserSummary = %q, want %q", got, want)
 	}
-	r := policy.UserRecord{Tier: "pro", Account: "acme", Limits: policy.Limits{RequestsPerMinute: &five}}
+	r := policy.UserRecord{Tier: "pro", Account: "acme", Limits: policy.Overrides{policy.RequestsPerMinute: policy.To(five)}}
 	if got, want := policy.UserSummary(&r), "tier pro; account acme; requests_per_minute 5"; got != want {
 		t.Errorf("UserSummary = %q, want %q", got, want)
 	}

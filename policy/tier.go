@@ -39,25 +39,20 @@ var (
 // Tier is a subscription plan: the limits of its three rolling windows, the
 // features it includes and the models its users may call.
 type Tier struct {
-	Name              string
-	RequestsPerMinute int64
-	RequestsPerHour   int64
-	RequestsPerDay    int64
-	// BurstAllowance widens only the minute window, so a short spike passes
-	// without relaxing the hour and day caps.
-	BurstAllowance int64
-	Features       []string
+	Name string
+	// Limits are the tier's own limits: its request limits (the burst
+	// allowance widens only the minute window, so a short spike passes
+	// without relaxing the hour and day caps), which are never unset, and
+	// its token limits and max_concurrent, which limit nothing when unset
+	// (see Metered).
+	Limits   LimitSet
+	Features []string
 	// Models lists the models the tier's users may call through the
 	// gateway, each name exact or ending in ModelWildcard (see
 	// AllowsModel). nil allows every model; an empty list allows none.
 	Models      []string
 	Description string
 	UpdatedAt   time.Time
-
-	// TokensPerMinute, TokensPerHour and TokensPerDay limit the tokens of
-	// the tier's calls in each window, and MaxConcurrent the calls open at
-	// once; nil sets no limit (see Metered).
-	TokensPerMinute, TokensPerHour, TokensPerDay, MaxConcurrent *int64
 
 	// Shadow, when set, holds limits every check under the tier is also
 	// decided against, and never refused by: they show what a change of
@@ -66,7 +61,7 @@ type Tier struct {
 
 	// Account, when set, holds the pooled limits of an account on this
 	// plan, which all its members' checks draw on (see Account.Pool).
-	Account *PoolLimits
+	Account *LimitSet
 
 	// ID is the tier's number in its store, which records it with each
 	// request checked under the tier; 0 when the store gave it none. A

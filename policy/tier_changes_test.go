@@ -11,7 +11,7 @@ import (
 
 func TestImportTiersChecksEverythingFirst(t *testing.T) {
 	ctx := context.Background()
-	team := policy.Tier{Name: "team", RequestsPerMinute: 1, RequestsPerHour: 1, RequestsPerDay: 1}
+	team := policy.Tier{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1)), policy.RequestsPerHour: new(int64(1)), policy.RequestsPerDay: new(int64(1))}}
 	for _, tc := range []struct {
 		name  string
 		tiers []policy.Tier
@@ -19,7 +19,7 @@ func TestImportTiersChecksEverythingFirst(t *testing.T) {
 		code  string
 		msg   string
 	}{
-		{"invalid tier after a valid one", []policy.Tier{team, {Name: "bad", RequestsPerMinute: -1}}, false, policy.EINVALID, `tier 2 ("bad"): requests_per_minute must be`},
+		{"invalid tier after a valid one", []policy.Tier{team, {Name: "bad", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(-1))}}}, false, policy.EINVALID, `tier 2 ("bad"): requests_per_minute must be`},
 		{"listed twice", []policy.Tier{team, team}, false, policy.EINVALID, `tier "team" is listed twice`},
 		{"prune without the default tier", []policy.Tier{team}, true, policy.ECONFLICT, `tier "free" is the default tier`},
 	} {
@@ -43,7 +43,7 @@ func TestImportTiersPrunesAndRecordsSource(t *testing.T) {
 	ctx := context.Background()
 	svc, st, _ := newService(t, policy.WithDefaultTier("pro"))
 	pro, _ := st.Tier(ctx, "pro")
-	team := policy.Tier{Name: "team", RequestsPerMinute: 1, RequestsPerHour: 1, RequestsPerDay: 1}
+	team := policy.Tier{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1)), policy.RequestsPerHour: new(int64(1)), policy.RequestsPerDay: new(int64(1))}}
 	changes, err := svc.ImportTiers(policy.WithChangeSource(ctx, policy.SourceAPI), []policy.Tier{pro, team}, true)
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +61,7 @@ func TestImportTiersPrunesAndRecordsSource(t *testing.T) {
 func TestTierEditsCarryTheirSource(t *testing.T) {
 	ctx := context.Background()
 	svc, _, _ := newService(t)
-	team := policy.Tier{Name: "team", RequestsPerMinute: 1, RequestsPerHour: 1, RequestsPerDay: 1}
+	team := policy.Tier{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1)), policy.RequestsPerHour: new(int64(1)), policy.RequestsPerDay: new(int64(1))}}
 	if _, _, err := svc.PutTier(policy.WithChangeSource(ctx, policy.SourceAdmin), team); err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,7 @@ func (h confirmingHistory) CurrentTier(name string) (*policy.Tier, bool, error) 
 
 func TestRecordingCheckConfirmsCachedTier(t *testing.T) {
 	ctx := context.Background()
-	current := policy.Tier{Name: "t", RequestsPerMinute: 1, RequestsPerHour: 10, RequestsPerDay: 10, Features: []string{"chat"}}
+	current := policy.Tier{Name: "t", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1)), policy.RequestsPerHour: new(int64(10)), policy.RequestsPerDay: new(int64(10))}, Features: []string{"chat"}}
 	s := &cachingStore{memStore: newMemStore(current), cached: map[string]policy.Tier{"t": current}}
 	svc := policy.NewService(s, s, policy.WithClock(func() time.Time { return t0 }))
 	check := func(feature string) policy.Decision {
@@ -62,15 +62,15 @@ func TestRecordingCheckConfirmsCachedTier(t *testing.T) {
 		t.Fatalf("check on a current cache: %+v after %d reads, want admitted without reading", d, s.reads)
 	}
 	// The cache still holds a generous tier the store no longer has.
-	s.cached["t"] = policy.Tier{Name: "t", RequestsPerMinute: 100, RequestsPerHour: 100, RequestsPerDay: 100, Features: []string{"chat"}}
+	s.cached["t"] = policy.Tier{Name: "t", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(100)), policy.RequestsPerHour: new(int64(100)), policy.RequestsPerDay: new(int64(100))}, Features: []string{"chat"}}
 	if d := check("chat"); d.Allowed() || d.Reason != "per-minute limit exceeded" || s.reads != 1 {
 		t.Fatalf("check on a stale cache: %+v after %d reads, want refused by the current tier after one read", d, s.reads)
 	}
 	// A stale cache that refuses a feature before the rate limiter runs.
 	current.Features = []string{"chat", "search"}
-	current.RequestsPerMinute = 5
+	current.Limits[policy.RequestsPerMinute] = new(int64(5))
 	s.tiers["t"] = current
-	s.cached["t"] = policy.Tier{Name: "t", RequestsPerMinute: 5, RequestsPerHour: 10, RequestsPerDay: 10, Features: []string{"chat"}}
+	s.cached["t"] = policy.Tier{Name: "t", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(5)), policy.RequestsPerHour: new(int64(10)), policy.RequestsPerDay: new(int64(10))}, Features: []string{"chat"}}
 	if d := check("search"); !d.Allowed() {
 		t.Fatalf("check of a feature only the current tier has: %+v, want admitted", d)
 	}
@@ -88,7 +88,7 @@ func TestRecordingCheckConfirmsCachedTier(t *testing.T) {
 // stands after one read of the tier: the chain does not run twice.
 func TestRefusalOnCurrentCacheRunsOnce(t *testing.T) {
 	ctx := context.Background()
-	current := policy.Tier{Name: "t", RequestsPerMinute: 5, RequestsPerHour: 10, RequestsPerDay: 10, Features: []string{"chat"}}
+	current := policy.Tier{Name: "t", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(5)), policy.RequestsPerHour: new(int64(10)), policy.RequestsPerDay: new(int64(10))}, Features: []string{"chat"}}
 	s := &cachingStore{memStore: newMemStore(current), cached: map[string]policy.Tier{"t": current}}
 	var calls []string
 	svc := policy.NewService(s, s, policy.WithClock(func() time.Time { return t0 }),
@@ -125,7 +125,7 @@ func TestCachedTierNeedsAConfirmingStore(t *testing.T) {
 	ctx := context.Background()
 	closed := policy.Tier{Name: "t", Features: []string{"*"}} // every limit 0
 	s := &lazyStore{memStore: newMemStore(closed), cached: map[string]policy.Tier{
-		"t": {Name: "t", RequestsPerMinute: 100, RequestsPerHour: 100, RequestsPerDay: 100, Features: []string{"*"}},
+		"t": {Name: "t", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(100)), policy.RequestsPerHour: new(int64(100)), policy.RequestsPerDay: new(int64(100))}, Features: []string{"*"}},
 	}}
 	svc := policy.NewService(s, s, policy.WithClock(func() time.Time { return t0 }))
 	for i := range 3 {

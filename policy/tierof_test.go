@@ -14,7 +14,7 @@ func TestTierOf(t *testing.T) {
 	ctx := context.Background()
 	users := newMemUsers(
 		policy.UserRecord{UserID: "g", Tier: "gold"},
-		policy.UserRecord{UserID: "o", Limits: policy.Limits{RequestsPerMinute: i64(0), BurstAllowance: i64(0)}},
+		policy.UserRecord{UserID: "o", Limits: policy.Overrides{policy.RequestsPerMinute: policy.To(0), policy.BurstAllowance: policy.To(0)}},
 	)
 	s := &userStore{newMemStore(basic, gold), users}
 	svc := policy.NewService(s, s, policy.WithDefaultTier("basic"), policy.WithUsers(users), policy.WithClock(func() time.Time { return t0 }))
@@ -22,14 +22,14 @@ func TestTierOf(t *testing.T) {
 		user, tier string
 		perMinute  int64
 	}{
-		{"g", "gold", gold.RequestsPerMinute},
+		{"g", "gold", gold.Limits.Value(policy.RequestsPerMinute)},
 		{"o", "basic", 0},
-		{"nobody", "basic", basic.RequestsPerMinute},
-		{"", "basic", basic.RequestsPerMinute},
+		{"nobody", "basic", basic.Limits.Value(policy.RequestsPerMinute)},
+		{"", "basic", basic.Limits.Value(policy.RequestsPerMinute)},
 	} {
 		got, err := svc.TierOf(ctx, tc.user, "")
-		if err != nil || got.Name != tc.tier || got.RequestsPerMinute != tc.perMinute {
-			t.Errorf("TierOf(%q) = %s at %d a minute (%v), want %s at %d", tc.user, got.Name, got.RequestsPerMinute, err, tc.tier, tc.perMinute)
+		if err != nil || got.Name != tc.tier || got.Limits.Value(policy.RequestsPerMinute) != tc.perMinute {
+			t.Errorf("TierOf(%q) = %s at %d a minute (%v), want %s at %d", tc.user, got.Name, got.Limits.Value(policy.RequestsPerMinute), err, tc.tier, tc.perMinute)
 		}
 	}
 	if users.reads != 0 {

@@ -20,7 +20,7 @@ type UserRecord struct {
 	// Tier is the assigned tier; empty assigns none, and the check's tier
 	// (or the default) is used, with Limits applied to it.
 	Tier   string
-	Limits Limits
+	Limits Overrides
 	// Account names the account the user belongs to; empty for none. A
 	// member's checks also draw on its pooled limits, and a member without
 	// a Tier is checked under the account's.
@@ -50,7 +50,7 @@ func (r *UserRecord) ValidateFields() []FieldError {
 	if r.Tier != "" && !ValidTierName(r.Tier) {
 		errs = append(errs, FieldError{"tier", "tier must be null or match [a-z0-9][a-z0-9_-]{0,62}"})
 	}
-	errs = append(errs, r.Limits.ValidateFields()...)
+	errs = append(errs, r.Limits.ValidateFields("")...)
 	if r.Account != "" {
 		if err := validAccountID(r.Account); err != nil {
 			errs = append(errs, FieldError{"account", strings.Replace(ErrorMessage(err), "account_id", "account", 1)})
@@ -67,7 +67,7 @@ func (r *UserRecord) ValidateFields() []FieldError {
 // SameRecord reports whether a and b assign the same tier with the same
 // overrides and note; UpdatedAt is not compared.
 func SameRecord(a, b *UserRecord) bool {
-	return a.UserID == b.UserID && a.Tier == b.Tier && a.Account == b.Account && a.Note == b.Note && a.Limits.Equal(b.Limits)
+	return a.UserID == b.UserID && a.Tier == b.Tier && a.Account == b.Account && a.Note == b.Note && a.Limits.Equal(&b.Limits)
 }
 
 // sameDecisions reports whether deciding a check under a instead of b
@@ -76,7 +76,7 @@ func sameDecisions(a, b *UserRecord) bool {
 	if a == nil || b == nil {
 		return (a == nil || a.Tier == "" && a.Account == "" && a.Limits.IsZero()) && (b == nil || b.Tier == "" && b.Account == "" && b.Limits.IsZero())
 	}
-	return a.Tier == b.Tier && a.Account == b.Account && a.Limits.Equal(b.Limits)
+	return a.Tier == b.Tier && a.Account == b.Account && a.Limits.Equal(&b.Limits)
 }
 
 // UserChange is one change to one user record, as the audit log keeps it.

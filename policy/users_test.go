@@ -100,9 +100,8 @@ func (h userHistory) CurrentUser(id string) (*policy.UserRecord, bool, error) {
 }
 
 var (
-	basic = policy.Tier{Name: "basic", RequestsPerMinute: 1, RequestsPerHour: 10, RequestsPerDay: 100, Features: []string{"chat"}}
-	gold  = policy.Tier{Name: "gold", RequestsPerMinute: 5, RequestsPerHour: 50, RequestsPerDay: 500, BurstAllowance: 1,
-		Features: []string{"*"}, TokensPerDay: i64(1000), MaxConcurrent: i64(2)}
+	basic = policy.Tier{Name: "basic", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1)), policy.RequestsPerHour: new(int64(10)), policy.RequestsPerDay: new(int64(100))}, Features: []string{"chat"}}
+	gold  = policy.Tier{Name: "gold", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(5)), policy.RequestsPerHour: new(int64(50)), policy.RequestsPerDay: new(int64(500)), policy.BurstAllowance: new(int64(1)), policy.TokensPerDay: i64(1000), policy.MaxConcurrent: i64(2)}, Features: []string{"*"}}
 )
 
 // The tier a check is decided under: the assignment first, then the
@@ -121,9 +120,9 @@ func TestEffectiveTier(t *testing.T) {
 		{"no record, none named", nil, "", true, "basic", 1},
 		{"assigned beats the named tier", &policy.UserRecord{UserID: "u", Tier: "gold"}, "basic", true, "gold", 6},
 		{"assigned, not trusted", &policy.UserRecord{UserID: "u", Tier: "gold"}, "basic", false, "gold", 6},
-		{"overrides only, on the named tier", &policy.UserRecord{UserID: "u", Limits: policy.Limits{RequestsPerMinute: i64(9)}}, "gold", true, "gold", 10},
-		{"overrides only, not trusted", &policy.UserRecord{UserID: "u", Limits: policy.Limits{BurstAllowance: i64(4)}}, "gold", false, "basic", 5},
-		{"assigned with overrides", &policy.UserRecord{UserID: "u", Tier: "gold", Limits: policy.Limits{RequestsPerMinute: i64(0), BurstAllowance: i64(0)}}, "", true, "gold", 0},
+		{"overrides only, on the named tier", &policy.UserRecord{UserID: "u", Limits: policy.Overrides{policy.RequestsPerMinute: policy.To(9)}}, "gold", true, "gold", 10},
+		{"overrides only, not trusted", &policy.UserRecord{UserID: "u", Limits: policy.Overrides{policy.BurstAllowance: policy.To(4)}}, "gold", false, "basic", 5},
+		{"assigned with overrides", &policy.UserRecord{UserID: "u", Tier: "gold", Limits: policy.Overrides{policy.RequestsPerMinute: policy.To(0), policy.BurstAllowance: policy.To(0)}}, "", true, "gold", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			users := newMemUsers()
@@ -152,16 +151,18 @@ func TestEffectiveTier(t *testing.T) {
 // Overrides replace the tier's values field by field; the rest, features
 // included, stay the tier's, and a removed optional limit is no limit.
 func TestWithOverrides(t *testing.T) {
-	got := gold.WithOverrides(policy.Limits{RequestsPerHour: i64(7), TokensPerDay: policy.Unlimited, TokensPerMinute: policy.To(30), MaxConcurrent: policy.Override{}})
+	got := gold.WithOverrides(policy.Overrides{policy.RequestsPerHour: policy.To(7), policy.TokensPerDay: policy.Unlimited, policy.TokensPerMinute: policy.To(30), policy.MaxConcurrent: policy.Override{}})
 	want := gold
-	want.RequestsPerHour, want.TokensPerDay, want.TokensPerMinute = 7, nil, i64(30)
+	want.Limits[policy.RequestsPerHour] = new(int64(7))
+	want.Limits[policy.TokensPerDay] = nil
+	want.Limits[policy.TokensPerMinute] = i64(30)
 	if !policy.SameLimits(&got, &want) || got.Name != "gold" {
 		t.Fatalf("WithOverrides = %+v, want %+v", got, want)
 	}
-	if same := gold.WithOverrides(policy.Limits{}); !policy.SameLimits(&same, &gold) {
+	if same := gold.WithOverrides(policy.Overrides{}); !policy.SameLimits(&same, &gold) {
 		t.Fatalf("no overrides changed the tier: %+v", same)
 	}
-	if *gold.TokensPerDay != 1000 {
+	if *gold.Limits[policy.TokensPerDay] != 1000 {
 		t.Fatal("WithOverrides changed the tier it was called on")
 	}
 }
@@ -173,12 +174,12 @@ func TestUserRecordValidation(t *testing.T) {
 		rec  policy.UserRecord
 		want string
 	}{
-		{policy.UserRecord{UserID: "u", Limits: policy.Limits{RequestsPerDay: i64(-1)}}, "requests_per_day must be an integer from 0 to 2147483647"},
-		{policy.UserRecord{UserID: "u", Limits: policy.Limits{MaxConcurrent: policy.To(policy.MaxLimit + 1)}}, "max_concurrent must be an integer from 0 to 2147483647"},
+		{policy.UserRecord{UserID: "u", Limits: policy.Overrides{policy.RequestsPerDay: policy.To(-1)}}, "requests_per_day must be an integer from 0 to 2147483647"},
+		{policy.UserRecord{UserID: "u", Limits: policy.Overrides{policy.MaxConcurrent: policy.To(policy.MaxLimit + 1)}}, "max_concurrent must be an integer from 0 to 2147483647"},
 		{policy.UserRecord{UserID: "u", Tier: "No Such"}, "tier must be null or match"},
 		{policy.UserRecord{UserID: ""}, "user_id must not be empty"},
 		{policy.UserRecord{UserID: "u", Note: strings.Repeat("x", policy.MaxNote+1)}, "note must be at most 1024 bytes"},
-		{policy.UserRecord{UserID: "u", Limits: policy.Limits{TokensPerHour: policy.Unlimited}}, ""},
+		{policy.UserRecord{UserID: "u", Limits: policy.Overrides{policy.TokensPerHour: policy.Unlimited}}, ""},
 	} {
 		err := tc.rec.Validate()
 		if got := policy.ErrorMessage(err); err != nil && !strings.Contains(got, tc.want) || err == nil && tc.want != "" {
@@ -191,9 +192,9 @@ func TestUserRecordValidation(t *testing.T) {
 	if _, err := policy.LimitsOf(map[string]*int64{"rpm": i64(1)}); err == nil || !strings.Contains(err.Error(), `unknown field "rpm"`) {
 		t.Errorf("unknown limit: %v", err)
 	}
-	l := policy.Limits{RequestsPerMinute: i64(1), TokensPerDay: policy.Unlimited, MaxConcurrent: policy.To(3)}
+	l := policy.Overrides{policy.RequestsPerMinute: policy.To(1), policy.TokensPerDay: policy.Unlimited, policy.MaxConcurrent: policy.To(3)}
 	back, err := policy.LimitsOf(l.Values())
-	if err != nil || !back.Equal(l) {
+	if err != nil || !back.Equal(&l) {
 		t.Errorf("LimitsOf(Values()) = %+v, %v, want %+v", back, err, l)
 	}
 }
@@ -235,7 +236,7 @@ func TestRecordingCheckConfirmsCachedRecord(t *testing.T) {
 	// 0/min, which would refuse.
 	users.mu.Lock()
 	delete(users.records, "u")
-	users.cached["u"] = policy.UserRecord{UserID: "u", Tier: "gold", Limits: policy.Limits{RequestsPerMinute: i64(0), BurstAllowance: i64(0)}}
+	users.cached["u"] = policy.UserRecord{UserID: "u", Tier: "gold", Limits: policy.Overrides{policy.RequestsPerMinute: policy.To(0), policy.BurstAllowance: policy.To(0)}}
 	users.mu.Unlock()
 	if d := check("chat"); d.Tier != "basic" {
 		t.Fatalf("after the removal: %+v, want basic", d)
@@ -261,7 +262,7 @@ func TestServiceUserRecords(t *testing.T) {
 	users := newMemUsers()
 	s := &userStore{newMemStore(basic, gold), users}
 	svc := policy.NewService(s, s, policy.WithUsers(users), policy.WithClock(func() time.Time { return t0 }))
-	if _, _, err := svc.PutUser(ctx, policy.UserRecord{UserID: "u", Limits: policy.Limits{RequestsPerMinute: i64(-5)}}); policy.ErrorCode(err) != policy.EINVALID {
+	if _, _, err := svc.PutUser(ctx, policy.UserRecord{UserID: "u", Limits: policy.Overrides{policy.RequestsPerMinute: policy.To(-5)}}); policy.ErrorCode(err) != policy.EINVALID {
 		t.Fatalf("bad limit: %v", err)
 	}
 	r, created, err := svc.PutUser(ctx, policy.UserRecord{UserID: "u", Tier: "gold"})

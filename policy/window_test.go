@@ -10,7 +10,7 @@ import (
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func limits(rpm, rph, rpd, burst int64) *policy.Tier {
-	return &policy.Tier{Name: "t", RequestsPerMinute: rpm, RequestsPerHour: rph, RequestsPerDay: rpd, BurstAllowance: burst}
+	return &policy.Tier{Name: "t", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(rpm)), policy.RequestsPerHour: new(int64(rph)), policy.RequestsPerDay: new(int64(rpd)), policy.BurstAllowance: new(int64(burst))}}
 }
 
 // step is one request at t0+at and what Evaluate must answer.

@@ -335,7 +335,7 @@ func (a *Admin) renderAccount(c echo.Context, id string, status int, alert strin
 	if err != nil {
 		return a.fail(c, err)
 	}
-	var plan policy.PoolLimits
+	var plan policy.LimitSet
 	for _, t := range tiers {
 		if t.Name == acct.Tier && t.Account != nil {
 			plan = *t.Account

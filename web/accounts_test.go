@@ -15,7 +15,7 @@ import (
 )
 
 // pagePool returns pooled limits setting each named limit to its value.
-func pagePool(t *testing.T, values map[string]int64) *policy.PoolLimits {
+func pagePool(t *testing.T, values map[string]int64) *policy.LimitSet {
 	t.Helper()
 	m := make(map[string]*int64, len(values))
 	for name, v := range values {
@@ -30,9 +30,9 @@ func pagePool(t *testing.T, values map[string]int64) *policy.PoolLimits {
 
 // putTeamTier stores tier "team", 10 a minute, 100 an hour and 1,000 a
 // day per member, with pool as the pooled limits of an account on it.
-func (e *pageEnv) putTeamTier(pool *policy.PoolLimits) {
+func (e *pageEnv) putTeamTier(pool *policy.LimitSet) {
 	e.t.Helper()
-	t := policy.Tier{Name: "team", RequestsPerMinute: 10, RequestsPerHour: 100, RequestsPerDay: 1000, Account: pool}
+	t := policy.Tier{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(10)), policy.RequestsPerHour: new(int64(100)), policy.RequestsPerDay: new(int64(1000))}, Account: pool}
 	if _, _, err := e.svc.PutTier(context.Background(), t); err != nil {
 		e.t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func TestAccountPageMembersAndUsage(t *testing.T) {
 			t.Errorf("#%s %s: %q, want %q", tc.row, tc.field, got, tc.want)
 		}
 	}
-	if got := doc.cell("member-bob", "day"); got != "1 of "+policy.GroupDigits(e.tier("pro").RequestsPerDay) {
+	if got := doc.cell("member-bob", "day"); got != "1 of "+policy.GroupDigits(e.tier("pro").Limits.Value(policy.RequestsPerDay)) {
 		t.Errorf("bob's day %q: not against pro's limit", got)
 	}
 	link := doc.find(func(n *html.Node) bool { return n.Data == "a" && pageText(n) == "ann" })

@@ -158,7 +158,7 @@ func TestAdminPageSessionExpiry(t *testing.T) {
 	if rec.Code != http.StatusSeeOther || rec.Header().Get("Location") != "/admin/login" {
 		t.Fatalf("POST after expiry: %d to %q, want 303 to /admin/login", rec.Code, rec.Header().Get("Location"))
 	}
-	if got := e.tier("free").RequestsPerMinute; got != 10 {
+	if got := e.tier("free").Limits.Value(policy.RequestsPerMinute); got != 10 {
 		t.Errorf("an expired session changed the tier: requests_per_minute %d, want 10", got)
 	}
 
@@ -287,7 +287,7 @@ func TestAdminPageCSRF(t *testing.T) {
 			if !strings.Contains(doc.raw, "refused") {
 				t.Errorf("the page does not say the request was refused:\n%s", doc.raw)
 			}
-			if got := e.tier("free").RequestsPerMinute; got != 10 {
+			if got := e.tier("free").Limits.Value(policy.RequestsPerMinute); got != 10 {
 				t.Fatalf("a refused form changed the tier: requests_per_minute %d", got)
 			}
 		})
@@ -308,7 +308,7 @@ func TestAdminPageCSRF(t *testing.T) {
 	if rec.Code != http.StatusSeeOther {
 		t.Fatalf("same-origin form: status %d, want 303\n%s", rec.Code, rec.Body)
 	}
-	if got := e.tier("free").RequestsPerMinute; got != 1 {
+	if got := e.tier("free").Limits.Value(policy.RequestsPerMinute); got != 1 {
 		t.Errorf("requests_per_minute %d, want 1", got)
 	}
 }
@@ -371,7 +371,7 @@ func TestAdminPageTierValidation(t *testing.T) {
 					t.Errorf("%s has an error but was valid", id)
 				}
 			}
-			if after := e.tier("free"); !after.UpdatedAt.Equal(before.UpdatedAt) || after.RequestsPerMinute != before.RequestsPerMinute {
+			if after := e.tier("free"); !after.UpdatedAt.Equal(before.UpdatedAt) || after.Limits.Value(policy.RequestsPerMinute) != before.Limits.Value(policy.RequestsPerMinute) {
 				t.Errorf("an invalid form changed the tier: %+v", after)
 			}
 		})
@@ -406,7 +406,7 @@ func TestAdminPageCreateValidation(t *testing.T) {
 			}
 		})
 	}
-	if got := e.tier("pro").RequestsPerMinute; got != 60 {
+	if got := e.tier("pro").Limits.Value(policy.RequestsPerMinute); got != 60 {
 		t.Errorf("creating an existing tier replaced it: requests_per_minute %d", got)
 	}
 }

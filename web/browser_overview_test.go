@@ -46,7 +46,7 @@ func TestBrowserOverview(t *testing.T) {
 	defer func() { stop() }()
 	ctx := context.Background()
 	if _, err := store.UpdateTiers(ctx, policy.TierUpdate{At: clock.Now(), Source: policy.SourceAPI, Put: []policy.Tier{
-		{Name: "team", RequestsPerMinute: 4, RequestsPerHour: 60, RequestsPerDay: 400, BurstAllowance: 1, Features: []string{"chat"}, UpdatedAt: clock.Now()},
+		{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(4)), policy.RequestsPerHour: new(int64(60)), policy.RequestsPerDay: new(int64(400)), policy.BurstAllowance: new(int64(1))}, Features: []string{"chat"}, UpdatedAt: clock.Now()},
 	}}); err != nil {
 		t.Fatal(err)
 	}

@@ -81,7 +81,7 @@ func TestAdminPageShowsRecentChanges(t *testing.T) {
 	}
 	defer other.Close()
 	importer := policy.NewService(other, other, policy.WithClock(func() time.Time { return pageT0.Add(2 * time.Minute) }))
-	team := policy.Tier{Name: "team", RequestsPerMinute: 5, RequestsPerHour: 50, RequestsPerDay: 500, Features: []string{"chat"}}
+	team := policy.Tier{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(5)), policy.RequestsPerHour: new(int64(50)), policy.RequestsPerDay: new(int64(500))}, Features: []string{"chat"}}
 	if _, err := importer.ImportTiers(ctx, []policy.Tier{team}, false); err != nil {
 		t.Fatal(err)
 	}

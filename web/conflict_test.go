@@ -34,7 +34,7 @@ func TestAdminPageEditConflict(t *testing.T) {
 	// Alice first types a mistake: the form comes back still based on
 	// what she read, not on Bob's save.
 	e.clock.Advance(time.Minute)
-	alices := pageTierForm(policy.Tier{Name: "free", RequestsPerMinute: 30, RequestsPerHour: 100, RequestsPerDay: 1000, Features: []string{"chat"}})
+	alices := pageTierForm(policy.Tier{Name: "free", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(30)), policy.RequestsPerHour: new(int64(100)), policy.RequestsPerDay: new(int64(1000))}, Features: []string{"chat"}})
 	alices.Set("version", aliceRead)
 	alices.Set("requests_per_hour", "lots")
 	invalid := parsePage(t, alice.post("/admin/tiers/free", alices), http.StatusBadRequest)
@@ -45,7 +45,7 @@ func TestAdminPageEditConflict(t *testing.T) {
 	// Corrected, her save is refused: Bob's change would be lost.
 	alices.Set("requests_per_hour", "100")
 	conflict := parsePage(t, alice.post("/admin/tiers/free", alices), http.StatusConflict)
-	if got := e.tier("free"); got.RequestsPerMinute != 20 || !got.UpdatedAt.Equal(afterBob.UpdatedAt) {
+	if got := e.tier("free"); got.Limits.Value(policy.RequestsPerMinute) != 20 || !got.UpdatedAt.Equal(afterBob.UpdatedAt) {
 		t.Fatalf("a save on a stale read replaced the tier: %+v", got)
 	}
 	alert := conflict.alert()
@@ -76,7 +76,7 @@ func TestAdminPageSaveNeedsTheTierAsRead(t *testing.T) {
 	e := newPageEnv(t)
 	b := e.signIn()
 	ctx := context.Background()
-	gold := policy.Tier{Name: "gold", RequestsPerMinute: 5, RequestsPerHour: 50, RequestsPerDay: 500}
+	gold := policy.Tier{Name: "gold", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(5)), policy.RequestsPerHour: new(int64(50)), policy.RequestsPerDay: new(int64(500))}}
 	if _, _, err := e.svc.PutTier(ctx, gold); err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestAdminPageSaveNeedsTheTierAsRead(t *testing.T) {
 		if !strings.Contains(doc.raw, "does not say which version") {
 			t.Errorf("version %q: the page does not say what is wrong:\n%s", version, doc.raw)
 		}
-		if got := e.tier("free").RequestsPerMinute; got != 10 {
+		if got := e.tier("free").Limits.Value(policy.RequestsPerMinute); got != 10 {
 			t.Fatalf("version %q: requests_per_minute %d, want 10", version, got)
 		}
 	}

@@ -80,7 +80,7 @@ func pageTierJSON(t policy.Tier) string {
 	b, err := json.Marshal(struct {
 		Name              string `json:"name"`
 		RequestsPerMinute int64  `json:"requests_per_minute"`
-	}{t.Name, t.RequestsPerMinute})
+	}{t.Name, t.Limits.Value(policy.RequestsPerMinute)})
 	if err != nil {
 		panic(err)
 	}
@@ -240,10 +240,10 @@ func pageTierForm(t policy.Tier) url.Values {
 	itoa := func(n int64) string { return strconv.FormatInt(n, 10) }
 	return url.Values{
 		"name":                {t.Name},
-		"requests_per_minute": {itoa(t.RequestsPerMinute)},
-		"requests_per_hour":   {itoa(t.RequestsPerHour)},
-		"requests_per_day":    {itoa(t.RequestsPerDay)},
-		"burst_allowance":     {itoa(t.BurstAllowance)},
+		"requests_per_minute": {itoa(t.Limits.Value(policy.RequestsPerMinute))},
+		"requests_per_hour":   {itoa(t.Limits.Value(policy.RequestsPerHour))},
+		"requests_per_day":    {itoa(t.Limits.Value(policy.RequestsPerDay))},
+		"burst_allowance":     {itoa(t.Limits.Value(policy.BurstAllowance))},
 		"features":            {strings.Join(t.Features, ", ")},
 		"models":              {pageModels(t.Models)},
 		"description":         {t.Description},

@@ -1,9 +1,12 @@
 package web_test
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/policyguard/policyguard/policy"
 )
 
 // The tier form carries the metering limits: a number sets one, an empty
@@ -19,8 +22,8 @@ func TestAdminPageMeteringLimits(t *testing.T) {
 	form.Set("max_concurrent", "2")
 	b.follow(b.post("/admin/tiers/free", form), "/admin")
 	got := e.tier("free")
-	if got.TokensPerMinute == nil || *got.TokensPerMinute != 1000 || got.MaxConcurrent == nil || *got.MaxConcurrent != 2 ||
-		got.TokensPerHour != nil || got.TokensPerDay != nil {
+	if got.Limits[policy.TokensPerMinute] == nil || *got.Limits[policy.TokensPerMinute] != 1000 || got.Limits[policy.MaxConcurrent] == nil || *got.Limits[policy.MaxConcurrent] != 2 ||
+		got.Limits[policy.TokensPerHour] != nil || got.Limits[policy.TokensPerDay] != nil {
 		t.Fatalf("stored %+v, want 1000 tokens a minute, 2 at once and nothing else", got)
 	}
 	edit := parsePage(t, b.get("/admin/tiers/free"), http.StatusOK)
@@ -41,7 +44,7 @@ func TestAdminPageMeteringLimits(t *testing.T) {
 	form.Set("tokens_per_minute", "")
 	form.Set("max_concurrent", "2")
 	b.follow(b.post("/admin/tiers/free", form), "/admin")
-	if got := e.tier("free"); got.TokensPerMinute != nil || got.MaxConcurrent == nil {
+	if got := e.tier("free"); got.Limits[policy.TokensPerMinute] != nil || got.Limits[policy.MaxConcurrent] == nil {
 		t.Fatalf("stored %+v, want no token limit and 2 at once", got)
 	}
 
@@ -59,5 +62,39 @@ func TestAdminPageMeteringLimits(t *testing.T) {
 		if after := e.tier("free"); !after.UpdatedAt.Equal(before.UpdatedAt) {
 			t.Errorf("%s %q changed the tier", bad.field, bad.value)
 		}
+	}
+}
+
+// The tiers table has a column for every limit of the table, and one for
+// the pooled limits of the accounts on each tier: a limit seen only by
+// opening a tier's form is one an admin misses.
+func TestTiersTableShowsEveryLimit(t *testing.T) {
+	e := newPageEnv(t)
+	b := e.signIn()
+	tier := e.tier("free")
+	for i := range policy.LimitFields {
+		f := &policy.LimitFields[i]
+		f.Set(&tier, new(int64(1000*(i+1))))
+	}
+	tier.Account = &policy.LimitSet{policy.RequestsPerMinute: new(int64(50)), policy.TokensPerDay: new(int64(9000))}
+	tier.Models = []string{"gpt-4o-mini*"}
+	if _, err := e.svc.ReplaceTier(context.Background(), tier, tier.UpdatedAt); err != nil {
+		t.Fatal(err)
+	}
+	page := parsePage(t, b.get("/admin"), http.StatusOK)
+	for i := range policy.LimitFields {
+		f := &policy.LimitFields[i]
+		if got, want := page.cell("tier-free", f.Name), policy.GroupDigits(int64(1000*(i+1))); got != want {
+			t.Errorf("%s: the tiers table shows %q, want %q", f.Name, got, want)
+		}
+	}
+	if got, want := page.cell("tier-free", "account"), "50/min, 9,000 tokens/day"; got != want {
+		t.Errorf("pooled limits: %q, want %q", got, want)
+	}
+	if got := page.cell("tier-pro", "account"); got != "none" {
+		t.Errorf("a tier without pooled limits shows %q", got)
+	}
+	if got := page.cell("tier-free", "models"); got != "gpt-4o-mini*" {
+		t.Errorf("models: %q", got)
 	}
 }

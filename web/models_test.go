@@ -97,7 +97,7 @@ func TestAdminPageChangesWordModels(t *testing.T) {
 	e := newPageEnv(t)
 	b := e.signIn()
 	ctx := context.Background()
-	team := policy.Tier{Name: "team", RequestsPerMinute: 5, RequestsPerHour: 50, RequestsPerDay: 500, Models: []string{"gpt-4o*"}}
+	team := policy.Tier{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(5)), policy.RequestsPerHour: new(int64(50)), policy.RequestsPerDay: new(int64(500))}, Models: []string{"gpt-4o*"}}
 	if _, _, err := e.svc.PutTier(ctx, team); err != nil {
 		t.Fatal(err)
 	}

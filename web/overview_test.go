@@ -63,7 +63,7 @@ func TestOverviewMatchesCheckAnswers(t *testing.T) {
 	e := newPageEnv(t)
 	b := e.signIn()
 	ctx := context.Background()
-	if _, _, err := e.svc.PutTier(ctx, policy.Tier{Name: "tight", RequestsPerMinute: 2, RequestsPerHour: 6, RequestsPerDay: 100, Features: []string{"chat"}}); err != nil {
+	if _, _, err := e.svc.PutTier(ctx, policy.Tier{Name: "tight", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(2)), policy.RequestsPerHour: new(int64(6)), policy.RequestsPerDay: new(int64(100))}, Features: []string{"chat"}}); err != nil {
 		t.Fatal(err)
 	}
 	type key struct{ minute, reason string }

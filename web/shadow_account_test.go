@@ -36,7 +36,7 @@ func TestAdminPagePreviewAccounts(t *testing.T) {
 		e.clock.Advance(time.Second)
 	}
 	// A pooled limit set since: the preview replays the pool through it.
-	if _, _, err := e.svc.PutAccount(ctx, policy.Account{AccountID: "acme", Tier: "free", Limits: policy.PoolOverrides{0: policy.To(1)}}); err != nil {
+	if _, _, err := e.svc.PutAccount(ctx, policy.Account{AccountID: "acme", Tier: "free", Limits: policy.Overrides{0: policy.To(1)}}); err != nil {
 		t.Fatal(err)
 	}
 	page := parsePage(t, b.post("/admin/tiers/free/preview", pageTierForm(e.tier("free"))), http.StatusOK)

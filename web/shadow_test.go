@@ -77,7 +77,7 @@ func TestAdminPagePromote(t *testing.T) {
 	if !strings.HasPrefix(done.flash(), "Promoted the shadow limits of tier free") {
 		t.Errorf("flash %q", done.flash())
 	}
-	if got := e.tier("free"); got.Shadow != nil || got.RequestsPerMinute != 2 || got.BurstAllowance != 1 || got.RequestsPerDay != 200 {
+	if got := e.tier("free"); got.Shadow != nil || got.Limits.Value(policy.RequestsPerMinute) != 2 || got.Limits.Value(policy.BurstAllowance) != 1 || got.Limits.Value(policy.RequestsPerDay) != 200 {
 		t.Fatalf("promoted tier %+v", got)
 	}
 	none := parsePage(t, b.post("/admin/tiers/free/promote", url.Values{"version": {pageTierVersion(e.tier("free"))}}), http.StatusBadRequest)

@@ -17,6 +17,7 @@ type adminTierRow struct {
 	Name        string
 	Default     bool
 	Limits      []adminLimitCell // in the order of TierColumns
+	Pool        string           // the pooled limits of its accounts, in words; "" for none
 	Features    []string
 	Models      []string
 	AnyModel    bool // Models is nil: the tier allows every model
@@ -30,14 +31,12 @@ type adminLimitCell struct {
 	Field, Label, Value string
 }
 
-// tierColumns are the limits the tiers table shows, a column each: those
-// every tier sets.
+// tierColumns are the limits the tiers table shows, a column each: every
+// limit of the table.
 var tierColumns = func() []*policy.LimitField {
-	var fs []*policy.LimitField
+	fs := make([]*policy.LimitField, len(policy.LimitFields))
 	for i := range policy.LimitFields {
-		if f := &policy.LimitFields[i]; !f.Optional {
-			fs = append(fs, f)
-		}
+		fs[i] = &policy.LimitFields[i]
 	}
 	return fs
 }()
@@ -52,7 +51,7 @@ func (adminView) TierColumns() []string {
 }
 
 // TierTableWidth returns the number of columns of the tiers table.
-func (adminView) TierTableWidth() int { return len(tierColumns) + 6 }
+func (adminView) TierTableWidth() int { return len(tierColumns) + 7 }
 
 // columnLabel is the short heading of limit f's column: "Per minute".
 func columnLabel(f *policy.LimitField) string {
@@ -61,6 +60,8 @@ func columnLabel(f *policy.LimitField) string {
 		return "Per " + f.Window.String()
 	case policy.KindBurst:
 		return "Burst"
+	case policy.KindTokens:
+		return "Tokens per " + f.Window.String()
 	}
 	return f.Label
 }
@@ -250,7 +251,7 @@ func tierFormValues(t policy.Tier) map[string]string {
 		f := &policy.LimitFields[i]
 		v[f.Name] = optionalLimit(f.Get(&t))
 		if t.Shadow != nil && f.InRequestLimits() {
-			v["shadow."+f.Name] = strconv.FormatInt(*f.RequestLimit(t.Shadow), 10)
+			v["shadow."+f.Name] = strconv.FormatInt(t.Shadow.Limits.Value(f.ID()), 10)
 			if t.Shadow.Account != nil {
 				v["shadow.account."+f.Name] = optionalLimit(t.Shadow.Account.Get(f))
 			}
@@ -318,20 +319,20 @@ func (a *Admin) tierFromForm(name string, values map[string]string) (policy.Tier
 		}
 	}
 	if pooledShadow {
-		t.Shadow.Account = &policy.PoolLimits{}
+		t.Shadow.Account = &policy.LimitSet{}
 	}
 	// The checkbox says whether the tier has an account object; limits
 	// typed without it would be dropped unseen, so they are refused.
 	pooled := values[accountField] != ""
 	if pooled {
-		t.Account = &policy.PoolLimits{}
+		t.Account = &policy.LimitSet{}
 	}
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
 		f.Set(&t, parse(f.Name, f.Optional))
 		if t.Shadow != nil && f.InRequestLimits() {
 			if v := parse("shadow."+f.Name, false); v != nil {
-				*f.RequestLimit(t.Shadow) = *v
+				t.Shadow.Limits.Set(f, v)
 			}
 			if pooledShadow {
 				t.Shadow.Account.Set(f, parse("shadow.account."+f.Name, true))
@@ -417,6 +418,9 @@ func (a *Admin) tiersView(c echo.Context, form *adminTierForm) (adminView, error
 		}
 		for _, f := range tierColumns {
 			v.Tiers[i].Limits = append(v.Tiers[i].Limits, adminLimitCell{Field: f.Name, Label: columnLabel(f), Value: policy.LimitText(f.Get(&t))})
+		}
+		if t.Account != nil {
+			v.Tiers[i].Pool = policy.PoolSummary(t.Account)
 		}
 		if !t.UpdatedAt.IsZero() {
 			v.Tiers[i].Updated = t.UpdatedAt.UTC().Format("2006-01-02 15:04:05 UTC")

@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/policyguard/policyguard/policy"
 )
 
 // The record form on the look-up page: save an assignment and overrides,
@@ -39,7 +41,7 @@ func TestRecordForm(t *testing.T) {
 		t.Fatalf("the form shows requests_per_minute %q", got)
 	}
 	r, err := e.svc.User(ctx, "carol")
-	if err != nil || r.Tier != "pro" || r.Note != "pilot customer" || !r.Limits.TokensPerDay.Set || r.Limits.TokensPerDay.Limit != nil {
+	if err != nil || r.Tier != "pro" || r.Note != "pilot customer" || !r.Limits[policy.TokensPerDay].Set || r.Limits[policy.TokensPerDay].Limit != nil {
 		t.Fatalf("stored %+v, %v", r, err)
 	}
 	if got := e.check("carol", "free"); got != "admitted" {

@@ -53,8 +53,7 @@ func BenchmarkGatewayChat(b *testing.B) {
 			b.Cleanup(func() { store.Close() })
 			svc := policy.NewService(store, store, []policy.Option{policy.WithStats(store, store), policy.WithUsers(store), policy.WithKeys(store)}...)
 			tokens := int64(policy.MaxLimit)
-			if _, _, err := svc.PutTier(context.Background(), policy.Tier{Name: "bench", RequestsPerMinute: 100000, RequestsPerHour: 1000000,
-				RequestsPerDay: 10000000, TokensPerDay: &tokens}); err != nil {
+			if _, _, err := svc.PutTier(context.Background(), policy.Tier{Name: "bench", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(100000)), policy.RequestsPerHour: new(int64(1000000)), policy.RequestsPerDay: new(int64(10000000)), policy.TokensPerDay: &tokens}}); err != nil {
 				b.Fatal(err)
 			}
 			keys := make([]string, 200)

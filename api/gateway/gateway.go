@@ -1006,8 +1006,8 @@ func (x *exchange) readBody(t *policy.Tier) ([]byte, bool) {
 		return nil, false
 	}
 	reads := int64(defaultBodyReads)
-	if t.MaxConcurrent != nil && *t.MaxConcurrent > 0 {
-		reads = *t.MaxConcurrent
+	if m := t.Limits[policy.MaxConcurrent]; m != nil && *m > 0 {
+		reads = *m
 	}
 	x.g.readsMu.Lock()
 	if x.g.bodyReads[x.user] >= reads {

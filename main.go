@@ -316,7 +316,7 @@ func settings(cfg *config, gw *gateway.Config, getenv func(string) string) []cli
 			Parse: func(v string) error { return cli.AddUpstream(gw, v, getenv) }},
 		{Flag: "gateway-passthrough", Env: "GUARDRAIL_GATEWAY_PASSTHROUGH", Kind: cli.List, Hint: "PREFIXES",
 			Usage: "comma-separated path prefixes, such as /files,/models, of the gateway paths no metered route takes to forward, each counted as a request with no tokens; other paths are a 404, and prefixes of model calls the gateway cannot meter (batches, realtime, ...) are refused",
-			Parse: cli.AppendList(&gw.Passthrough)},
+			Parse: cli.AppendPassthrough(&gw.Passthrough)},
 		{Flag: "gateway-max-output", Env: "GUARDRAIL_GATEWAY_MAX_OUTPUT", Default: strconv.Itoa(gateway.DefaultMaxOutput), Hint: "TOKENS",
 			Usage: "output tokens the gateway reserves for a call that sets no output cap",
 			Parse: cli.SetInt64(&gw.MaxOutput, 1, policy.MaxLimit, fmt.Sprintf("gateway max output %%q: must be a whole number of tokens from 1 to %d (-gateway-max-output, GUARDRAIL_GATEWAY_MAX_OUTPUT)", policy.MaxLimit))},

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -81,5 +82,40 @@ func TestParseErrors(t *testing.T) {
 	}
 	if want := "Usage:\n  -on\n    \tswitch (T_ON, default false)\n  -secret string\n    \ta secret (T_SECRET)\n"; out.String() != want {
 		t.Errorf("usage:\n%s\nwant:\n%s", out.String(), want)
+	}
+}
+
+// The passthrough setting was a boolean: "false" still forwards nothing, so
+// old environment files start, and "true" is refused with what to write.
+func TestAppendPassthrough(t *testing.T) {
+	for _, tc := range []struct {
+		values  []string
+		want    []string
+		wantErr string
+	}{
+		{values: []string{"/files, /models"}, want: []string{"/files", "/models"}},
+		{values: []string{"/files", "/models"}, want: []string{"/files", "/models"}},
+		{values: []string{"false"}},
+		{values: []string{" FALSE "}},
+		{values: []string{"0"}},
+		{values: []string{"true"}, wantErr: "name the path prefixes to forward, such as /files,/models"},
+		{values: []string{"1"}, wantErr: "name the path prefixes to forward"},
+	} {
+		var got []string
+		parse := AppendPassthrough(&got)
+		var err error
+		for _, v := range tc.values {
+			if err = parse(v); err != nil {
+				break
+			}
+		}
+		switch {
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%q: error %v, want one saying %q", tc.values, err, tc.wantErr)
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%q: %v", tc.values, err)
+		case tc.wantErr == "" && !slices.Equal(got, tc.want):
+			t.Errorf("%q: prefixes %q, want %q", tc.values, got, tc.want)
+		}
 	}
 }

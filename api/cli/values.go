@@ -130,6 +130,24 @@ func AppendList(p *[]string) func(string) error {
 	}
 }
 
+// AppendPassthrough returns a Parse that appends to p the passthrough
+// prefixes of a value, as AppendList does. The setting was a boolean before
+// it became a list of prefixes: "false", the old default, still forwards
+// nothing, so an environment file written for it keeps working, and "true",
+// which forwarded every path, is refused with what to write instead.
+func AppendPassthrough(p *[]string) func(string) error {
+	appendList := AppendList(p)
+	return func(v string) error {
+		switch strings.ToLower(strings.TrimSpace(v)) {
+		case "false", "0":
+			return nil
+		case "true", "1":
+			return fmt.Errorf("passthrough %q: name the path prefixes to forward, such as /files,/models; forwarding every path is no longer possible, since some reach model calls the gateway cannot meter", v)
+		}
+		return appendList(v)
+	}
+}
+
 // AddUpstream adds the upstream that spec names (NAME=PROTOCOL:URL) to gw,
 // with its key from the environment.
 func AddUpstream(gw *gateway.Config, spec string, getenv func(string) string) error {

@@ -13,7 +13,8 @@ import (
 // callQueries are the statements of metered calls, prepared with queries.
 // Each is a seek on a primary key or an index: the user's finished tokens
 // are counted from running totals (see call_tokens in the migration), and
-// the open calls are read through the index calls_user.
+// the open calls are read through the index calls_open, which holds them
+// alone (see migration 17).
 var callQueries = map[query]string{
 	qTokLast:       `SELECT ts, total FROM call_tokens WHERE user_id = ? ORDER BY ts DESC, total DESC LIMIT 1`,
 	qTokFirstAfter: `SELECT ts, total - tokens FROM call_tokens WHERE user_id = ? AND ts > ? ORDER BY ts, total LIMIT 1`,
@@ -41,12 +42,20 @@ var callQueries = map[query]string{
 	qCallSettle:    `UPDATE calls SET finished_at = ?, tokens = reserved, expired = 1 WHERE id = ?`,
 	qCallFinish:    `UPDATE calls SET finished_at = ?, tokens = ?, reported = ? WHERE id = ?`,
 	qCallKeepAlive: `UPDATE calls SET expires_at = ? WHERE id = ?`,
-	qCallsForget:   `DELETE FROM calls WHERE user_id = ?`,
-	qCallNextUser:  `SELECT user_id FROM calls WHERE user_id > ? ORDER BY user_id LIMIT 1`,
-	// A user's calls finished at or before a cutoff, at most a number of
-	// them: a range of calls_user.
+	// Every call of a user: the open ones, a range of calls_open, and the
+	// finished ones, a range of calls_finished_user.
+	qCallsForget: `DELETE FROM calls WHERE id IN
+		(SELECT id FROM calls WHERE user_id = ?1 AND finished_at IS NULL
+		UNION ALL SELECT id FROM calls WHERE user_id = ?1 AND finished_at IS NOT NULL)`,
+	// The next user with an open call expired at or before a cutoff: a
+	// walk of calls_open, which holds open calls only.
+	qCallNextExpired: `SELECT user_id FROM calls
+		WHERE finished_at IS NULL AND user_id > ? AND expires_at <= ? ORDER BY user_id LIMIT 1`,
+	// The calls finished at or before a cutoff, oldest first, at most a
+	// number of them, whoever they belong to: a range of
+	// calls_finished_tier.
 	qCallsPrune: `DELETE FROM calls WHERE id IN
-		(SELECT id FROM calls WHERE user_id = ? AND finished_at <= ? LIMIT ?)`,
+		(SELECT id FROM calls WHERE finished_at IS NOT NULL AND finished_at <= ? ORDER BY finished_at LIMIT ?)`,
 }
 
 // noExpiry is ledgerState.nextExpiry when no call is open.

@@ -358,3 +358,60 @@ func TestPruneCallsKeepsCounts(t *testing.T) {
 		}
 	})
 }
+
+// TestPruneAndForgetFindFinishedCalls: the cleanup deletes the calls of
+// every user finished by its cutoff, more than one step of it deletes, and
+// those that expired by then, and keeps the later ones; Forget deletes a
+// user's finished calls too, and no one else's.
+func TestPruneAndForgetFindFinishedCalls(t *testing.T) {
+	eachBackend(t, func(t *testing.T, bk backend) {
+		e := newMeteredEnv(t, bk, policy.Tier{Name: "p", Limits: policy.LimitSet{policy.RequestsPerMinute: i64(1 << 20), policy.RequestsPerHour: i64(1 << 20), policy.RequestsPerDay: i64(1 << 20), policy.TokensPerDay: i64(1 << 30)}})
+		ctx := context.Background()
+		users := []string{"a", "b", "c"}
+		var old []string
+		for i := range 350 { // 1,050 calls, more than a step deletes
+			e.now = t0.Add(time.Duration(i) * time.Second)
+			for _, u := range users {
+				d := e.check(u, "p", 1)
+				if _, err := e.finish(d.CallID, i64(1)); err != nil {
+					t.Fatal(err)
+				}
+				old = append(old, d.CallID)
+			}
+		}
+		e.now = t0.Add(time.Hour)
+		expired := e.check("b", "p", 1).CallID // expires 10 minutes later, unfinished
+		e.now = t0.Add(3 * time.Hour)
+		recent := map[string]string{}
+		for _, u := range users {
+			d := e.check(u, "p", 1)
+			if _, err := e.finish(d.CallID, i64(1)); err != nil {
+				t.Fatal(err)
+			}
+			recent[u] = d.CallID
+		}
+		if _, err := e.store.Prune(ctx, t0.Add(2*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range append(old, expired) {
+			if c, err := e.finish(id, i64(1)); policy.ErrorCode(err) != policy.ENOTFOUND {
+				t.Fatalf("call %s after the cleanup: %+v %v", id, c, err)
+			}
+		}
+		// A finished call's finish, repeated, answers the call.
+		for u, id := range recent {
+			if c, err := e.finish(id, i64(1)); err != nil || c.UserID != u || c.Tokens != 1 {
+				t.Fatalf("%s's recent call after the cleanup: %+v %v", u, c, err)
+			}
+		}
+		if err := e.svc.Forget(ctx, "b"); err != nil {
+			t.Fatal(err)
+		}
+		if c, err := e.finish(recent["b"], i64(1)); policy.ErrorCode(err) != policy.ENOTFOUND {
+			t.Fatalf("b's finished call after Forget: %+v %v", c, err)
+		}
+		if c, err := e.finish(recent["c"], i64(1)); err != nil || c.UserID != "c" {
+			t.Fatalf("c's call after b's Forget: %+v %v", c, err)
+		}
+	})
+}

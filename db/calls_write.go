@@ -416,36 +416,35 @@ func (s *Store) KeepAlive(ctx context.Context, id string, now, expiresAt time.Ti
 	return c, err
 }
 
-// pruneCallsStep visits the users of calls after cursor in key order, like
-// pruneStep: it settles each user's calls that expired at or before cutoff,
-// then deletes the user's calls finished at or before it (cutoff being at
-// least a day ago, no window counts them any more), until it has deleted or
-// visited about pruneBatch. Each is a range of calls_user.
-func pruneCallsStep(tx *writeTx, cursor string, cutoff int64) (deleted int64, next string, done bool, err error) {
-	for visited := 0; visited < pruneBatch && deleted < pruneBatch; visited++ {
+// pruneSettleStep visits the users after cursor, in key order, that have
+// an open call expired at or before cutoff, and settles those calls, so
+// that pruneCallsStep finds them finished and their tokens are counted
+// before the rows of finished tokens are pruned; it stops after about
+// pruneBatch users. Only open calls are walked (calls_open), never a day of
+// finished ones.
+func pruneSettleStep(tx *writeTx, cursor string, cutoff int64) (deleted int64, next string, done bool, err error) {
+	for visited := 0; visited < pruneBatch; visited++ {
 		var user string
-		err := tx.queryRow(qCallNextUser, cursor).Scan(&user)
+		err := tx.queryRow(qCallNextExpired, cursor, cutoff).Scan(&user)
 		if errors.Is(err, sql.ErrNoRows) {
-			return deleted, cursor, true, nil
+			return 0, cursor, true, nil
 		}
 		if err != nil {
 			return 0, "", false, unavailable(err)
 		}
 		// Settling writes the user's running totals of tokens, as an
-		// admission may at the same time on another replica. (Deleting
-		// old rows needs no lock: no admission reads or writes rows
-		// older than a day.) Batches of admissions take several users'
-		// locks in the order of their numbers (see pgBatch), and this
-		// walk goes in the order of ids: so a step waits only for its
-		// first user's lock, holding none, and only tries the others. A
-		// user whose lock is held ends the step, and the next begins
-		// with them.
+		// admission may at the same time on another replica. Batches of
+		// admissions take several users' locks in the order of their
+		// numbers (see pgBatch), and this walk goes in the order of ids:
+		// so a step waits only for its first user's lock, holding none,
+		// and only tries the others. A user whose lock is held ends the
+		// step, and the next begins with them.
 		if visited == 0 {
 			if err := tx.lockUser(user); err != nil {
 				return 0, "", false, err
 			}
 		} else if ok, err := tx.tryLockUser(user); err != nil || !ok {
-			return deleted, cursor, false, err
+			return 0, cursor, false, err
 		}
 		st, err := tx.userOf(user)
 		if err != nil {
@@ -454,24 +453,29 @@ func pruneCallsStep(tx *writeTx, cursor string, cutoff int64) (deleted int64, ne
 		if _, err := tx.settle(st, user, cutoff); err != nil {
 			return 0, "", false, err
 		}
-		budget := pruneBatch - deleted
-		res, err := tx.exec(qCallsPrune, user, cutoff, budget)
-		if err != nil {
-			return 0, "", false, unavailable(err)
-		}
-		n, _ := res.RowsAffected()
-		deleted += n
-		if n == budget {
-			// The user may have more old calls: resume at the same user.
-			return deleted, cursor, false, nil
-		}
 		cursor = user
 	}
-	return deleted, cursor, false, nil
+	return 0, cursor, false, nil
 }
 
-// pruneTokensStep does the same for rows of finished tokens counted at or
-// before cutoff, after pruneCallsStep settled what expired by then.
+// pruneCallsStep deletes up to pruneBatch calls finished at or before
+// cutoff, oldest first, whoever they belong to: a range of
+// calls_finished_tier. cutoff being at least a day ago, no window counts
+// them any more, and no admission reads or writes them, so deleting them
+// takes no user's lock. Calls expired by cutoff are finished by
+// pruneSettleStep first.
+func pruneCallsStep(tx *writeTx, _ string, cutoff int64) (deleted int64, next string, done bool, err error) {
+	res, err := tx.exec(qCallsPrune, cutoff, pruneBatch)
+	if err != nil {
+		return 0, "", false, unavailable(err)
+	}
+	n, _ := res.RowsAffected()
+	return n, "", n < pruneBatch, nil
+}
+
+// pruneTokensStep visits users after cursor in key order, like pruneStep,
+// deleting their rows of finished tokens counted at or before cutoff, after
+// pruneSettleStep settled what expired by then.
 // Deleting a user's oldest rows keeps the differences of running totals,
 // which is all that counting reads.
 func pruneTokensStep(tx *writeTx, cursor string, cutoff int64) (deleted int64, next string, done bool, err error) {

@@ -34,10 +34,11 @@ func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 		return 0, err
 	}
 	var total int64
-	// Requests, then calls (settling those expired by cutoff), then the
-	// finished tokens, each walking its users in key order.
+	// Requests, then the calls expired by cutoff (settled, user by user),
+	// the calls finished by then (in finishing order), and the finished
+	// tokens, each step resuming where the one before it stopped.
 	for _, step := range [...]func(*writeTx, string, int64) (int64, string, bool, error){
-		pruneStep, pruneCallsStep, pruneTokensStep,
+		pruneStep, pruneSettleStep, pruneCallsStep, pruneTokensStep,
 	} {
 		for cursor, done := "", false; !done; {
 			if err := ctx.Err(); err != nil {

@@ -58,7 +58,7 @@ const (
 	qCallFinish
 	qCallKeepAlive
 	qCallsForget
-	qCallNextUser
+	qCallNextExpired
 	qCallsPrune
 	numQueries
 )

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/policyguard/policyguard/db"
+	"github.com/policyguard/policyguard/db/dbtest"
 )
 
 // faultTally is what one client saw for one user.
@@ -103,7 +104,7 @@ func testSIGKILL(t *testing.T, bin, mode string) {
 				}
 			}()
 		}
-		waitFor(t, "load", 60*time.Second, func() bool {
+		dbtest.WaitFor(t, "load", 60*time.Second, func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			for g := range clients {
@@ -227,7 +228,7 @@ func testSIGTERMDrains(t *testing.T, bin string) {
 	if err := svc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "shutting down", 5*time.Second, func() bool { return strings.Contains(svc.stderr.String(), "shutting down") })
+	dbtest.WaitFor(t, "shutting down", 5*time.Second, func() bool { return strings.Contains(svc.stderr.String(), "shutting down") })
 	select {
 	case err := <-svc.exited:
 		t.Fatalf("the service exited with checks in flight: %v", err)

@@ -135,8 +135,8 @@ func TestRunServesTheGateway(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, args, getenv, stdout, logs) }()
 	var u string
-	waitFor(t, "start-up", 30*time.Second, func() bool {
-		m := listeningRE.FindStringSubmatch(stdout.String())
+	dbtest.WaitFor(t, "start-up", 30*time.Second, func() bool {
+		m := dbtest.ListeningRE.FindStringSubmatch(stdout.String())
 		if m != nil {
 			u = m[1]
 		}

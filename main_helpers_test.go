@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -25,43 +24,6 @@ import (
 
 // token is the admin token of the services the tests start.
 const token = "main-test-token"
-
-// listeningRE finds the address the service prints once it listens.
-var listeningRE = regexp.MustCompile(`listening on (https?://\S+)`)
-
-// waitURL reads a service's stdout until it prints its address.
-func waitURL(t testing.TB, r io.Reader) string {
-	t.Helper()
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(r)
-		for sc.Scan() {
-			if m := listeningRE.FindStringSubmatch(sc.Text()); m != nil {
-				found <- m[1]
-			}
-		}
-	}()
-	select {
-	case u := <-found:
-		return u
-	case <-time.After(30 * time.Second):
-		t.Fatal("service did not start")
-		return ""
-	}
-}
-
-// waitFor polls cond until it holds or within passes. It waits for another
-// process to act, never for a rate-limit window to pass.
-func waitFor(t testing.TB, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // runInProcess starts run() with args and env and returns its URL, its
 // log, and a stop function that returns run's error. The test's cleanup
@@ -80,7 +42,7 @@ func runInProcess(t testing.TB, args []string, env map[string]string) (string, *
 	go func() {
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
-			if m := listeningRE.FindStringSubmatch(sc.Text()); m != nil {
+			if m := dbtest.ListeningRE.FindStringSubmatch(sc.Text()); m != nil {
 				found <- m[1]
 			}
 		}
@@ -178,7 +140,7 @@ func startBinary(t *testing.T, bin string, args ...string) *binaryProc {
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			if m := listeningRE.FindStringSubmatch(sc.Text()); m != nil {
+			if m := dbtest.ListeningRE.FindStringSubmatch(sc.Text()); m != nil {
 				found <- m[1]
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/db/dbtest/powerfs"
 )
 
@@ -78,7 +79,7 @@ func TestDiskErrors(t *testing.T) {
 				}
 				// Nothing but the health check writes: it finds the disk
 				// works again.
-				waitFor(t, "/healthz to recover", 10*time.Second, func() bool {
+				dbtest.WaitFor(t, "/healthz to recover", 10*time.Second, func() bool {
 					status, _ := get(t, svc.url+"/healthz")
 					return status == http.StatusOK
 				})
@@ -90,7 +91,7 @@ func TestDiskErrors(t *testing.T) {
 				`"msg":"storage: a commit failed on an I/O error; reopening the database before the next write","err":"disk I/O error (`,
 				`"msg":"storage: commits succeed again","reopened":`,
 			} {
-				waitFor(t, "the log", 10*time.Second, func() bool { return strings.Count(svc.stderr.String(), want) == 2 })
+				dbtest.WaitFor(t, "the log", 10*time.Second, func() bool { return strings.Count(svc.stderr.String(), want) == 2 })
 			}
 
 			// A power cut now loses nothing answered, and the checks that

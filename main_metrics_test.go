@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/policyguard/policyguard/db"
+	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -64,7 +65,7 @@ func TestRunServesMetrics(t *testing.T) {
 		if m := metricsRE.FindStringSubmatch(sc.Text()); m != nil {
 			metricsURL = m[1]
 		}
-		if m := listeningRE.FindStringSubmatch(sc.Text()); m != nil {
+		if m := dbtest.ListeningRE.FindStringSubmatch(sc.Text()); m != nil {
 			url = m[1]
 		}
 	}

@@ -221,12 +221,12 @@ func TestReplicasShareOneDatabase(t *testing.T) {
 			}
 		}()
 	}
-	waitFor(t, "1,000 admissions under load", 60*time.Second, func() bool { return admitted.Load() >= 1000 })
+	dbtest.WaitFor(t, "1,000 admissions under load", 60*time.Second, func() bool { return admitted.Load() >= 1000 })
 	if err := replicas[0].cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	replicas[0].wait()
-	waitFor(t, "500 more admissions on the survivors", 60*time.Second, func() bool { return admitted.Load() >= 1500 })
+	dbtest.WaitFor(t, "500 more admissions on the survivors", 60*time.Second, func() bool { return admitted.Load() >= 1500 })
 	close(stop)
 	wg.Wait()
 	var sent, inFlight, recorded int
@@ -369,7 +369,7 @@ func TestReplicaSurvivesALostDatabase(t *testing.T) {
 
 	proxy.restore()
 	for _, r := range []*binaryProc{strict, open} {
-		waitFor(t, "a check to succeed again", 30*time.Second, func() bool {
+		dbtest.WaitFor(t, "a check to succeed again", 30*time.Second, func() bool {
 			code, d, err := replicaCheck(t, http.DefaultClient, r.url, body)
 			return err == nil && code == http.StatusOK && d["guardrail"] == "rate_limiter"
 		})

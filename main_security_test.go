@@ -273,8 +273,8 @@ func TestSecretsStayOutOfLogs(t *testing.T) {
 	args := []string{"-addr", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "secrets.db"), "-admin-token", adminSecret, "-api-token", apiSecret}
 	go func() { done <- run(ctx, args, func(string) string { return "" }, stdout, logs) }()
 	var u string
-	waitFor(t, "start-up", 30*time.Second, func() bool {
-		m := listeningRE.FindStringSubmatch(stdout.String())
+	dbtest.WaitFor(t, "start-up", 30*time.Second, func() bool {
+		m := dbtest.ListeningRE.FindStringSubmatch(stdout.String())
 		if m != nil {
 			u = m[1]
 		}

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/policyguard/policyguard/db/dbtest"
 )
 
 func TestRunServesAndKeepsCountsAcrossRestart(t *testing.T) {
@@ -72,7 +74,7 @@ func TestRunPrintsGeneratedTokenOnce(t *testing.T) {
 		if strings.HasPrefix(sc.Text(), "admin token") {
 			tokenLine = sc.Text()
 		}
-		if m := listeningRE.FindStringSubmatch(sc.Text()); m != nil {
+		if m := dbtest.ListeningRE.FindStringSubmatch(sc.Text()); m != nil {
 			url = m[1]
 		}
 	}
@@ -95,7 +97,7 @@ func TestRunWithoutTestClock(t *testing.T) {
 	url, logs := startWithEnv(t, nil)
 	// Operators sharing a host among replicas check each one's share here.
 	// The line follows the address on stdout, which the start waited for.
-	waitFor(t, "the serving line", 10*time.Second, func() bool { return strings.Contains(logs.String(), "msg=serving") })
+	dbtest.WaitFor(t, "the serving line", 10*time.Second, func() bool { return strings.Contains(logs.String(), "msg=serving") })
 	if want := fmt.Sprintf(" gomaxprocs=%d", runtime.GOMAXPROCS(0)); !strings.Contains(grepLines(logs.String(), "msg=serving"), want) {
 		t.Errorf("the serving line does not say%s:\n%s", want, logs)
 	}

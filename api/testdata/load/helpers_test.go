@@ -5,22 +5,15 @@ package load
 // test file, and these are a few lines each.
 
 import (
-	"bufio"
 	"encoding/json"
-	"io"
 	"net/http"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"testing"
-	"time"
 )
 
 // token is the admin token of the services the benchmark starts.
 const token = "main-test-token"
-
-// listeningRE finds the address the service prints once it listens.
-var listeningRE = regexp.MustCompile(`listening on (https?://\S+)`)
 
 // goBuild builds the program in the package directory dir, relative to
 // this one (the module's root "../../.." is the service), into the test's
@@ -32,40 +25,6 @@ func goBuild(t testing.TB, dir, name string) string {
 		t.Fatalf("go build %s: %v\n%s", dir, err, out)
 	}
 	return bin
-}
-
-// waitURL reads a service's stdout until it prints its address.
-func waitURL(t testing.TB, r io.Reader) string {
-	t.Helper()
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(r)
-		for sc.Scan() {
-			if m := listeningRE.FindStringSubmatch(sc.Text()); m != nil {
-				found <- m[1]
-			}
-		}
-	}()
-	select {
-	case u := <-found:
-		return u
-	case <-time.After(30 * time.Second):
-		t.Fatal("service did not start")
-		return ""
-	}
-}
-
-// waitFor polls cond until it holds or within passes. It waits for another
-// process to act, never for a rate-limit window to pass.
-func waitFor(t testing.TB, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // dayCount returns the requests of user the service counts in its day

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -357,7 +358,7 @@ func gatewaySettled(t *testing.T, out io.Writer, gw *target) {
 	t.Helper()
 	var m map[string]float64
 	// The last exchanges of a round may still be settling as wrk ends.
-	waitFor(t, "the gateway's calls to settle", 30*time.Second, func() bool {
+	dbtest.WaitFor(t, "the gateway's calls to settle", 30*time.Second, func() bool {
 		m = scrapeMetrics(t, gw.addr, "policyguard_calls_opened_total", "policyguard_calls_finished_total",
 			`policyguard_gateway_requests_total{outcome="forwarded"}`, "policyguard_gateway_tokens_total")
 		return m["policyguard_calls_finished_total"] == m["policyguard_calls_opened_total"]

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/policyguard/policyguard/db"
+	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -607,7 +608,7 @@ func startServiceEnv(t *testing.T, bin, name, logPath string, env []string, args
 	}
 	tg := &target{name: name, cmd: cmd, log: logPath}
 	t.Cleanup(func() { tg.stop(t) })
-	tg.addr = strings.TrimPrefix(waitURL(t, stdout), "http://")
+	tg.addr = strings.TrimPrefix(dbtest.WaitURL(t, stdout), "http://")
 	go io.Copy(io.Discard, stdout)
 
 	tg.putTier(t, fmt.Sprintf(`{"requests_per_minute":%d,"requests_per_hour":%d,"requests_per_day":%d,"burst_allowance":0,"features":["*"]}`,
@@ -661,7 +662,7 @@ func startBaseline(t *testing.T, bin, name string, args ...string) *target {
 	}
 	tg := &target{name: name, cmd: cmd}
 	t.Cleanup(func() { tg.stop(t) })
-	tg.addr = strings.TrimPrefix(waitURL(t, stdout), "http://")
+	tg.addr = strings.TrimPrefix(dbtest.WaitURL(t, stdout), "http://")
 	go io.Copy(io.Discard, stdout)
 	return tg
 }

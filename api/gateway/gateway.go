@@ -23,7 +23,9 @@
 //     (at most MaxBody), its model must be one the user's tier allows
 //     (the tier of the user's record, else the default tier; never one
 //     the client names), and Calls.Check decides it, reserving an upper
-//     bound of its tokens (body.go). A refusal never reaches the upstream.
+//     bound of its tokens (body.go) in a call it opens whatever the tier
+//     limits, so every call's tokens are recorded. A refusal never
+//     reaches the upstream.
 //  4. The call is forwarded with the upstream's key instead of the
 //     gateway key, and its answer relayed as it arrives (relay.go); the
 //     tokens the upstream reports settle the call (FinishCall), which
@@ -790,10 +792,13 @@ func (x *exchange) limitHeaders(d *policy.Decision) {
 }
 
 // check decides the call as POST /v1/check does, reserving tokens. It
-// answers a refusal or a failure itself and then returns false.
+// opens a call whatever the tier limits (policy.Request.OpenCall), so that
+// the tokens the upstream reports are recorded, and usage shows them, on a
+// tier that limits none as well. It answers a refusal or a failure itself
+// and then returns false.
 func (x *exchange) check(tokens int64) (policy.Decision, bool) {
 	start := time.Now()
-	d, err := x.g.Calls.Check(x.req.Context(), policy.Request{UserID: x.user, Account: x.account, Tokens: tokens}, false)
+	d, err := x.g.Calls.Check(x.req.Context(), policy.Request{UserID: x.user, Account: x.account, Tokens: tokens, OpenCall: true}, false)
 	x.g.Metrics.ObserveCheck(&d, err, time.Since(start))
 	if err != nil {
 		x.failErr(err)

@@ -221,7 +221,7 @@ func announce(cfg config, addr net.Addr, useTLS bool, storeKind string, testCloc
 			fmt.Fprintf(stdout, "gateway: %s/llm/%s forwards to %s (%s)\n", url, up.Name, up.BaseURL.Redacted(), up.Protocol)
 		}
 		log.Info("gateway", "upstreams", strings.Join(names, ","), "passthrough", gw.Passthrough,
-			"max_output", gw.MaxOutput, "drain", gw.Drain, "upstream_timeout", gw.UpstreamTimeout, "max_body", gw.MaxBody)
+			"max_output", gw.MaxOutput, "drain", gw.Drain, "upstream_timeout", gw.UpstreamTimeout, "max_body", gw.MaxBody, "max_retry_wait", gw.MaxRetryWait)
 	}
 	if cfg.APIToken == "" && !loopback(addr) {
 		log.Warn("checks need no API token on an address beyond loopback: anyone who reaches it can spend any user's quota; set -api-token")
@@ -332,6 +332,9 @@ func settings(cfg *config, gw *gateway.Config, getenv func(string) string) []cli
 		{Flag: "gateway-body-memory", Env: "GUARDRAIL_GATEWAY_BODY_MEMORY", Default: strconv.Itoa(gateway.DefaultBodyMemory), Hint: "BYTES",
 			Usage: "the bytes of gateway request bodies held at once (256 MiB by default); a request that finds no room within 2s is a 503",
 			Parse: cli.SetInt64(&gw.BodyMemory, 1, math.MaxInt64, "gateway body memory %q: must be a whole number of bytes of at least 1 (-gateway-body-memory, GUARDRAIL_GATEWAY_BODY_MEMORY)")},
+		{Flag: "gateway-max-retry-wait", Env: "GUARDRAIL_GATEWAY_MAX_RETRY_WAIT", Default: gateway.DefaultMaxRetryWait.String(), Hint: "DURATION",
+			Usage: "the longest Retry-After the gateway leaves a client's SDK to wait; a refusal with a longer one also carries x-should-retry: false, so the official SDKs raise their rate-limit error at once instead of sleeping",
+			Parse: cli.SetDuration(&gw.MaxRetryWait, time.Second, "gateway max retry wait %q: must be a duration of at least 1s such as 60s or 5m (-gateway-max-retry-wait, GUARDRAIL_GATEWAY_MAX_RETRY_WAIT)")},
 		{Flag: "test-clock", Env: "GUARDRAIL_TEST_CLOCK", Default: "false", Kind: cli.Bool, Parse: cli.SetBool(&cfg.TestClock),
 			Usage: "for tests: run on a clock that moves only through POST /v1/test/clock; loopback addresses only"},
 	}

@@ -39,7 +39,7 @@ func TestGatewaySettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := cfg.Gateway
-	if g == nil || len(g.Upstreams) != 2 || len(g.Passthrough) != 0 || g.MaxOutput != 4096 || g.Drain != time.Minute || g.UpstreamTimeout != 10*time.Minute || g.MaxBody != 32<<20 {
+	if g == nil || len(g.Upstreams) != 2 || len(g.Passthrough) != 0 || g.MaxOutput != 4096 || g.Drain != time.Minute || g.UpstreamTimeout != 10*time.Minute || g.MaxBody != 32<<20 || g.MaxRetryWait != time.Minute {
 		t.Fatalf("defaults: %+v", g)
 	}
 	for i, want := range []gateway.Upstream{
@@ -58,14 +58,14 @@ func TestGatewaySettings(t *testing.T) {
 	env := map[string]string{
 		"GUARDRAIL_UPSTREAMS":           "openai=openai:http://127.0.0.1:9/v1, my-claude=anthropic:http://127.0.0.1:9",
 		"GUARDRAIL_GATEWAY_PASSTHROUGH": "/files, /v1/files", "GUARDRAIL_GATEWAY_MAX_OUTPUT": "100", "GUARDRAIL_GATEWAY_DRAIN": "5s",
-		"GUARDRAIL_UPSTREAM_TIMEOUT": "30s", "GUARDRAIL_GATEWAY_MAX_BODY": "1024",
+		"GUARDRAIL_UPSTREAM_TIMEOUT": "30s", "GUARDRAIL_GATEWAY_MAX_BODY": "1024", "GUARDRAIL_GATEWAY_MAX_RETRY_WAIT": "5m",
 	}
 	cfg, err = parseConfig(nil, getenv(env), io.Discard)
-	if g := cfg.Gateway; err != nil || g == nil || len(g.Upstreams) != 2 || strings.Join(g.Passthrough, " ") != "/files /v1/files" || g.MaxOutput != 100 || g.Drain != 5*time.Second || g.UpstreamTimeout != 30*time.Second || g.MaxBody != 1024 {
+	if g := cfg.Gateway; err != nil || g == nil || len(g.Upstreams) != 2 || strings.Join(g.Passthrough, " ") != "/files /v1/files" || g.MaxOutput != 100 || g.Drain != 5*time.Second || g.UpstreamTimeout != 30*time.Second || g.MaxBody != 1024 || g.MaxRetryWait != 5*time.Minute {
 		t.Fatalf("from the environment: %+v (%v)", cfg.Gateway, err)
 	}
-	cfg, err = parseConfig([]string{"-gateway-passthrough=", "-gateway-max-output", "7", "-gateway-drain", "1s", "-upstream-timeout", "2m", "-gateway-max-body", "99"}, getenv(env), io.Discard)
-	if g := cfg.Gateway; err != nil || len(g.Passthrough) != 0 || g.MaxOutput != 7 || g.Drain != time.Second || g.UpstreamTimeout != 2*time.Minute || g.MaxBody != 99 {
+	cfg, err = parseConfig([]string{"-gateway-passthrough=", "-gateway-max-output", "7", "-gateway-drain", "1s", "-upstream-timeout", "2m", "-gateway-max-body", "99", "-gateway-max-retry-wait", "10s"}, getenv(env), io.Discard)
+	if g := cfg.Gateway; err != nil || len(g.Passthrough) != 0 || g.MaxOutput != 7 || g.Drain != time.Second || g.UpstreamTimeout != 2*time.Minute || g.MaxBody != 99 || g.MaxRetryWait != 10*time.Second {
 		t.Fatalf("flags over variables: %+v (%v)", cfg.Gateway, err)
 	}
 
@@ -86,6 +86,7 @@ func TestGatewaySettings(t *testing.T) {
 		{[]string{"-gateway-max-output", "0"}, nil, `gateway max output "0": must be a whole number of tokens from 1`},
 		{[]string{"-gateway-max-body", "lots"}, nil, `gateway max body "lots"`},
 		{[]string{"-gateway-drain", "0s"}, nil, `gateway drain "0s": must be a duration of at least 1ms`},
+		{[]string{"-gateway-max-retry-wait", "500ms"}, nil, `gateway max retry wait "500ms": must be a duration of at least 1s`},
 		{nil, map[string]string{"GUARDRAIL_UPSTREAM_TIMEOUT": "forever"}, `upstream timeout "forever"`},
 		{[]string{"-upstream", "openai=openai:http://x"}, map[string]string{"GUARDRAIL_UPSTREAM_KEY_OPENAI": "sk-one", "GUARDRAIL_GATEWAY_PASSTHROUGH": "maybe"}, `passthrough prefix "maybe": want a plain path`},
 		{[]string{"-upstream", "openai=openai:http://x", "-gateway-passthrough", "/files, /batches"}, map[string]string{"GUARDRAIL_UPSTREAM_KEY_OPENAI": "sk-one"}, `passthrough prefix /batches would forward /batches of upstream openai (openai) unmetered`},

@@ -448,7 +448,9 @@ func TestAccountRateLimitHeaders(t *testing.T) {
 				xRemaining: "1",
 				xReset:     "30",
 			},
-			tokens: [3]string{"1000", "700", "0"},
+			// The pool's tokens refused: their reset is the wait, not
+			// the 0 of a window that counts only reservations.
+			tokens: [3]string{"1000", "700", "60"},
 		},
 	} {
 		t.Run(step.name, func(t *testing.T) {

@@ -26,8 +26,8 @@ func decisionStatus(d *policy.Decision) int {
 // setDecisionHeaders sets the header fields of a check answer for d: the
 // rate-limit fields, and Retry-After when rate-limited.
 func setDecisionHeaders(h http.Header, d *policy.Decision) {
-	setRateLimitHeaders(h, d.Windows)
-	setTokenHeaders(h, d.Windows)
+	setRateLimitHeaders(h, d.Windows, d.MinReset(policy.KindRequests))
+	setTokenHeaders(h, d.Windows, d.MinReset(policy.KindTokens))
 	if d.Account != nil && d.Windows != nil {
 		setAccountHeaders(h, d)
 	}

@@ -34,16 +34,17 @@ const (
 //     available, which is until the window next frees a slot, or the whole
 //     window when it is empty (nothing in it will free before then).
 //   - X-RateLimit-Limit, -Remaining and -Reset, the older single-window
-//     fields, for the tightest window: the one with the fewest remaining,
-//     the shorter on a tie. Reset is in seconds from now, as t is, not a
-//     Unix time.
+//     fields, for the tightest window (policy.TightestWindow). Reset is in
+//     seconds from now, as t is, not a Unix time, and at least minReset:
+//     the check's wait when a request window refused it, so that it never
+//     promises a request sooner than Retry-After does.
 //
 // The values are formatted into one buffer and share one string, so the
 // fields cost two allocations per answer. RateLimit-Policy depends only on
 // the limits, the same for every check of a tier, so its value is kept
 // for recent limits and reused (BenchmarkRateLimitHeaders: 1144 to 817
 // ns, 208 to 160 B per answer).
-func setRateLimitHeaders(h http.Header, windows *[len(policy.Windows)]policy.WindowState) {
+func setRateLimitHeaders(h http.Header, windows *[len(policy.Windows)]policy.WindowState, minReset int64) {
 	if windows == nil {
 		return
 	}
@@ -51,7 +52,6 @@ func setRateLimitHeaders(h http.Header, windows *[len(policy.Windows)]policy.Win
 	b := buf[:0]
 	var ends [4]int
 
-	tightest := policy.Windows[0]
 	for i, w := range policy.Windows {
 		if i > 0 {
 			b = append(b, ", "...)
@@ -62,17 +62,15 @@ func setRateLimitHeaders(h http.Header, windows *[len(policy.Windows)]policy.Win
 		b = strconv.AppendInt(b, windows[w].Remaining, 10)
 		b = append(b, ";t="...)
 		b = strconv.AppendInt(b, effectiveWindow(w, windows[w]), 10)
-		if windows[w].Remaining < windows[tightest].Remaining {
-			tightest = w
-		}
 	}
 	ends[0] = len(b)
 
+	tightest := policy.TightestWindow(windows)
 	b = strconv.AppendInt(b, windows[tightest].Limit, 10)
 	ends[1] = len(b)
 	b = strconv.AppendInt(b, windows[tightest].Remaining, 10)
 	ends[2] = len(b)
-	b = strconv.AppendInt(b, effectiveWindow(tightest, windows[tightest]), 10)
+	b = strconv.AppendInt(b, max(effectiveWindow(tightest, windows[tightest]), minReset), 10)
 	ends[3] = len(b)
 
 	s := string(b)
@@ -141,31 +139,23 @@ func effectiveWindow(w policy.Window, s policy.WindowState) int64 {
 }
 
 // setTokenHeaders writes, on an answer of a tier that limits tokens, the
-// fields OpenAI names for token limits, for the tightest token window: the
-// one with the fewest tokens remaining, the shorter on a tie. Reset is the
-// window's token reset in seconds: until its oldest finished tokens leave
-// it, 0 when only reservations are counted (they leave when their calls
-// finish). Without token limits it writes nothing.
-func setTokenHeaders(h http.Header, windows *[len(policy.Windows)]policy.WindowState) {
+// fields OpenAI names for token limits, for the tightest token window
+// (policy.TightestTokens). Reset is the window's token reset in seconds:
+// until its oldest finished tokens leave it, 0 when only reservations are
+// counted (they leave when their calls finish); and at least minReset, the
+// check's wait when a token window refused it. Without token limits it
+// writes nothing.
+func setTokenHeaders(h http.Header, windows *[len(policy.Windows)]policy.WindowState, minReset int64) {
 	if windows == nil {
 		return
 	}
-	var tightest *policy.TokenState
-	for _, w := range policy.Windows {
-		t := windows[w].Tokens
-		if t == nil || !t.Limited {
-			continue
-		}
-		if tightest == nil || t.Remaining < tightest.Remaining {
-			tightest = t
-		}
-	}
+	tightest := policy.TightestTokens(windows)
 	if tightest == nil {
 		return
 	}
 	h[headerXLimitTokens] = []string{strconv.FormatInt(tightest.Limit, 10)}
 	h[headerXRemainingTokens] = []string{strconv.FormatInt(tightest.Remaining, 10)}
-	h[headerXResetTokens] = []string{strconv.FormatInt(tightest.Reset, 10)}
+	h[headerXResetTokens] = []string{strconv.FormatInt(max(tightest.Reset, minReset), 10)}
 }
 
 // accountPolicyPrefix begins the names of an account's quota policies in
@@ -205,19 +195,14 @@ func setAccountHeaders(h http.Header, d *policy.Decision) {
 		}
 	}
 	ws := d.TighterWindows()
-	tw := policy.Windows[0]
-	for _, w := range policy.Windows {
-		if ws[w].Remaining < ws[tw].Remaining {
-			tw = w
-		}
-	}
+	tw := policy.TightestWindow(ws)
 	var ends [5]int
 	ends[0], ends[1] = policyEnd, len(b)
 	b = strconv.AppendInt(b, ws[tw].Limit, 10)
 	ends[2] = len(b)
 	b = strconv.AppendInt(b, ws[tw].Remaining, 10)
 	ends[3] = len(b)
-	b = strconv.AppendInt(b, effectiveWindow(tw, ws[tw]), 10)
+	b = strconv.AppendInt(b, max(effectiveWindow(tw, ws[tw]), d.MinReset(policy.KindRequests)), 10)
 	ends[4] = len(b)
 	s := string(b)
 	vals := make([]string, 5)
@@ -231,5 +216,5 @@ func setAccountHeaders(h http.Header, d *policy.Decision) {
 	h[headerXLimit] = vals[2:3:3]
 	h[headerXRemaining] = vals[3:4:4]
 	h[headerXReset] = vals[4:5:5]
-	setTokenHeaders(h, ws)
+	setTokenHeaders(h, ws, d.MinReset(policy.KindTokens))
 }

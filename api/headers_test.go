@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -113,7 +114,7 @@ func TestRateLimitHeaders(t *testing.T) {
 			},
 		},
 		{
-			name:    "second request on the tie tier, ten seconds later",
+			name:    "second request on the tie tier, ten seconds later: of windows with none remaining, the one that frees last",
 			advance: 10 * time.Second,
 			body:    `{"context":{"user_id":"h3","user_tier":"tie"}}`,
 			status:  200,
@@ -122,11 +123,11 @@ func TestRateLimitHeaders(t *testing.T) {
 				limit:      `"minute";r=0;t=50, "hour";r=0;t=3590, "day";r=3;t=86390`,
 				xLimit:     "2",
 				xRemaining: "0",
-				xReset:     "50",
+				xReset:     "3590",
 			},
 		},
 		{
-			name:   "rate limited: the same fields, nothing consumed",
+			name:   "rate limited by the minute and the hour: the same fields, nothing consumed, and the reset is Retry-After, the hour's",
 			body:   `{"context":{"user_id":"h3","user_tier":"tie"}}`,
 			status: 429,
 			want: wantHeaders{
@@ -134,7 +135,7 @@ func TestRateLimitHeaders(t *testing.T) {
 				limit:      `"minute";r=0;t=50, "hour";r=0;t=3590, "day";r=3;t=86390`,
 				xLimit:     "2",
 				xRemaining: "0",
-				xReset:     "50",
+				xReset:     "3590",
 			},
 		},
 	} {
@@ -156,6 +157,9 @@ func TestRateLimitHeaders(t *testing.T) {
 				if got, want := rec.Header().Get("Retry-After"), strconv.FormatInt(decode[decision](t, rec).RetryAfter, 10); got != want || got == "0" {
 					t.Errorf("Retry-After = %q, want %q", got, want)
 				}
+				if got, want := rec.Header().Get("X-RateLimit-Reset"), rec.Header().Get("Retry-After"); got != want {
+					t.Errorf("X-RateLimit-Reset = %q, want Retry-After, %q: no sooner", got, want)
+				}
 			}
 		})
 	}
@@ -174,7 +178,7 @@ func TestRateLimitHeadersFollowTierEdits(t *testing.T) {
 	})
 	e.clock.Advance(30 * time.Second)
 	// Lowered to the user's count: the next answer already carries the
-	// new quotas, and every window is full.
+	// new quotas, and every window is full; the day frees last.
 	e.putTier("team", `{"requests_per_minute":1,"requests_per_hour":1,"requests_per_day":1,"burst_allowance":0}`)
 	rec := e.do("POST", "/v1/check", body, false)
 	if rec.Code != 429 {
@@ -185,8 +189,11 @@ func TestRateLimitHeadersFollowTierEdits(t *testing.T) {
 		limit:      `"minute";r=0;t=30, "hour";r=0;t=3570, "day";r=0;t=86370`,
 		xLimit:     "1",
 		xRemaining: "0",
-		xReset:     "30",
+		xReset:     "86370",
 	})
+	if got := rec.Header().Get("Retry-After"); got != "86370" {
+		t.Errorf("Retry-After = %q, want 86370", got)
+	}
 	e.putTier("team", `{"requests_per_minute":100,"requests_per_hour":100,"requests_per_day":100,"burst_allowance":0}`)
 	checkHeaders(t, e.do("POST", "/v1/check", body, false), wantHeaders{
 		policy:     `"minute";q=100;w=60, "hour";q=100;w=3600, "day";q=100;w=86400`,
@@ -195,6 +202,54 @@ func TestRateLimitHeadersFollowTierEdits(t *testing.T) {
 		xRemaining: "98",
 		xReset:     "30",
 	})
+}
+
+// A refused check's reset fields never promise room sooner than its
+// Retry-After, even where the tightest window frees a slot before: a
+// minute lowered below the user's count frees its oldest request before
+// enough have left it, and a token window its oldest finished tokens
+// before enough have.
+func TestResetNeverBeforeRetryAfter(t *testing.T) {
+	e := newEnv(t)
+	body := `{"context":{"user_id":"u","user_tier":"lowered"}}`
+	e.putTier("lowered", `{"requests_per_minute":5,"requests_per_hour":50,"requests_per_day":500,"burst_allowance":0}`)
+	for range 3 {
+		e.must("POST", "/v1/check", body, 200)
+		e.clock.Advance(10 * time.Second)
+	}
+	e.putTier("lowered", `{"requests_per_minute":1,"requests_per_hour":50,"requests_per_day":500,"burst_allowance":0}`)
+	rec := e.do("POST", "/v1/check", body, false)
+	// The third request, at 20s, must leave the minute: at 80s.
+	if rec.Code != 429 || rec.Header().Get("Retry-After") != "50" {
+		t.Fatalf("after lowering: %d %s, Retry-After %q; want 429 and 50", rec.Code, rec.Body, rec.Header().Get("Retry-After"))
+	}
+	checkHeaders(t, rec, wantHeaders{
+		policy:     `"minute";q=1;w=60, "hour";q=50;w=3600, "day";q=500;w=86400`,
+		limit:      `"minute";r=0;t=30, "hour";r=47;t=3570, "day";r=497;t=86370`,
+		xLimit:     "1",
+		xRemaining: "0",
+		xReset:     "50",
+	})
+
+	body = `{"context":{"user_id":"v","user_tier":"tokens"},"tokens":%d}`
+	e.putTier("tokens", `{"requests_per_minute":100,"requests_per_hour":1000,"requests_per_day":10000,"burst_allowance":0,"tokens_per_minute":100}`)
+	for range 2 { // 30 tokens finished at 30s, and 30 at 50s
+		e.clock.Advance(10 * time.Second)
+		d := decode[struct {
+			CallID string `json:"call_id"`
+		}](t, e.must("POST", "/v1/check", fmt.Sprintf(body, 30), 200))
+		e.must("POST", "/v1/calls/"+d.CallID+"/finish", `{"tokens":30}`, 200)
+		e.clock.Advance(10 * time.Second)
+	}
+	// At 60s, 80 more fit once 20 at most are left: at 110s, when the
+	// second 30 leave. The first leave at 90s.
+	rec = e.do("POST", "/v1/check", fmt.Sprintf(body, 80), false)
+	if rec.Code != 429 || rec.Header().Get("Retry-After") != "50" {
+		t.Fatalf("over the tokens: %d %s, Retry-After %q; want 429 and 50", rec.Code, rec.Body, rec.Header().Get("Retry-After"))
+	}
+	if got := rec.Header().Get("X-RateLimit-Reset-Tokens"); got != "50" {
+		t.Errorf("X-RateLimit-Reset-Tokens = %q, want 50, Retry-After's", got)
+	}
 }
 
 // TestRateLimitHeadersParse reads the fields the way a client library for

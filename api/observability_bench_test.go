@@ -25,7 +25,7 @@ func BenchmarkRateLimitHeaders(b *testing.B) {
 	h := make(http.Header, 8)
 	b.ReportAllocs()
 	for b.Loop() {
-		setRateLimitHeaders(h, windows)
+		setRateLimitHeaders(h, windows, 0)
 	}
 }
 

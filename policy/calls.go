@@ -24,7 +24,8 @@ const ConcurrencyReason = "concurrent call limit exceeded"
 func (w Window) TokenReason() string { return "per-" + w.String() + " token limit exceeded" }
 
 // Metered reports whether the tier limits tokens or concurrent calls: whether
-// a check it admits opens a call.
+// every check it admits opens a call (another opens one when it asks,
+// Request.OpenCall).
 func (t *Tier) Metered() bool {
 	for i := range LimitFields {
 		if f := &LimitFields[i]; f.Kind == KindTokens || f.Kind == KindConcurrency {
@@ -46,7 +47,8 @@ func (t *Tier) TokenLimit(w Window) (limit int64, ok bool) {
 }
 
 // Call is one metered model call: opened by a check admitted under a metered
-// tier, finished by FinishCall or, at ExpiresAt, by the service itself.
+// tier or asking for one (Request.OpenCall), finished by FinishCall or, at
+// ExpiresAt, by the service itself.
 type Call struct {
 	// ID names the call: at most MaxCallIDBytes URL-safe characters.
 	ID     string

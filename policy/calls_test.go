@@ -145,6 +145,46 @@ func TestServiceMeteredChecks(t *testing.T) {
 	}
 }
 
+// TestOpenCall: a check of a tier that limits neither tokens nor
+// concurrent calls opens a call only when it asks (Request.OpenCall), and
+// the tokens that call finishes with are the user's usage; it changes no
+// decision and adds no token state to the windows the tier does not limit.
+func TestOpenCall(t *testing.T) {
+	ctx := context.Background()
+	tier := policy.Tier{Name: "plain", Limits: policy.LimitSet{policy.RequestsPerMinute: i64(2), policy.RequestsPerHour: i64(100), policy.RequestsPerDay: i64(100)}}
+	st := newMemStore(tier)
+	svc := policy.NewService(st, st, policy.WithClock(policy.NewTestClock(t0).Now))
+	check := func(open bool) policy.Decision {
+		t.Helper()
+		d, err := svc.Check(ctx, policy.Request{UserID: "u", Tier: "plain", Tokens: 300, OpenCall: open}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if d := check(false); !d.Allowed() || d.CallID != "" || len(st.calls) != 0 {
+		t.Fatalf("a plain check: %+v, %d calls", d, len(st.calls))
+	}
+	d := check(true)
+	if !d.Allowed() || d.CallID == "" || len(st.calls) != 1 || d.Concurrency != nil || d.Windows[policy.Minute].Tokens != nil {
+		t.Fatalf("a check asking for a call: %+v, %d calls", d, len(st.calls))
+	}
+	if u, err := svc.UsageReport(ctx, "u", ""); err != nil || u.CallsInFlight != 1 || u.Windows[policy.Day].Tokens.Used != 300 {
+		t.Fatalf("usage with the call open: %+v %v", u, err)
+	}
+	if _, err := svc.FinishCall(ctx, d.CallID, i64(144)); err != nil {
+		t.Fatal(err)
+	}
+	if u, err := svc.UsageReport(ctx, "u", ""); err != nil || u.CallsInFlight != 0 || u.Windows[policy.Day].Tokens.Used != 144 {
+		t.Fatalf("usage after the finish: %+v %v", u, err)
+	}
+	// The request windows decide as before: the minute's third is refused,
+	// and opens nothing.
+	if d := check(true); d.Allowed() || d.Reason != "per-minute limit exceeded" || d.CallID != "" || len(st.calls) != 1 {
+		t.Fatalf("over the minute: %+v, %d calls", d, len(st.calls))
+	}
+}
+
 // TestCallIDs: ids are URL-safe, at most 64 bytes, and distinct.
 func TestCallIDs(t *testing.T) {
 	for _, tc := range []struct {

@@ -32,8 +32,15 @@ type Request struct {
 	// service believes a check's own tier.
 	Account string
 	// Tokens is the most tokens the call may use, reserved when a metered
-	// tier admits it: from 0 to MaxLimit.
+	// tier admits it (or OpenCall is set): from 0 to MaxLimit.
 	Tokens int64
+	// OpenCall asks that the check, when admitted, open a call reserving
+	// Tokens even when neither the tier nor the account's pool limits
+	// tokens or concurrent calls, so that the count its finish reports is
+	// recorded: the gateway sets it on every check it makes. Without it a
+	// check of such a tier opens no call, and costs no write beyond its
+	// request's.
+	OpenCall bool
 }
 
 // Check is a Request resolved for the guardrails: defaults applied, the tier
@@ -74,8 +81,9 @@ type Decision struct {
 	// Windows is the user's window state after this check. It is nil from a
 	// guardrail that does not track windows.
 	Windows *[len(Windows)]WindowState
-	// CallID names the call an admitted check of a metered tier opened;
-	// empty when none was opened (refused, a dry run, or not metered).
+	// CallID names the call an admitted check of a metered tier (or with
+	// OpenCall set) opened; empty when none was opened (refused, a dry
+	// run, or not metered).
 	CallID string
 	// Concurrency is the user's calls in flight against the tier's
 	// max_concurrent (counting the call opened); nil when the tier sets none.
@@ -225,7 +233,7 @@ func (*RateLimiter) Priority() int { return 5 }
 func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 	// What decide finds lives in one allocation: captured one by one by
 	// a closure, each was an allocation of its own (seven per check).
-	a := &admission{r: r, c: c, metered: c.Tier.Metered() || c.pool != nil && c.pool.limits.Metered()}
+	a := &admission{r: r, c: c, metered: c.OpenCall || c.Tier.Metered() || c.pool != nil && c.pool.limits.Metered()}
 	if a.metered && !c.DryRun {
 		// Drawn before the admission, which then spends no time on it.
 		a.call = &Call{ID: newCallID(c.Now), UserID: c.UserID, Tier: c.Tier.Name, Reserved: c.Tokens}

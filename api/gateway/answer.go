@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
+	"time"
 
 	"github.com/policyguard/policyguard/policy"
 )
@@ -88,22 +88,35 @@ func (x *exchange) failErr(err error) {
 }
 
 // rateLimited answers a check the rate limiter refused: 429 with the
-// decision's reason, and the wait in Retry-After (seconds) and
-// retry-after-ms, which the official SDKs read first.
+// decision's reason, and its wait (see waitFields).
 func (x *exchange) rateLimited(d *policy.Decision) {
-	wait := max(d.RetryAfter, 1)
+	x.waitFields(max(d.RetryAfter, 1), true)
+	kind := errRateLimit
+	if k, _ := d.RefusedBy(); k == policy.KindTokens {
+		kind = errRateLimitTokens
+	}
+	x.fail(http.StatusTooManyRequests, kind, d.Reason)
+}
+
+// headerShouldRetry tells the official SDKs, OpenAI's and Anthropic's
+// alike, whether to retry an answer, whatever its status: they read it
+// before Retry-After.
+const headerShouldRetry = "X-Should-Retry"
+
+// waitFields sets the fields of an answer that asks the client to wait
+// wait seconds: Retry-After, and retry-after-ms, which the official SDKs
+// read first. Those SDKs retry a 429 or a 503 after as long a wait as it
+// says (some without a cap: a day window's refusal would hang a call for
+// a day), so a wait longer than MaxRetryWait, or a refusal that retry
+// says no wait lifts, also carries x-should-retry: false, and the SDK
+// raises its error at once.
+func (x *exchange) waitFields(wait int64, retry bool) {
 	h := x.c.Response().Header()
 	h.Set("Retry-After", strconv.FormatInt(wait, 10))
 	h.Set("Retry-After-Ms", strconv.FormatInt(wait*1000, 10))
-	kind := errRateLimit
-	// An account's pooled token limit refuses tokens too.
-	reason := strings.TrimPrefix(d.Reason, policy.AccountReasonPrefix)
-	for _, w := range policy.Windows {
-		if reason == w.TokenReason() {
-			kind = errRateLimitTokens
-		}
+	if !retry || wait > int64(x.g.maxRetryWait/time.Second) {
+		h.Set(headerShouldRetry, "false")
 	}
-	x.fail(http.StatusTooManyRequests, kind, d.Reason)
 }
 
 // modelRefused answers a call for a model the tier does not include.

@@ -23,7 +23,9 @@
 //     (at most MaxBody), its model must be one the user's tier allows
 //     (the tier of the user's record, else the default tier; never one
 //     the client names), and Calls.Check decides it, reserving an upper
-//     bound of its tokens (body.go). A refusal never reaches the upstream.
+//     bound of its tokens (body.go) in a call it opens whatever the tier
+//     limits, so every call's tokens are recorded. A refusal never
+//     reaches the upstream.
 //  4. The call is forwarded with the upstream's key instead of the
 //     gateway key, and its answer relayed as it arrives (relay.go); the
 //     tokens the upstream reports settle the call (FinishCall), which
@@ -139,6 +141,7 @@ const (
 	DefaultUpstreamTimeout = 10 * time.Minute
 	DefaultMaxBody         = 32 << 20
 	DefaultBodyMemory      = 256 << 20
+	DefaultMaxRetryWait    = 60 * time.Second
 )
 
 // defaultBodyReads is how many request bodies a user may send at once
@@ -189,6 +192,11 @@ type Config struct {
 	// their reading to the end of their upstream exchange; a request that
 	// finds no room within bodyMemoryWait is a 503 (0: DefaultBodyMemory).
 	BodyMemory int64
+	// MaxRetryWait is the longest wait a refusal leaves to the client's
+	// SDK: one whose Retry-After is longer also carries x-should-retry:
+	// false, so that the official SDKs, which would sleep as long as it
+	// says, raise their rate-limit error at once (0: DefaultMaxRetryWait).
+	MaxRetryWait time.Duration
 	// Transport sends the requests upstream; nil is a transport of the
 	// gateway's own. Redirects are never followed either way.
 	Transport http.RoundTripper
@@ -360,6 +368,8 @@ type Gateway struct {
 	maxBody   int64
 	drain     time.Duration
 	timeout   time.Duration
+	// maxRetryWait: see Config.MaxRetryWait.
+	maxRetryWait time.Duration
 
 	ticker                  func(time.Duration) (<-chan time.Time, func())
 	onClientGone, onSettled func()
@@ -379,6 +389,7 @@ func New(cfg *Config, deps Deps) *Gateway {
 		bodyReads:    map[string]int64{},
 		drain:        orDefault(cfg.Drain, DefaultDrain),
 		timeout:      orDefault(cfg.UpstreamTimeout, DefaultUpstreamTimeout),
+		maxRetryWait: orDefault(cfg.MaxRetryWait, DefaultMaxRetryWait),
 		ticker:       cfg.ticker,
 		onClientGone: cfg.onClientGone,
 		onSettled:    cfg.onSettled,
@@ -766,34 +777,33 @@ func (x *exchange) windowHeaders() {
 }
 
 // limitHeaders writes the rate-limit fields of d in the protocol's words:
-// for requests, the tightest window (the fewest remaining, the shorter on
-// a tie) and for tokens, when the tier limits them, the tightest token
-// window.
+// for requests, the tightest window and for tokens, when the tier limits
+// them, the tightest token window (policy.TightestWindow, TightestTokens),
+// each reset at least the refusal's wait when its kind of limit refused.
 func (x *exchange) limitHeaders(d *policy.Decision) {
 	if d.Windows == nil {
 		return
 	}
 	ws := d.TighterWindows()
-	tw := policy.Windows[0]
-	for _, w := range policy.Windows {
-		if ws[w].Remaining < ws[tw].Remaining {
-			tw = w
-		}
-	}
+	reqs := ws[policy.TightestWindow(ws)]
+	reqs.Reset = max(reqs.Reset, d.MinReset(policy.KindRequests))
 	var tokens *policy.TokenState
-	for _, w := range policy.Windows {
-		if t := ws[w].Tokens; t != nil && t.Limited && (tokens == nil || t.Remaining < tokens.Remaining) {
-			tokens = t
-		}
+	if t := policy.TightestTokens(ws); t != nil {
+		tt := *t
+		tt.Reset = max(tt.Reset, d.MinReset(policy.KindTokens))
+		tokens = &tt
 	}
-	x.up.proto.limitHeaders(x.c.Response().Header(), ws[tw], tokens, x.g.Calls.Now())
+	x.up.proto.limitHeaders(x.c.Response().Header(), reqs, tokens, x.g.Calls.Now())
 }
 
 // check decides the call as POST /v1/check does, reserving tokens. It
-// answers a refusal or a failure itself and then returns false.
+// opens a call whatever the tier limits (policy.Request.OpenCall), so that
+// the tokens the upstream reports are recorded, and usage shows them, on a
+// tier that limits none as well. It answers a refusal or a failure itself
+// and then returns false.
 func (x *exchange) check(tokens int64) (policy.Decision, bool) {
 	start := time.Now()
-	d, err := x.g.Calls.Check(x.req.Context(), policy.Request{UserID: x.user, Account: x.account, Tokens: tokens}, false)
+	d, err := x.g.Calls.Check(x.req.Context(), policy.Request{UserID: x.user, Account: x.account, Tokens: tokens, OpenCall: true}, false)
 	x.g.Metrics.ObserveCheck(&d, err, time.Since(start))
 	if err != nil {
 		x.failErr(err)
@@ -1012,9 +1022,7 @@ func (x *exchange) readBody(t *policy.Tier) ([]byte, bool) {
 	x.g.readsMu.Lock()
 	if x.g.bodyReads[x.user] >= reads {
 		x.g.readsMu.Unlock()
-		h := x.c.Response().Header()
-		h.Set("Retry-After", "1")
-		h.Set("Retry-After-Ms", "1000")
+		x.waitFields(1, true)
 		x.fail(http.StatusTooManyRequests, errRateLimit, fmt.Sprintf("user %s is sending %d request bodies already, the most its tier's max_concurrent allows", policy.Quote(x.user), reads))
 		return nil, false
 	}
@@ -1026,9 +1034,7 @@ func (x *exchange) readBody(t *policy.Tier) ([]byte, bool) {
 	case http.StatusOK:
 		return body, true
 	case http.StatusServiceUnavailable:
-		h := x.c.Response().Header()
-		h.Set("Retry-After", "1")
-		h.Set("Retry-After-Ms", "1000")
+		x.waitFields(1, true)
 		x.fail(status, errUnavailable, "the gateway holds as many request bodies as it may; try again")
 	case http.StatusRequestEntityTooLarge:
 		x.tooLarge()

@@ -172,7 +172,7 @@ func newService(cfg config, store *db.Store, metrics *api.Metrics, now func() ti
 	svc := policy.NewService(tiers, requests, policy.WithDefaultTier(cfg.DefaultTier), policy.WithClock(now),
 		policy.WithCallTimeout(cfg.CallTimeout), policy.WithStats(store, store),
 		policy.WithUsers(store), policy.WithTrustClientTier(cfg.TrustClientTier), policy.WithReplays(store),
-		policy.WithKeys(store))
+		policy.WithKeys(store), policy.WithPrices(store))
 	metrics.SetCallsInFlight(func(ctx context.Context) (int64, error) {
 		byTier, err := svc.CallsInFlight(ctx)
 		var n int64

@@ -19,6 +19,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -97,6 +98,9 @@ type Server struct {
 	testClock *policy.TestClock
 	// gateway is nil when the server has no /llm routes.
 	gateway *gateway.Gateway
+	// upstreams are the names of the gateway's upstreams, sorted; empty
+	// without a gateway.
+	upstreams []string
 }
 
 // NewServer returns a Server for cfg with every route registered.
@@ -129,6 +133,10 @@ func NewServer(cfg Config) *Server {
 	s.failOpen.enabled = cfg.FailOpen
 	if cfg.Gateway != nil {
 		s.gateway = gateway.New(cfg.Gateway, gateway.Deps{Keys: s.svc, Calls: s.svc, Metrics: gatewayMetrics{s.metrics}, Log: s.logRequest})
+		for _, up := range cfg.Gateway.Upstreams {
+			s.upstreams = append(s.upstreams, up.Name)
+		}
+		slices.Sort(s.upstreams)
 	}
 	s.echo.HideBanner, s.echo.HidePort = true, true
 	// Client addresses (sign-in throttle, access log) come from the
@@ -198,6 +206,9 @@ func (s *Server) routes() {
 	e.GET("/v1/usage/:user_id", s.handleGetUsage, admin)
 	e.DELETE("/v1/usage/:user_id", s.handleDeleteUsage, admin)
 	e.GET("/v1/stats", s.handleStats, admin)
+	e.GET("/v1/prices", s.handleGetPrices, admin)
+	e.PUT("/v1/prices", s.handlePutPrices, admin, requireJSON)
+	e.GET("/v1/prices/versions", s.handleListPriceVersions, admin)
 	s.testClockRoutes()
 	if s.gateway != nil {
 		// Every method: what is not metered is a 404 or, with

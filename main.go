@@ -104,13 +104,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// The JSON API and the admin page check the admin token through one
 	// gate, so that a wrong token counts wherever it is sent.
 	gate := policy.NewAdminGate(cfg.AdminToken)
-	var upstreams []string
-	if cfg.Gateway != nil {
-		for _, up := range cfg.Gateway.Upstreams {
-			upstreams = append(upstreams, up.Name)
-		}
-	}
-	admin := web.NewAdmin(web.Config{Service: svc, Gate: gate, TierJSON: api.TierJSON, Logger: log, Sessions: store, Upstreams: upstreams})
+	admin := web.NewAdmin(web.Config{Service: svc, Gate: gate, TierJSON: api.TierJSON, Logger: log, Sessions: store,
+		Upstreams: cfg.Gateway.UpstreamNames()})
 	srv := cli.NewHTTPServer(api.NewServer(api.Config{
 		Service:        svc,
 		Health:         store.Ping,

@@ -19,7 +19,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 	"time"
 
@@ -133,10 +132,7 @@ func NewServer(cfg Config) *Server {
 	s.failOpen.enabled = cfg.FailOpen
 	if cfg.Gateway != nil {
 		s.gateway = gateway.New(cfg.Gateway, gateway.Deps{Keys: s.svc, Calls: s.svc, Metrics: gatewayMetrics{s.metrics}, Log: s.logRequest})
-		for _, up := range cfg.Gateway.Upstreams {
-			s.upstreams = append(s.upstreams, up.Name)
-		}
-		slices.Sort(s.upstreams)
+		s.upstreams = cfg.Gateway.UpstreamNames()
 	}
 	s.echo.HideBanner, s.echo.HidePort = true, true
 	// Client addresses (sign-in throttle, access log) come from the

@@ -173,3 +173,36 @@ func TestPriceVersionByAnotherStore(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkPriceOf prices a call as the check path will: from memory,
+// under 20 versions of 2,000 entries each (LiteLLM's list is about that
+// size), half the lookups by exact name and half by prefix.
+func BenchmarkPriceOf(b *testing.B) {
+	s := openStore(b, "")
+	ctx := context.Background()
+	var entries []policy.Price
+	for i := range 1000 {
+		entries = append(entries, policy.Price{Model: fmt.Sprintf("vendor-%03d/model-%d", i%100, i), Input: 1, Output: 2},
+			policy.Price{Model: fmt.Sprintf("family-%04d-*", i), Input: 3, Output: 4})
+	}
+	table, err := policy.NewPriceTable(entries)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for v := range 20 {
+		if _, err := s.SavePrices(ctx, policy.PriceVersion{EffectiveFrom: t0.Add(time.Duration(v) * time.Hour), Prices: table}, t0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	at := t0.Add(30 * time.Hour)
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		model := "vendor-042/model-542"
+		if i%2 == 1 {
+			model = "family-0999-2026"
+		}
+		if _, _, ok := s.PriceOf(model, "openai", at); !ok {
+			b.Fatal("not priced")
+		}
+	}
+}

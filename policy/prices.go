@@ -63,7 +63,11 @@ func (p *Price) MaxPrice() Money { return max(p.Input, p.Output, p.CacheRead, p.
 type PriceTable struct {
 	entries []Price             // sorted by model, then upstream
 	exact   map[priceKey]*Price // exact names
-	prefix  map[string][]*Price // upstream → '*' entries, longest prefix first
+	prefix  map[priceKey]*Price // '*' entries, by their prefix without the '*'
+	// lengths lists, per upstream, the lengths of its prefixes, longest
+	// first: a lookup tries the model's own prefixes of those lengths
+	// only, a map read each, however many entries the table has.
+	lengths map[string][]int
 }
 
 type priceKey struct{ model, upstream string }
@@ -83,7 +87,8 @@ func NewPriceTable(entries []Price) (*PriceTable, error) {
 	t := &PriceTable{
 		entries: slices.Clone(entries),
 		exact:   make(map[priceKey]*Price),
-		prefix:  make(map[string][]*Price),
+		prefix:  make(map[priceKey]*Price),
+		lengths: make(map[string][]int),
 	}
 	slices.SortFunc(t.entries, func(a, b Price) int {
 		if c := strings.Compare(a.Model, b.Model); c != 0 {
@@ -93,14 +98,18 @@ func NewPriceTable(entries []Price) (*PriceTable, error) {
 	})
 	for i := range t.entries {
 		p := &t.entries[i]
-		if strings.HasSuffix(p.Model, "*") {
-			t.prefix[p.Upstream] = append(t.prefix[p.Upstream], p)
+		if pre, ok := strings.CutSuffix(p.Model, "*"); ok {
+			t.prefix[priceKey{pre, p.Upstream}] = p
+			if !slices.Contains(t.lengths[p.Upstream], len(pre)) {
+				t.lengths[p.Upstream] = append(t.lengths[p.Upstream], len(pre))
+			}
 		} else {
 			t.exact[priceKey{p.Model, p.Upstream}] = p
 		}
 	}
-	for _, list := range t.prefix {
-		slices.SortStableFunc(list, func(a, b *Price) int { return len(b.Model) - len(a.Model) })
+	for _, l := range t.lengths {
+		slices.Sort(l)
+		slices.Reverse(l)
 	}
 	return t, nil
 }
@@ -182,8 +191,11 @@ func (t *PriceTable) Lookup(model, upstream string) (p Price, ok bool) {
 		if e := t.exact[priceKey{model, up}]; e != nil {
 			return *e, true
 		}
-		for _, e := range t.prefix[up] {
-			if strings.HasPrefix(model, e.Model[:len(e.Model)-1]) {
+		for _, n := range t.lengths[up] {
+			if n > len(model) {
+				continue
+			}
+			if e := t.prefix[priceKey{model[:n], up}]; e != nil {
 				return *e, true
 			}
 		}

@@ -84,10 +84,13 @@ func TestReadPricesFileRefuses(t *testing.T) {
 			t.Errorf("%s: %v, want %q", tt.name, err, tt.want)
 		}
 	}
-	// An entry of a metered mode without token prices is skipped, as one
-	// of another mode is.
-	f, err := api.ReadPricesFile([]byte(`{"a": {"mode": "chat", "output_cost_per_token": 1e-6}, "b": {"litellm_provider": "x"}}`))
-	if err != nil || len(f.Prices) != 0 || f.Skipped["no token prices"] != 1 || f.Skipped["mode none"] != 1 {
+	// An entry of a metered mode without token prices, or with a name the
+	// table refuses, is skipped, as one of another mode is.
+	f, err := api.ReadPricesFile([]byte(`{"a": {"mode": "chat", "output_cost_per_token": 1e-6}, "b": {"litellm_provider": "x"},
+		"` + strings.Repeat("m", 129) + `": {"mode": "chat", "input_cost_per_token": 1e-6, "output_cost_per_token": 1e-6},
+		"c d": {"mode": "completion", "input_cost_per_token": 1e-6, "output_cost_per_token": 1e-6},
+		"ok": {"mode": "completion", "input_cost_per_token": 1e-6, "output_cost_per_token": 1e-6}}`))
+	if err != nil || len(f.Prices) != 1 || f.Skipped["no token prices"] != 1 || f.Skipped["mode none"] != 1 || f.Skipped["unusable model name"] != 2 {
 		t.Errorf("skips: %+v, %v", f, err)
 	}
 }

@@ -279,8 +279,8 @@ type liteLLMEntry struct {
 // completion-like mode with input and output per-token prices becomes a
 // generic entry (no upstream) of its model, per million tokens; a missing
 // cache price is the input price, as in a body. "sample_spec", the file's
-// own documentation, entries of other modes and entries without token
-// prices are skipped and counted.
+// own documentation, entries of other modes, entries without token prices
+// and entries whose names the table refuses are skipped and counted.
 func readLiteLLM(entries map[string]jsontext.Value) (PricesFile, error) {
 	f := PricesFile{Format: "litellm", Skipped: map[string]int{}}
 	names := make([]string, 0, len(entries))
@@ -328,6 +328,12 @@ func readLiteLLM(entries map[string]jsontext.Value) (PricesFile, error) {
 			if *c.dst, err = perMillion(c.raw); err != nil {
 				return PricesFile{}, policy.Errorf(policy.EINVALID, "LiteLLM entry %s: %s: %s", policy.Quote(name), c.field, policy.ErrorMessage(err))
 			}
+		}
+		// A name the table refuses (over 128 bytes, a space, a '*' inside)
+		// leaves out its entry, not the whole file.
+		if errs := policy.ValidatePrices([]policy.Price{p}); len(errs) > 0 {
+			f.Skipped["unusable model name"]++
+			continue
 		}
 		f.Prices = append(f.Prices, p)
 	}

@@ -47,8 +47,9 @@ func (p *Price) Cost(u TokenUsage) (Money, error) {
 	return c, nil
 }
 
-// MaxPrice returns the higher of p's input and output prices: what a token
-// of unknown kind is reserved at.
+// MaxPrice returns the highest of p's four prices: what a token of unknown
+// kind is reserved at, so that a reservation never falls short of the
+// usage it stands for, whatever kind each token turns out to be.
 func (p *Price) MaxPrice() Money { return max(p.Input, p.Output, p.CacheRead, p.CacheWrite) }
 
 // PriceTable is a validated list of prices with its lookup. It is

@@ -3,7 +3,8 @@
 // API for tiers and usage, and health; the gateway, which forwards OpenAI-
 // and Anthropic-compatible model calls to upstreams, metered as checks
 // (package gateway, which this one mounts); the one wire shape of a tier and of a user
-// record, which the tiers file of "policyguard tiers" shares; and the Guard
+// record, which the tiers file of "policyguard tiers" shares; the price
+// table's routes and its file, which also reads LiteLLM's; and the Guard
 // middleware for an Echo application of one's own.
 //
 // It imports policy and nothing else of this module. It does not know the

@@ -6,7 +6,7 @@
 // policy.Service, the JSON API of package api with the admin page of
 // package web mounted on it, and the cleanup, and shuts them down; the
 // settings table below is the one place a flag or environment variable is
-// named. The subcommands ("policyguard tiers", "policyguard backup") and the
+// named. The subcommands ("policyguard tiers", "prices", "backup") and the
 // log writer live in package api/cli. Only this package imports every other
 // one.
 package main
@@ -50,7 +50,7 @@ func main() {
 
 // run starts the service and blocks until ctx ends, then shuts down
 // gracefully: in-flight checks finish and their writes commit. With a
-// subcommand's name as its first argument ("tiers", "backup") it runs that
+// subcommand's name as its first argument ("tiers", "prices", "backup") it runs that
 // command instead.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) > 0 {
@@ -58,6 +58,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		case "tiers":
 			return cli.Tiers(ctx, args[1:], cli.TiersEnv{DB: settingValue("db", getenv),
 				DefaultTier: settingValue("default-tier", getenv), Open: openService}, stdout, stderr)
+		case "prices":
+			return cli.Prices(ctx, args[1:], cli.PricesEnv{DB: settingValue("db", getenv), Open: openService, Redact: db.Redact}, stdout, stderr)
 		case "backup":
 			return cli.Backup(ctx, args[1:], cli.BackupEnv{DB: settingValue("db", getenv),
 				Backup: db.Backup, Redact: db.Redact}, stdout, stderr)
@@ -102,7 +104,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// The JSON API and the admin page check the admin token through one
 	// gate, so that a wrong token counts wherever it is sent.
 	gate := policy.NewAdminGate(cfg.AdminToken)
-	admin := web.NewAdmin(web.Config{Service: svc, Gate: gate, TierJSON: api.TierJSON, Logger: log, Sessions: store})
+	admin := web.NewAdmin(web.Config{Service: svc, Gate: gate, TierJSON: api.TierJSON, Logger: log, Sessions: store,
+		Upstreams: cfg.Gateway.UpstreamNames()})
 	srv := cli.NewHTTPServer(api.NewServer(api.Config{
 		Service:        svc,
 		Health:         store.Ping,
@@ -172,7 +175,7 @@ func newService(cfg config, store *db.Store, metrics *api.Metrics, now func() ti
 	svc := policy.NewService(tiers, requests, policy.WithDefaultTier(cfg.DefaultTier), policy.WithClock(now),
 		policy.WithCallTimeout(cfg.CallTimeout), policy.WithStats(store, store),
 		policy.WithUsers(store), policy.WithTrustClientTier(cfg.TrustClientTier), policy.WithReplays(store),
-		policy.WithKeys(store))
+		policy.WithKeys(store), policy.WithPrices(store))
 	metrics.SetCallsInFlight(func(ctx context.Context) (int64, error) {
 		byTier, err := svc.CallsInFlight(ctx)
 		var n int64
@@ -196,7 +199,7 @@ func openService(ctx context.Context, dbPath, defaultTier string, existing bool)
 	if err != nil {
 		return nil, nil, err
 	}
-	return policy.NewService(store, store, policy.WithDefaultTier(defaultTier), policy.WithUsers(store)), store.Close, nil
+	return policy.NewService(store, store, policy.WithDefaultTier(defaultTier), policy.WithUsers(store), policy.WithPrices(store)), store.Close, nil
 }
 
 // announce prints where the service listens and logs how it is set up,
@@ -356,6 +359,8 @@ const usage = `Usage:
 Commands:
   tiers export|import ...
     	write the tiers and user records as a tiers file, or apply one (policyguard tiers -h tells more)
+  prices export|import ...
+    	write the price table in force as a prices file, or apply one or LiteLLM's (policyguard prices -h tells more)
   backup [-db FILE] BACKUP.db
     	write a consistent copy of the SQLite database while the service runs; never overwrites a file
 

@@ -162,3 +162,38 @@ func TestREADMETour(t *testing.T) {
 		}
 	}
 }
+
+// The curl examples of "Budgets" run as printed, in order, on a fresh
+// database with the admin token secret, and answer what the README says
+// they answer.
+func TestREADMEBudgetsExamples(t *testing.T) {
+	script := readmeScript(t, "## Budgets")
+	url, stop := startInProcess(t, filepath.Join(t.TempDir(), "readme.db"), "-admin-token", "secret", "-test-clock")
+	t.Cleanup(func() { stop() })
+	out, err := exec.Command("bash", "-c", strings.ReplaceAll(script, "localhost:8080", strings.TrimPrefix(url, "http://"))).CombinedOutput()
+	if err != nil {
+		t.Fatalf("the examples failed: %v\n%s", err, out)
+	}
+	lines := strings.Split(string(out), "\n")
+	for i, want := range []string{
+		`{"id":1,"effective_from":"`,
+		`{"id":2,"effective_from":"2099-01-01T00:00:00Z",`,
+		`{"versions":[{"id":2,`,
+		`{"message":"prices[0].output is required"}`,
+	} {
+		if i >= len(lines) || !strings.HasPrefix(lines[i], want) {
+			t.Errorf("line %d of the examples' output does not begin %s:\n%s", i+1, want, out)
+		}
+	}
+	for _, want := range []string{
+		`"source":"api","prices":[{"model":"claude-*","upstream":"anthropic","input":"3","output":"15","cache_read":"3","cache_write":"3.75"},` +
+			`{"model":"gpt-4o-mini","input":"0.15","output":"0.6","cache_read":"0.075","cache_write":"0.15"}]}`,
+		`"prices":[{"model":"gpt-*","input":"0.2","output":"0.8","cache_read":"0.2","cache_write":"0.2"}]}`,
+		`"entries":1,"in_force":false},{"id":1,`,
+		`"entries":2,"in_force":true}]}`,
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the examples' output lacks %s:\n%s", want, out)
+		}
+	}
+}

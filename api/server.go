@@ -3,7 +3,8 @@
 // API for tiers and usage, and health; the gateway, which forwards OpenAI-
 // and Anthropic-compatible model calls to upstreams, metered as checks
 // (package gateway, which this one mounts); the one wire shape of a tier and of a user
-// record, which the tiers file of "policyguard tiers" shares; and the Guard
+// record, which the tiers file of "policyguard tiers" shares; the price
+// table's routes and its file, which also reads LiteLLM's; and the Guard
 // middleware for an Echo application of one's own.
 //
 // It imports policy and nothing else of this module. It does not know the
@@ -97,6 +98,9 @@ type Server struct {
 	testClock *policy.TestClock
 	// gateway is nil when the server has no /llm routes.
 	gateway *gateway.Gateway
+	// upstreams are the names of the gateway's upstreams, sorted; empty
+	// without a gateway.
+	upstreams []string
 }
 
 // NewServer returns a Server for cfg with every route registered.
@@ -129,6 +133,7 @@ func NewServer(cfg Config) *Server {
 	s.failOpen.enabled = cfg.FailOpen
 	if cfg.Gateway != nil {
 		s.gateway = gateway.New(cfg.Gateway, gateway.Deps{Keys: s.svc, Calls: s.svc, Metrics: gatewayMetrics{s.metrics}, Log: s.logRequest})
+		s.upstreams = cfg.Gateway.UpstreamNames()
 	}
 	s.echo.HideBanner, s.echo.HidePort = true, true
 	// Client addresses (sign-in throttle, access log) come from the
@@ -198,6 +203,9 @@ func (s *Server) routes() {
 	e.GET("/v1/usage/:user_id", s.handleGetUsage, admin)
 	e.DELETE("/v1/usage/:user_id", s.handleDeleteUsage, admin)
 	e.GET("/v1/stats", s.handleStats, admin)
+	e.GET("/v1/prices", s.handleGetPrices, admin)
+	e.PUT("/v1/prices", s.handlePutPrices, admin, requireJSON)
+	e.GET("/v1/prices/versions", s.handleListPriceVersions, admin)
 	s.testClockRoutes()
 	if s.gateway != nil {
 		// Every method: what is not metered is a 404 or, with

@@ -51,10 +51,12 @@ type Store struct {
 	reloadMu    sync.Mutex    // serializes tier cache reloads
 	tierVersion versionReader // tells whether the tier cache is stale; see tiers.go
 
-	counts      *checkCounts       // counts of checks not yet stored (see stats.go)
-	stopFlusher context.CancelFunc // ends flushCountsEvery
-	users       userCache          // every user record; see users.go
-	accounts    sync.Map           // account id → policy.Account, every account; see accounts.go
+	counts      *checkCounts               // counts of checks not yet stored (see stats.go)
+	stopFlusher context.CancelFunc         // ends flushCountsEvery
+	users       userCache                  // every user record; see users.go
+	accounts    sync.Map                   // account id → policy.Account, every account; see accounts.go
+	prices      atomic.Pointer[priceCache] // every price version; see prices.go
+	pricesMu    sync.Mutex                 // serializes price cache reloads
 
 	closeOnce sync.Once
 	closeErr  error
@@ -189,7 +191,7 @@ func openSQLite(ctx context.Context, path string, o *options) (*Store, error) {
 // start loads what the store keeps in memory and starts storing the counts
 // of checks; on failure it closes the store.
 func (s *Store) start(ctx context.Context) error {
-	for _, init := range []func(context.Context) error{s.initTiers, s.initUsers, s.initAccounts, s.prepareReads, s.prepareKeyRead} {
+	for _, init := range []func(context.Context) error{s.initTiers, s.initUsers, s.initAccounts, s.initPrices, s.prepareReads, s.prepareKeyRead} {
 		if err := init(ctx); err != nil {
 			s.Close()
 			return err
@@ -198,6 +200,7 @@ func (s *Store) start(ctx context.Context) error {
 	flushCtx, stop := context.WithCancel(context.Background())
 	s.stopFlusher = stop
 	go s.flushCountsEvery(flushCtx, time.Second)
+	go s.refreshPricesEvery(flushCtx, priceRefresh)
 	return nil
 }
 

@@ -192,6 +192,19 @@
 // is written through the writer, at most once a minute per key and
 // process, and never moves back.
 //
+// # Prices
+//
+// price_versions and prices hold the versions of the price table, each
+// the whole table, in picodollars per million tokens. A version is never
+// changed once saved, so every process keeps them all in memory, entries
+// included, and a reload reads only the ids it has not seen: PriceOf, the
+// price of a model at an instant, reads no storage. A version saved
+// through a store is in its memory at once; one saved elsewhere (another
+// replica, policyguard prices import) is read by the next PricesAt or
+// PriceVersions, and by every store within a second (priceRefresh, one
+// query of the ids a second). Saves take the admin lock on PostgreSQL, so
+// ids commit in the order they are taken.
+//
 // # Cleanup
 //
 // PruneEvery deletes rows older than policy.KeepFor (a day, the longest

@@ -6,7 +6,8 @@
 // (guardrail.go), the rolling-window evaluation (window.go), metered calls
 // (calls.go), shadow limits (shadow.go) and the replay behind previews
 // (replay.go), the keys that authenticate the model gateway's clients
-// (keys.go), and the Service that puts them together (service*.go). It
+// (keys.go), money and the versions of the price table (money.go,
+// prices.go), and the Service that puts them together (service*.go). It
 // declares the storage interfaces the Service needs; package db implements
 // them.
 //

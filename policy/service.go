@@ -31,8 +31,9 @@ type Service struct {
 	accounts           AccountStore // nil: no accounts
 	distrustClientTier bool
 
-	keys    KeyStore // nil: no gateway keys
-	keyUses keyUses  // when this process last recorded each key's use
+	keys    KeyStore   // nil: no gateway keys
+	prices  PriceStore // nil: no price table
+	keyUses keyUses    // when this process last recorded each key's use
 
 	tiers       TierStore
 	limiter     *RateLimiter

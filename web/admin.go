@@ -37,6 +37,9 @@ type Config struct {
 	// Sessions keeps the sessions, so that they outlive the process; nil
 	// keeps them in memory. Sessions of another admin token are ended.
 	Sessions policy.SessionStore
+	// Upstreams are the names of the gateway's upstreams: an entry of the
+	// price table may name only one of them. Nil checks no name.
+	Upstreams []string
 }
 
 // Admin is the browser admin page under /admin: sign-in, sessions and the
@@ -49,11 +52,12 @@ type Admin struct {
 	log        *slog.Logger
 	sessions   *adminSessions
 	origin     *http.CrossOriginProtection
+	upstreams  []string
 }
 
 // NewAdmin returns the admin page for cfg; Register serves it.
 func NewAdmin(cfg Config) *Admin {
-	a := &Admin{svc: cfg.Service, gate: cfg.Gate, tierToJSON: cfg.TierJSON, log: cfg.Logger, origin: http.NewCrossOriginProtection()}
+	a := &Admin{svc: cfg.Service, gate: cfg.Gate, tierToJSON: cfg.TierJSON, log: cfg.Logger, origin: http.NewCrossOriginProtection(), upstreams: cfg.Upstreams}
 	if a.log == nil {
 		a.log = slog.Default()
 	}
@@ -72,7 +76,7 @@ func NewAdmin(cfg Config) *Admin {
 // fields besides the common ones.
 type adminView struct {
 	Title string
-	Nav   string // the current section: "overview", "tiers", "usage", "accounts" or "keys"
+	Nav   string // the current section: "overview", "tiers", "usage", "accounts", "keys" or "prices"
 	CSRF  string // set when signed in; the header then shows the navigation
 	Flash string // what the last change did
 	Alert string // an error about the page as a whole
@@ -91,6 +95,7 @@ type adminView struct {
 	Keys       *adminKeys         // keys: the service keys
 	Accounts   *adminAccountsView // accounts
 	Account    *adminAccountView  // account
+	Prices     *adminPricesView   // prices
 	Message    string             // error
 }
 
@@ -118,6 +123,7 @@ func (a *Admin) Register(e *echo.Echo) {
 	g.GET("/accounts", a.handleAccountsPage, signedIn...)
 	g.GET("/account", a.handleAccountPage, signedIn...)
 	g.GET("/keys", a.handleKeysPage, signedIn...)
+	g.GET("/prices", a.handlePricesPage, signedIn...)
 
 	forms := []echo.MiddlewareFunc{a.requireSession, a.requireCSRF}
 	g.POST("/logout", a.handleLogout, forms...)
@@ -135,6 +141,7 @@ func (a *Admin) Register(e *echo.Echo) {
 	g.POST("/accounts/delete", a.handleDeleteAccount, forms...)
 	g.POST("/accounts/clear", a.handleClearAccount, forms...)
 	g.POST("/keys/:id/revoke", a.handleRevokeKey, forms...)
+	g.POST("/prices", a.handleSavePrices, forms...)
 }
 
 // headers sets the security headers of every admin response. Pages carry

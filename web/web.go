@@ -21,7 +21,7 @@ var files embed.FS
 
 // Templates holds one template per admin page, named after its file without
 // the extension ("login", "tiers", "tier", "delete", "usage", "key",
-// "accounts", "account", "error"), plus the shared "head", "foot" and
+// "accounts", "account", "prices", "error"), plus the shared "head", "foot" and
 // "fields". Each page template takes the page's view model; html/template
 // escapes everything it prints. It is safe for concurrent use.
 var Templates = template.Must(template.ParseFS(files, "templates/*.html"))

@@ -1,5 +1,5 @@
 // Package client is a typed Go client for the policyguard HTTP API: checks,
-// metered calls, tiers, user records, accounts, gateway keys and usage. It uses only the standard library and imports nothing
+// metered calls, tiers, user records, accounts, gateway keys, usage and prices. It uses only the standard library and imports nothing
 // else of this module, so a program that only calls the service does not
 // compile the service in.
 //

@@ -50,6 +50,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -206,6 +207,20 @@ type Config struct {
 	// onSettled when an exchange ended and its call, if any, was settled.
 	ticker                  func(time.Duration) (<-chan time.Time, func())
 	onClientGone, onSettled func()
+}
+
+// UpstreamNames returns the names of c's upstreams, sorted; nil for a nil
+// c (no gateway).
+func (c *Config) UpstreamNames() []string {
+	if c == nil {
+		return nil
+	}
+	var names []string
+	for _, up := range c.Upstreams {
+		names = append(names, up.Name)
+	}
+	slices.Sort(names)
+	return names
 }
 
 // Keys is what the gateway asks of the service about a request's key,

@@ -80,12 +80,14 @@ const (
 // its row (api's writeLimits and readLimit, the forms' parsing): a kind
 // whose values are not integers on the wire changes those.
 //
-// Adding a limit of a kind and window that exist touches, counted by adding
-// one: this file (its LimitID and its row), api/openapi.yaml (a property
-// of the LimitSet schema), api/client/limits.go (the client's field), and a
-// test; no migration. A new required limit reads 0 on the rows stored
-// before it, which admits nothing: make it optional, or give it a
-// migration that sets it.
+// Adding a limit of a kind that exists touches, counted by adding one: this
+// file (its LimitID and its row), api/openapi.yaml (a property of the
+// Limits schema) and api/client/limits.go (a field of client.Limits), and
+// its tests: one of its own, and the golden files that print every limit
+// of a tier (api/tierfile_test.go, api/shadow_account_test.go). No
+// migration: the database keeps each set as one JSON object by Name. A new
+// required limit reads 0 on the rows stored before it, which admits
+// nothing: make it optional, or give it a migration that sets it.
 var LimitFields = [numLimits]LimitField{
 	RequestsPerMinute: {Name: "requests_per_minute", Label: "Requests per minute", Kind: KindRequests, Window: Minute, Windowed: true},
 	RequestsPerHour:   {Name: "requests_per_hour", Label: "Requests per hour", Kind: KindRequests, Window: Hour, Windowed: true},

@@ -15,7 +15,8 @@ import (
 // table (User, what a check does when the cached record is stale), and a
 // check of a user with a record that overrides two limits, whose record
 // the admission confirms (on PostgreSQL, admit_batch reads and compares
-// it every time).
+// it every time). The records override two limits, so their limits
+// column is parsed, not read as the {} of a record that overrides none.
 func BenchmarkUserRecord(b *testing.B) {
 	for _, bk := range backends {
 		b.Run(bk.name, func(b *testing.B) {

@@ -146,7 +146,7 @@ func TestTiersImportRefusals(t *testing.T) {
 		{"invalid tier after a valid one", nil, nil, `{"tiers": [` + valid + `, {"name": "bad", "requests_per_minute": -1}]}`,
 			[]string{`nothing imported`, `tier 2 ("bad"): requests_per_minute must be an integer`}},
 		{"a required limit null", nil, nil, `{"tiers": [{"name": "a", "requests_per_minute": 1, "requests_per_hour": 1, "requests_per_day": null, "burst_allowance": 0}]}`,
-			[]string{`nothing imported`, `tier 1 ("a"): requests_per_day must be an integer from 0 to 2147483647 (only token limits and max_concurrent can be null)`}},
+			[]string{`nothing imported`, `tier 1 ("a"): requests_per_day must be an integer from 0 to 2147483647 (only the optional limits can be null)`}},
 		{"every problem listed", nil, nil, `{"tiers": [{"name": "a"}, {"name": "b", "rpm": 1}]}`,
 			[]string{`tier 1 ("a"): requests_per_minute is required`, `tier 1 ("a"): burst_allowance is required`, `tier 2 ("b"): unknown field "rpm"`}},
 		{"prune without the default tier", nil, []string{"-prune"}, `{"tiers": [` + valid + `]}`,

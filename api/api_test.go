@@ -284,7 +284,7 @@ func TestTierAPI(t *testing.T) {
 		{"negative", "PUT", "/v1/tiers/x", `{"requests_per_minute":1,"requests_per_hour":-1,"requests_per_day":1,"burst_allowance":0}`, 400, `requests_per_hour must be an integer`},
 		{"too large", "PUT", "/v1/tiers/x", `{"requests_per_minute":1,"requests_per_hour":1,"requests_per_day":2147483648,"burst_allowance":0}`, 400, `requests_per_day must be an integer`},
 		{"string limit", "PUT", "/v1/tiers/x", `{"requests_per_minute":"5","requests_per_hour":1,"requests_per_day":1,"burst_allowance":0}`, 400, `requests_per_minute must be an integer`},
-		{"null required limit", "PUT", "/v1/tiers/x", `{"requests_per_minute":1,"requests_per_hour":1,"requests_per_day":1,"burst_allowance":null}`, 400, `burst_allowance must be an integer from 0 to 2147483647 (only token limits and max_concurrent can be null)`},
+		{"null required limit", "PUT", "/v1/tiers/x", `{"requests_per_minute":1,"requests_per_hour":1,"requests_per_day":1,"burst_allowance":null}`, 400, `burst_allowance must be an integer from 0 to 2147483647 (only the optional limits can be null)`},
 		{"null shadow limit", "PUT", "/v1/tiers/x", `{` + limits + `,"shadow":{"requests_per_minute":null,"requests_per_hour":1,"requests_per_day":1,"burst_allowance":0}}`, 400, `shadow.requests_per_minute must be an integer from 0 to 2147483647 (only`},
 		{"unknown field", "PUT", "/v1/tiers/x", `{` + limits + `,"colour":"red"}`, 400, `unknown field \"colour\"`},
 		{"field in other case", "PUT", "/v1/tiers/x", `{"requests_per_minute":1,"requests_per_hour":1,"requests_per_dAY":1,"burst_allowance":0}`, 400, `unknown field \"requests_per_dAY\"`},

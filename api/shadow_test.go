@@ -142,7 +142,7 @@ func TestPromoteOverHTTP(t *testing.T) {
 	e.putTier("shadowed", shadowTier)
 	rec := e.do(http.MethodPost, "/v1/tiers/shadowed/promote", "", true)
 	got := decode[client.Tier](t, rec)
-	if rec.Code != http.StatusOK || got.Shadow != nil || got.RequestsPerMinute != 2 || got.RequestsPerHour != 1000 {
+	if rec.Code != http.StatusOK || got.Shadow != nil || *got.RequestsPerMinute != 2 || *got.RequestsPerHour != 1000 {
 		t.Fatalf("promote: %d %s", rec.Code, rec.Body)
 	}
 	if rec := e.do(http.MethodPost, "/v1/tiers/shadowed/promote", "", true); rec.Code != http.StatusBadRequest {

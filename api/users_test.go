@@ -33,7 +33,7 @@ func TestUserRecordRoutes(t *testing.T) {
 		{"too large", "PUT", "/v1/users/alice", `{"limits":{"tokens_per_minute":2147483648}}`, true, 400, "limits.tokens_per_minute must be an integer from 0 to 2147483647"},
 		{"fraction", "PUT", "/v1/users/alice", `{"limits":{"burst_allowance":1.5}}`, true, 400, "limits.burst_allowance must be an integer"},
 		{"string limit", "PUT", "/v1/users/alice", `{"limits":{"max_concurrent":"3"}}`, true, 400, "limits.max_concurrent must be an integer"},
-		{"null request limit", "PUT", "/v1/users/alice", `{"limits":{"requests_per_day":null}}`, true, 400, "requests_per_day must be an integer from 0 to 2147483647 (only token limits and max_concurrent can be null)"},
+		{"null request limit", "PUT", "/v1/users/alice", `{"limits":{"requests_per_day":null}}`, true, 400, "requests_per_day must be an integer from 0 to 2147483647 (only the optional limits can be null)"},
 		{"limits not an object", "PUT", "/v1/users/alice", `{"limits":[1]}`, true, 400, "limits must be an object"},
 		{"tier not a string", "PUT", "/v1/users/alice", `{"tier":5}`, true, 400, "tier must be a string"},
 		{"empty tier", "PUT", "/v1/users/alice", `{"tier":""}`, true, 400, "tier must be null or a tier name"},

@@ -261,7 +261,12 @@ func (b *pgBatch) try(jobs []*pgJob) (redo int, stale bool) {
 			continue
 		}
 		h.reset(tx, tx, j.user)
-		h.planned(j, tiers)
+		if err := h.planned(j, tiers); err != nil {
+			// A record this version cannot read: decided alone, it fails
+			// alone.
+			b.rollback(ctx)
+			return i, false
+		}
 		a, err := j.decide(h)
 		if err == nil && j.f.agrees(&a, j.plan) {
 			continue
@@ -348,11 +353,11 @@ const (
 )
 
 // admitBatch calls admit_batch (migration 12) with the batch's arrays.
-const admitBatch = `SELECT * FROM admit_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`
+const admitBatch = `SELECT * FROM admit_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`
 
 // admitBatchOIDs are the types of admitBatch's parameters.
 var admitBatchOIDs = []uint32{pgtype.Int4ArrayOID, pgtype.Int8OID, pgtype.TextArrayOID, pgtype.Int8ArrayOID, pgtype.Int8ArrayOID,
-	pgtype.Int8ArrayOID, pgtype.BoolArrayOID, pgtype.Int2ArrayOID, pgtype.TextArrayOID, pgtype.Int8ArrayOID, pgtype.Int8ArrayOID,
+	pgtype.Int8ArrayOID, pgtype.BoolArrayOID, pgtype.Int2ArrayOID, pgtype.TextArrayOID, pgtype.TextArrayOID,
 	pgtype.TextArrayOID, pgtype.TextArrayOID, pgtype.Int8ArrayOID, pgtype.Int8ArrayOID, pgtype.Int8ArrayOID, pgtype.Int8ArrayOID}
 
 // binaryFormat asks for every parameter and column in binary.
@@ -464,7 +469,7 @@ func pipelineExec(p *pgconn.Pipeline) error {
 func (b *pgBatch) encode(m *pgtype.Map) error {
 	a := &b.args
 	values := [...]any{a.keys, a.version, a.users, a.now, a.ceil, a.tierID, a.tierSame,
-		a.userMode, a.userTier, a.userLim, a.userOver, a.callID, a.callTier, a.tokens, a.tokLim, a.maxConc, a.expires}
+		a.userMode, a.userTier, a.userLim, a.callID, a.callTier, a.tokens, a.tokLim, a.maxConc, a.expires}
 	var ends [len(values)]int
 	buf := b.paramBuf[:0]
 	for i, v := range values {
@@ -496,8 +501,7 @@ type batchArgs struct {
 	tierSame []bool
 	userMode []int16
 	userTier []pgtype.Text
-	userLim  []pgtype.Int8
-	userOver []int64
+	userLim  []pgtype.Text // the record's overrides, as the users table's limits column holds them
 	callID   []pgtype.Text
 	callTier []pgtype.Text
 	tokens   []int64
@@ -523,7 +527,7 @@ func (a *batchArgs) fill(jobs []*pgJob, tiers *tierCache) {
 	a.keys = a.keys[:0]
 	a.version = tiers.version
 	a.users, a.now, a.ceil, a.tierID, a.tierSame = a.users[:0], a.now[:0], a.ceil[:0], a.tierID[:0], a.tierSame[:0]
-	a.userMode, a.userTier, a.userLim, a.userOver = a.userMode[:0], a.userTier[:0], a.userLim[:0], a.userOver[:0]
+	a.userMode, a.userTier, a.userLim = a.userMode[:0], a.userTier[:0], a.userLim[:0]
 	a.callID, a.callTier, a.tokens, a.tokLim, a.maxConc, a.expires = a.callID[:0], a.callTier[:0], a.tokens[:0], a.tokLim[:0], a.maxConc[:0], a.expires[:0]
 	for _, j := range jobs {
 		p := j.plan
@@ -537,8 +541,7 @@ func (a *batchArgs) fill(jobs []*pgJob, tiers *tierCache) {
 		cur, ok := tiers.byName[p.Base.Name]
 		a.tierSame = append(a.tierSame, ok && policy.SameLimits(&cur, p.Base))
 
-		mode, tier, over := userUnconfirmed, pgtype.Text{}, int64(0)
-		var lim [len(policy.LimitFields)]pgtype.Int8
+		mode, tier, lim := userUnconfirmed, pgtype.Text{}, pgtype.Text{}
 		switch {
 		case !p.ConfirmUser:
 		case p.User == nil:
@@ -547,15 +550,9 @@ func (a *batchArgs) fill(jobs []*pgJob, tiers *tierCache) {
 			mode = userRecord
 			r := userRowOf(p.User)
 			tier = pgtype.Text{String: r.Tier.String, Valid: r.Tier.Valid}
-			for i, v := range r.Limits {
-				if v != nil {
-					lim[i] = pgtype.Int8{Int64: *v, Valid: true}
-				}
-			}
-			over = r.Overrides
+			lim = pgtype.Text{String: r.Limits, Valid: true}
 		}
-		a.userMode, a.userTier, a.userOver = append(a.userMode, mode), append(a.userTier, tier), append(a.userOver, over)
-		a.userLim = append(a.userLim, lim[:]...)
+		a.userMode, a.userTier, a.userLim = append(a.userMode, mode), append(a.userTier, tier), append(a.userLim, lim)
 
 		c := p.Call
 		if c == nil {
@@ -593,8 +590,7 @@ type admitFacts struct {
 	first           [len(policy.Windows)]struct{ ts, seq pgtype.Int8 }
 	userFound       pgtype.Bool
 	userTier        pgtype.Text
-	userLim         [len(policy.LimitFields)]pgtype.Int8
-	userOver        pgtype.Int8
+	userLim         pgtype.Text // the record's limits column, as text
 	userNote        pgtype.Text
 	userUpdated     pgtype.Int8
 	recorded        bool
@@ -606,7 +602,7 @@ type admitFacts struct {
 
 // decode reads admit_batch's row of one admission, its columns in binary.
 func (f *admitFacts) decode(v [][]byte) error {
-	const columns = 28
+	const columns = 27
 	if len(v) != columns {
 		return fmt.Errorf("admit_batch: %d columns, want %d", len(v), columns)
 	}
@@ -627,14 +623,8 @@ func (f *admitFacts) decode(v [][]byte) error {
 	}
 	f.userFound = pgtype.Bool{Bool: len(v[n]) == 1 && v[n][0] != 0, Valid: v[n] != nil}
 	f.userTier = pgtype.Text{String: string(v[n+1]), Valid: v[n+1] != nil}
-	if err := decodeInt8Array(f.userLim[:], v[n+2]); err != nil {
-		return err
-	}
+	f.userLim = pgtype.Text{String: string(v[n+2]), Valid: v[n+2] != nil}
 	n += 3
-	if err := decodeInt8(&f.userOver, v[n]); err != nil {
-		return err
-	}
-	n++
 	f.userNote = pgtype.Text{String: string(v[n]), Valid: v[n] != nil}
 	n++
 	if err := decodeInt8(&f.userUpdated, v[n]); err != nil {
@@ -651,47 +641,6 @@ func (f *admitFacts) decode(v [][]byte) error {
 			return err
 		}
 		n++
-	}
-	return nil
-}
-
-// decodeInt8Array reads a BIGINT[] of len(dst) elements in binary into
-// dst, every element NULL when b is nil (the array is NULL).
-func decodeInt8Array(dst []pgtype.Int8, b []byte) error {
-	if b == nil {
-		clear(dst)
-		return nil
-	}
-	// The header: dimensions, a has-nulls flag, the element type; then
-	// each dimension's length and lower bound.
-	if len(b) < 12 {
-		return fmt.Errorf("admit_batch: an array of %d bytes", len(b))
-	}
-	dims := binary.BigEndian.Uint32(b)
-	switch {
-	case dims == 0 && len(dst) == 0:
-		return nil
-	case dims != 1 || len(b) < 20 || int(binary.BigEndian.Uint32(b[12:])) != len(dst):
-		return fmt.Errorf("admit_batch: an array of %d dimensions, want one of %d elements", dims, len(dst))
-	}
-	b = b[20:]
-	for i := range dst {
-		if len(b) < 4 {
-			return fmt.Errorf("admit_batch: an array cut short")
-		}
-		size := int32(binary.BigEndian.Uint32(b))
-		b = b[4:]
-		if size < 0 {
-			dst[i] = pgtype.Int8{}
-			continue
-		}
-		if int(size) > len(b) {
-			return fmt.Errorf("admit_batch: an array cut short")
-		}
-		if err := decodeInt8(&dst[i], b[:size]); err != nil {
-			return err
-		}
-		b = b[size:]
 	}
 	return nil
 }
@@ -715,7 +664,7 @@ func decodeInt8(p *pgtype.Int8, b []byte) error {
 // asks is read in the transaction, which the rows the batch recorded for
 // later admissions of the same user do not change: they come after every
 // row j's decide could ask about.
-func (h *history) planned(j *pgJob, tiers *tierCache) {
+func (h *history) planned(j *pgJob, tiers *tierCache) error {
 	f, p := &j.f, j.plan
 	now := p.Now.UnixMicro()
 	h.loaded, h.any, h.lastTS, h.lastSeq = true, f.lastTS.Valid, f.lastTS.Int64, f.lastSeq.Int64
@@ -732,14 +681,12 @@ func (h *history) planned(j *pgJob, tiers *tierCache) {
 		// record read here has none.
 		j.st.recordLoaded = true
 		if f.userFound.Bool {
-			r := userRow{UserID: j.user, Tier: nullString(f.userTier), Overrides: f.userOver.Int64,
+			r := userRow{UserID: j.user, Tier: nullString(f.userTier), Limits: f.userLim.String,
 				Note: f.userNote.String, UpdatedAt: f.userUpdated.Int64}
-			for i, v := range f.userLim {
-				if v.Valid {
-					r.Limits[i] = &f.userLim[i].Int64
-				}
+			u, err := r.record()
+			if err != nil {
+				return err
 			}
-			u := r.record()
 			j.st.record = &u
 		}
 	}
@@ -754,6 +701,7 @@ func (h *history) planned(j *pgJob, tiers *tierCache) {
 		l.nfirst = len(policy.Windows)
 		h.ledgerRead, h.ledgerAt = true, now
 	}
+	return nil
 }
 
 func nullString(t pgtype.Text) sql.NullString {

@@ -357,7 +357,9 @@ var pgFirstRead = func() string {
 		switch c {
 		case "user_id", "note":
 			cols[i] = "coalesce(u." + c + ", '')"
-		case "overrides", "updated_at":
+		case "limits":
+			cols[i] = "coalesce(u.limits::text, '{}')"
+		case "updated_at":
 			cols[i] = "coalesce(u." + c + ", 0)"
 		default:
 			cols[i] = "u." + c
@@ -389,7 +391,10 @@ func (h *history) currentTierPG(name string) (*policy.Tier, bool, error) {
 		h.loaded, h.any, h.lastTS, h.lastSeq = true, ts.Valid, ts.Int64, seq.Int64
 		h.st = &userState{any: h.any, lastTS: h.lastTS, lastSeq: h.lastSeq, recordLoaded: true}
 		if found {
-			u := r.record()
+			u, err := r.record()
+			if err != nil {
+				return nil, false, err
+			}
 			h.st.record = &u
 		}
 	}

@@ -45,18 +45,29 @@ type tierRow struct {
 	// ID is tier_ids.id, read with the row and never written from it.
 	ID int64 `json:"-"`
 
-	// Limits are the tier's limits: a column each, named as its row of
-	// policy.LimitFields, and in JSON a member each (null: no limit).
+	// Limits are the tier's limits, a member each by the names of
+	// policy.LimitFields (null: no limit): the limits column, a JSON
+	// object, and in the audit log's JSON members of the tier's own. A
+	// new limit needs no column.
 	Limits limitValues `json:",inline"`
 }
 
 // limitValues are limits by the names of policy.LimitFields.
 type limitValues map[string]*int64
 
+// Scan implements sql.Scanner.
+func (l *limitValues) Scan(src any) error { return scanJSON("limits", src, (*map[string]*int64)(l)) }
+
+// Value implements driver.Valuer: every limit of policy.LimitFields is a
+// member, null when unset.
+func (l limitValues) Value() (driver.Value, error) {
+	b, err := json.Marshal(map[string]*int64(l), json.Deterministic(true))
+	return string(b), err
+}
+
 // tierColumns are the columns of the tiers table, in the order of
-// tierRow.scanArgs: a column per limit of policy.LimitFields, named as the
-// limit.
-var tierColumns = `name, ` + strings.Join(policy.LimitNames[:], ", ") + `, features, description, updated_at, shadow, models, account`
+// tierRow.scanArgs.
+const tierColumns = `name, limits, features, description, updated_at, shadow, models, account`
 
 // tierSelect reads tierColumns and the tier's ID.
 var tierSelect = `SELECT ` + tierColumns + `, COALESCE((SELECT id FROM tier_ids WHERE tier_ids.name = tiers.name), 0) AS id FROM tiers`
@@ -74,26 +85,13 @@ var tierUpsert = `INSERT INTO tiers (` + tierColumns + `) VALUES (?` + strings.R
 // scanTier reads a row of tierSelect.
 func scanTier(row interface{ Scan(...any) error }) (tierRow, error) {
 	var r tierRow
-	var lims [len(policy.LimitFields)]*int64
-	args := []any{&r.Name}
-	for i := range lims {
-		args = append(args, &lims[i])
-	}
-	err := row.Scan(append(args, &r.Features, &r.Description, &r.UpdatedAt, &r.Shadow, &r.Models, &r.Account, &r.ID)...)
-	r.Limits = make(limitValues, len(lims))
-	for i, v := range lims {
-		r.Limits[policy.LimitNames[i]] = v
-	}
+	err := row.Scan(&r.Name, &r.Limits, &r.Features, &r.Description, &r.UpdatedAt, &r.Shadow, &r.Models, &r.Account, &r.ID)
 	return r, err
 }
 
 // args returns r's values for tierUpsert.
 func (r *tierRow) args() []any {
-	args := []any{r.Name}
-	for _, name := range policy.LimitNames {
-		args = append(args, r.Limits[name])
-	}
-	return append(args, r.Features, r.Description, r.UpdatedAt, r.Shadow, r.Models, r.Account)
+	return []any{r.Name, r.Limits, r.Features, r.Description, r.UpdatedAt, r.Shadow, r.Models, r.Account}
 }
 
 // limitsRow is the shadow column: the request limits as a JSON object with

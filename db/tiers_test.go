@@ -78,7 +78,11 @@ func TestTierEditedWithPlainSQLIsSeen(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer shell.Close()
-		if _, err := shell.Exec(`UPDATE tiers SET requests_per_minute = 3 WHERE name = 'free'`); err != nil {
+		update := `UPDATE tiers SET limits = json_set(limits, '$.requests_per_minute', 3) WHERE name = 'free'`
+		if bk.name == "postgres" {
+			update = `UPDATE tiers SET limits = jsonb_set(limits, '{requests_per_minute}', '3') WHERE name = 'free'`
+		}
+		if _, err := shell.Exec(update); err != nil {
 			t.Fatal(err)
 		}
 		if got, err := s.Tier(ctx, "free"); err != nil || got.Limits.Value(policy.RequestsPerMinute) != 3 {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -31,9 +32,8 @@ type userCache struct {
 	m sync.Map // user id → policy.UserRecord
 }
 
-// userColumns are the columns of the users table: a column per limit of
-// policy.LimitFields, named as the limit.
-var userColumns = `user_id, tier, ` + strings.Join(policy.LimitNames[:], ", ") + `, overrides, note, updated_at, account`
+// userColumns are the columns of the users table.
+const userColumns = `user_id, tier, limits, note, updated_at, account`
 
 // userUpsert creates or replaces a user record, in both dialects.
 var userUpsert = `INSERT INTO users (` + userColumns + `) VALUES (?` + strings.Repeat(", ?", strings.Count(userColumns, ",")) + `)
@@ -49,66 +49,78 @@ var userUpsert = `INSERT INTO users (` + userColumns + `) VALUES (?` + strings.R
 type userRow struct {
 	UserID string
 	Tier   sql.NullString
-	Limits [len(policy.LimitFields)]*int64 // in the order of policy.LimitFields
-	// Overrides has bit i set when the i-th optional limit of
-	// policy.LimitFields is overridden: its column holds the user's
-	// limit, NULL for none. A required limit is overridden when its
-	// column is not NULL.
-	Overrides int64
+	// Limits are the record's overrides as a JSON object by the names of
+	// policy.LimitFields (see overridesJSON): a limit the record keeps is
+	// absent, one it removes is null. A new limit needs no column.
+	Limits    string
 	Note      string
 	UpdatedAt int64 // Unix microseconds
 	Account   sql.NullString
 }
 
 func (r *userRow) scanArgs() []any {
-	args := []any{&r.UserID, &r.Tier}
-	for i := range r.Limits {
-		args = append(args, &r.Limits[i])
-	}
-	return append(args, &r.Overrides, &r.Note, &r.UpdatedAt, &r.Account)
+	return []any{&r.UserID, &r.Tier, &r.Limits, &r.Note, &r.UpdatedAt, &r.Account}
 }
 
-func (r *userRow) record() policy.UserRecord {
+func (r *userRow) record() (policy.UserRecord, error) {
 	u := policy.UserRecord{UserID: r.UserID, Tier: r.Tier.String, Account: r.Account.String, Note: r.Note, UpdatedAt: time.UnixMicro(r.UpdatedAt).UTC()}
-	bit := 0
-	for i := range policy.LimitFields {
-		f := &policy.LimitFields[i]
-		if !f.Optional {
-			u.Limits[i] = policy.Override{Set: r.Limits[i] != nil, Limit: r.Limits[i]}
-			continue
-		}
-		if r.Overrides&(1<<bit) != 0 {
-			u.Limits[i] = policy.Override{Set: true, Limit: r.Limits[i]}
-		}
-		bit++
+	var err error
+	u.Limits, err = overridesOf(r.Limits)
+	if err != nil {
+		return policy.UserRecord{}, fmt.Errorf("users.limits of %s: %w", policy.Quote(r.UserID), err)
 	}
-	return u
+	return u, nil
 }
 
 func userRowOf(u *policy.UserRecord) userRow {
-	r := userRow{UserID: u.UserID, Tier: sql.NullString{String: u.Tier, Valid: u.Tier != ""}, Note: u.Note, UpdatedAt: u.UpdatedAt.UnixMicro(),
-		Account: sql.NullString{String: u.Account, Valid: u.Account != ""}}
-	bit := 0
-	for i := range policy.LimitFields {
-		f := &policy.LimitFields[i]
-		o := u.Limits[i]
-		r.Limits[i] = o.Limit
-		if f.Optional {
-			if o.Set {
-				r.Overrides |= 1 << bit
-			}
-			bit++
-		}
-	}
-	return r
+	return userRow{UserID: u.UserID, Tier: sql.NullString{String: u.Tier, Valid: u.Tier != ""}, Limits: overridesJSON(&u.Limits),
+		Note: u.Note, UpdatedAt: u.UpdatedAt.UnixMicro(), Account: sql.NullString{String: u.Account, Valid: u.Account != ""}}
 }
 
 func (r *userRow) args() []any {
-	args := []any{r.UserID, r.Tier}
-	for _, v := range r.Limits {
-		args = append(args, v)
+	return []any{r.UserID, r.Tier, r.Limits, r.Note, r.UpdatedAt, r.Account}
+}
+
+// overridesJSON returns o as the users table keeps it: a JSON object with
+// a member per limit o overrides, in the order of policy.LimitFields, null
+// for one it removes; {} when it overrides none. It is written by hand
+// because admit_batch's record check encodes every record it confirms: it
+// takes a few appends where a marshaller reflects over a map.
+func overridesJSON(o *policy.Overrides) string {
+	b := make([]byte, 0, 64)
+	b = append(b, '{')
+	for i := range policy.LimitFields {
+		v := o[i]
+		if !v.Set {
+			continue
+		}
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, policy.LimitFields[i].Name...)
+		b = append(b, '"', ':')
+		if v.Limit == nil {
+			b = append(b, "null"...)
+		} else {
+			b = strconv.AppendInt(b, *v.Limit, 10)
+		}
 	}
-	return append(args, r.Overrides, r.Note, r.UpdatedAt, r.Account)
+	return string(append(b, '}'))
+}
+
+// overridesOf reads overrides written by overridesJSON, or by PostgreSQL's
+// jsonb, which spaces and orders members its own way. A record that
+// overrides nothing, most of them, is read without a parse.
+func overridesOf(s string) (policy.Overrides, error) {
+	if s == "{}" {
+		return policy.Overrides{}, nil
+	}
+	var values map[string]*int64
+	if err := json.Unmarshal([]byte(s), &values); err != nil {
+		return policy.Overrides{}, err
+	}
+	return policy.LimitsOf(values)
 }
 
 // initUsers loads every user record into the cache.
@@ -123,7 +135,11 @@ func (s *Store) initUsers(ctx context.Context) error {
 		if err := rows.Scan(r.scanArgs()...); err != nil {
 			return unavailable(err)
 		}
-		s.users.m.Store(r.UserID, r.record())
+		u, err := r.record()
+		if err != nil {
+			return err
+		}
+		s.users.m.Store(r.UserID, u)
 	}
 	return unavailable(rows.Err())
 }
@@ -149,7 +165,10 @@ func (s *Store) User(ctx context.Context, userID string) (policy.UserRecord, err
 	case err != nil:
 		return policy.UserRecord{}, unavailable(err)
 	}
-	u := r.record()
+	u, err := r.record()
+	if err != nil {
+		return policy.UserRecord{}, err
+	}
 	s.users.m.Store(userID, u)
 	return u, nil
 }
@@ -173,7 +192,11 @@ func (s *Store) queryUsers(ctx context.Context, where string, args ...any) ([]po
 		if err := rows.Scan(r.scanArgs()...); err != nil {
 			return nil, unavailable(err)
 		}
-		out = append(out, r.record())
+		u, err := r.record()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, u)
 	}
 	return out, unavailable(rows.Err())
 }
@@ -189,7 +212,10 @@ func userInTx(tx *writeTx, userID string) (*policy.UserRecord, error) {
 	case err != nil:
 		return nil, unavailable(err)
 	}
-	u := r.record()
+	u, err := r.record()
+	if err != nil {
+		return nil, err
+	}
 	return &u, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // LimitKind is what a limit counts.
@@ -42,6 +43,10 @@ type LimitField struct {
 	// an unset optional limit limits nothing, and a user's record may
 	// remove it. A required limit is always set; 0 admits nothing.
 	Optional bool
+	// Max is the largest value the limit may take; 0 reads as MaxLimit.
+	// Every value of the limit, wherever it is set, is checked against
+	// it here and nowhere else: the database stores what policy accepts.
+	Max int64
 
 	// id is the limit's row in LimitFields and its index in a LimitSet.
 	id LimitID
@@ -67,18 +72,22 @@ const (
 // LimitFields lists every limit of a tier, in the order the API, the tiers
 // file and the admin page show them; within a kind, the windows run from
 // the shortest to the longest. Every surface that lists limits walks this
-// table: the domain's LimitSet and Overrides, validation, the wording of a
-// change, the API's and the tiers file's JSON, the admin page's forms and
-// tables, and the database's rows. Adding a limit adds its LimitID and its
-// row here, its columns in a migration per dialect (and, on PostgreSQL, to
-// user_limits), its field in openapi.yaml and in the client's own types.
-// How a value is written and read on the wire is decided in one place per
-// surface, by its row (api's writeLimits and readLimit, the forms'
-// parsing): a kind whose values are not integers on the wire changes those.
+// table: the domain's LimitSet and Overrides, validation (each value from 0
+// to its row's Max), the wording of a change, the API's and the tiers
+// file's JSON, the admin page's forms and tables, and the database, which
+// keeps each set of limits as one JSON object keyed by Name. How a value
+// is written and read on the wire is decided in one place per surface, by
+// its row (api's writeLimits and readLimit, the forms' parsing): a kind
+// whose values are not integers on the wire changes those.
 //
-// The users table keeps which optional limits a record overrides as a bit
-// each, in the order of the optional rows here: a new optional limit goes
-// after the last one.
+// Adding a limit of a kind that exists touches, counted by adding one: this
+// file (its LimitID and its row), api/openapi.yaml (a property of the
+// Limits schema) and api/client/limits.go (a field of client.Limits), and
+// its tests: one of its own, and the golden files that print every limit
+// of a tier (api/tierfile_test.go, api/shadow_account_test.go). No
+// migration: the database keeps each set as one JSON object by Name. A new
+// required limit reads 0 on the rows stored before it, which admits
+// nothing: make it optional, or give it a migration that sets it.
 var LimitFields = [numLimits]LimitField{
 	RequestsPerMinute: {Name: "requests_per_minute", Label: "Requests per minute", Kind: KindRequests, Window: Minute, Windowed: true},
 	RequestsPerHour:   {Name: "requests_per_hour", Label: "Requests per hour", Kind: KindRequests, Window: Hour, Windowed: true},
@@ -93,7 +102,11 @@ var LimitFields = [numLimits]LimitField{
 
 func init() {
 	for i := range LimitFields {
-		LimitFields[i].id = LimitID(i)
+		f := &LimitFields[i]
+		f.id = LimitID(i)
+		if f.Max == 0 {
+			f.Max = MaxLimit
+		}
 	}
 }
 
@@ -250,8 +263,13 @@ func LimitFieldNamed(name string) (f *LimitField, ok bool) {
 	return nil, false
 }
 
-// inRange reports whether v is a limit value.
-func inRange(v int64) bool { return v >= 0 && v <= MaxLimit }
+// InRange reports whether v is a value of f: from 0 to f.Max.
+func (f *LimitField) InRange(v int64) bool { return v >= 0 && v <= f.Max }
+
+// rangeMessage is the message of a value of f, named field, out of range.
+func (f *LimitField) rangeMessage(field string) string {
+	return fmt.Sprintf("%s must be an integer from 0 to %d", field, f.Max)
+}
 
 // limitProblem is one problem of a set of limits: field's value out of
 // range (shorter nil), or below the limit of the shorter window shorter.
@@ -281,9 +299,9 @@ func limitProblems(prefix string, value func(f *LimitField) (int64, bool)) []lim
 		v, ok := value(f)
 		switch {
 		case !ok:
-		case !inRange(v):
+		case !f.InRange(v):
 			name := prefix + f.Name
-			problems = append(problems, limitProblem{f, nil, FieldError{name, fmt.Sprintf("%s must be an integer from 0 to %d", name, MaxLimit)}})
+			problems = append(problems, limitProblem{f, nil, FieldError{name, f.rangeMessage(name)}})
 		case f.Windowed && (f.Kind == KindRequests || f.Kind == KindTokens):
 			if s := last[f.Kind]; s.f != nil && v < s.v {
 				problems = append(problems, limitProblem{f, s.f, FieldError{prefix + f.Name,
@@ -485,7 +503,11 @@ func (s LimitSet) WithOverrides(o Overrides) LimitSet {
 // ("burst_allowance", "shadow.burst_allowance"), given as null: only the
 // optional limits can be removed.
 func NullRequiredLimit(field string) string {
-	return fmt.Sprintf("%s must be an integer from 0 to %d (only token limits and max_concurrent can be null)", field, MaxLimit)
+	max := int64(MaxLimit)
+	if f, ok := LimitFieldNamed(field[strings.LastIndexByte(field, '.')+1:]); ok {
+		max = f.Max
+	}
+	return fmt.Sprintf("%s must be an integer from 0 to %d (only the optional limits can be null)", field, max)
 }
 
 // LimitsOf returns the user's Overrides whose Values are values. A name

@@ -26,19 +26,6 @@ type Account struct {
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
 }
 
-// PoolLimits are the pooled limits of an account: a tier's Account, and
-// what an account's usage is measured against. A nil limit sets none.
-type PoolLimits struct {
-	RequestsPerMinute *int64 `json:"requests_per_minute"`
-	RequestsPerHour   *int64 `json:"requests_per_hour"`
-	RequestsPerDay    *int64 `json:"requests_per_day"`
-	BurstAllowance    *int64 `json:"burst_allowance"`
-	TokensPerMinute   *int64 `json:"tokens_per_minute"`
-	TokensPerHour     *int64 `json:"tokens_per_hour"`
-	TokensPerDay      *int64 `json:"tokens_per_day"`
-	MaxConcurrent     *int64 `json:"max_concurrent"`
-}
-
 // AccountState is the pooled state of a member's account after a check,
 // in the shape of the user's own.
 type AccountState struct {
@@ -81,7 +68,7 @@ type AccountUsage struct {
 	Tier string `json:"tier"`
 	// Limits are the pooled limits in force: the plan's, with the
 	// account's overrides.
-	Limits PoolLimits `json:"limits"`
+	Limits Limits `json:"limits"`
 	// Windows holds each pooled window; Limit, Remaining and Reset are
 	// set only for a window whose requests Limits limit, and the tokens'
 	// only for a window whose tokens they limit.

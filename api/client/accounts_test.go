@@ -19,8 +19,7 @@ func TestClientAccounts(t *testing.T) {
 	c := newClient(t, e.url, client.WithAdminToken(adminToken))
 	ctx := context.Background()
 
-	team, _, err := c.PutTier(ctx, client.Tier{Name: "team", RequestsPerMinute: 10, RequestsPerHour: 100, RequestsPerDay: 1000,
-		Account: &client.PoolLimits{RequestsPerMinute: client.Limit(3), TokensPerDay: client.Limit(1000)}})
+	team, _, err := c.PutTier(ctx, client.Tier{Name: "team", Limits: client.Limits{RequestsPerMinute: client.Limit(10), RequestsPerHour: client.Limit(100), RequestsPerDay: client.Limit(1000)}, Account: &client.Limits{RequestsPerMinute: client.Limit(3), TokensPerDay: client.Limit(1000)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,8 +17,7 @@ func TestClientMeteredCalls(t *testing.T) {
 	e := newEnv(t, func(c *api.Config) { c.APIToken = "calls-token" })
 	admin := newClient(t, e.url, client.WithAdminToken(adminToken), client.WithAPIToken("calls-token"))
 	ctx := context.Background()
-	tier, created, err := admin.PutTier(ctx, client.Tier{Name: "metered", RequestsPerMinute: 100, RequestsPerHour: 1000, RequestsPerDay: 1000,
-		TokensPerMinute: ptr(1000), TokensPerDay: ptr(5000), MaxConcurrent: ptr(1)})
+	tier, created, err := admin.PutTier(ctx, client.Tier{Name: "metered", Limits: client.Limits{RequestsPerMinute: client.Limit(100), RequestsPerHour: client.Limit(1000), RequestsPerDay: client.Limit(1000), TokensPerMinute: ptr(1000), TokensPerDay: ptr(5000), MaxConcurrent: ptr(1)}})
 	if err != nil || !created {
 		t.Fatalf("put: %v %v", created, err)
 	}

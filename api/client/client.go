@@ -254,20 +254,11 @@ func (c *Client) check(ctx context.Context, req CheckRequest, dryRun bool) (Deci
 // Tier is a subscription plan: the limits of its rolling windows, the
 // features it includes and the models its users may call.
 type Tier struct {
-	Name              string `json:"name"`
-	RequestsPerMinute int64  `json:"requests_per_minute"`
-	RequestsPerHour   int64  `json:"requests_per_hour"`
-	RequestsPerDay    int64  `json:"requests_per_day"`
-	BurstAllowance    int64  `json:"burst_allowance"`
-	// TokensPerMinute, TokensPerHour and TokensPerDay limit the tokens of
-	// the tier's calls in each window, MaxConcurrent the calls a user has
-	// open at once; nil sets no limit.
-	TokensPerMinute *int64   `json:"tokens_per_minute"`
-	TokensPerHour   *int64   `json:"tokens_per_hour"`
-	TokensPerDay    *int64   `json:"tokens_per_day"`
-	MaxConcurrent   *int64   `json:"max_concurrent"`
-	Features        []string `json:"features"`
-	Description     string   `json:"description"`
+	Name string `json:"name"`
+	// Limits are the tier's own limits.
+	Limits
+	Features    []string `json:"features"`
+	Description string   `json:"description"`
 	// Models lists the models the tier's users may call through the
 	// gateway, each exact or ending in a "*" wildcard ("gpt-4o-mini*"
 	// matches every name that begins "gpt-4o-mini"); nil allows any
@@ -278,30 +269,10 @@ type Tier struct {
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
 	// Shadow holds limits every check under the tier is also decided
 	// against and never refused by; nil for none.
-	Shadow *Limits `json:"shadow,omitzero"`
+	Shadow *ShadowLimits `json:"shadow,omitzero"`
 	// Account holds the pooled limits of an account on this plan, which
 	// every member's check must also pass; nil for none.
-	Account *PoolLimits `json:"account,omitzero"`
-}
-
-// Limits are the request limits of a tier's shadow.
-type Limits struct {
-	RequestsPerMinute int64 `json:"requests_per_minute"`
-	RequestsPerHour   int64 `json:"requests_per_hour"`
-	RequestsPerDay    int64 `json:"requests_per_day"`
-	BurstAllowance    int64 `json:"burst_allowance"`
-	// Account holds the pooled shadow limits of the accounts on the
-	// tier; nil for none.
-	Account *PoolRequestLimits `json:"account,omitzero"`
-}
-
-// PoolRequestLimits are the request limits of an account's pool, each nil
-// for no limit.
-type PoolRequestLimits struct {
-	RequestsPerMinute *int64 `json:"requests_per_minute"`
-	RequestsPerHour   *int64 `json:"requests_per_hour"`
-	RequestsPerDay    *int64 `json:"requests_per_day"`
-	BurstAllowance    *int64 `json:"burst_allowance"`
+	Account *Limits `json:"account,omitzero"`
 }
 
 // Preview is what replaying a tier's last day of requests through proposed

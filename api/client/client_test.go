@@ -86,39 +86,39 @@ func TestClientTiers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tiers) != 3 || tiers[1].Name != "free" || tiers[1].RequestsPerMinute != 10 || !tiers[1].UpdatedAt.IsZero() {
+	if len(tiers) != 3 || tiers[1].Name != "free" || *tiers[1].RequestsPerMinute != 10 || !tiers[1].UpdatedAt.IsZero() {
 		t.Fatalf("Tiers = %+v", tiers)
 	}
 
-	lesson := client.Tier{Name: "lesson", RequestsPerMinute: 2, RequestsPerHour: 10, RequestsPerDay: 100, Features: []string{"chat"}, Description: "Lesson"}
+	lesson := client.Tier{Name: "lesson", Limits: client.Limits{RequestsPerMinute: client.Limit(2), RequestsPerHour: client.Limit(10), RequestsPerDay: client.Limit(100)}, Features: []string{"chat"}, Description: "Lesson"}
 	got, created, err := c.PutTier(ctx, lesson)
 	if err != nil || !created {
 		t.Fatalf("PutTier create: %v %v", created, err)
 	}
-	if !got.UpdatedAt.Equal(t0) || got.RequestsPerMinute != 2 || got.Description != "Lesson" {
+	if !got.UpdatedAt.Equal(t0) || *got.RequestsPerMinute != 2 || got.Description != "Lesson" {
 		t.Errorf("created tier %+v", got)
 	}
-	lesson.RequestsPerMinute = 3
+	lesson.RequestsPerMinute = client.Limit(3)
 	lesson.UpdatedAt = t0.Add(-time.Hour) // ignored: the service stamps changes
-	if got, created, err = c.PutTier(ctx, lesson); err != nil || created || got.RequestsPerMinute != 3 || !got.UpdatedAt.Equal(t0) {
+	if got, created, err = c.PutTier(ctx, lesson); err != nil || created || *got.RequestsPerMinute != 3 || !got.UpdatedAt.Equal(t0) {
 		t.Fatalf("PutTier replace: %+v %v %v", got, created, err)
 	}
-	if got, err := c.Tier(ctx, "lesson"); err != nil || got.RequestsPerMinute != 3 || got.Features[0] != "chat" {
+	if got, err := c.Tier(ctx, "lesson"); err != nil || *got.RequestsPerMinute != 3 || got.Features[0] != "chat" {
 		t.Fatalf("Tier = %+v, %v", got, err)
 	}
 
 	// CreateTier never replaces.
-	_, err = c.CreateTier(ctx, client.Tier{Name: "lesson", RequestsPerMinute: 99, RequestsPerHour: 99, RequestsPerDay: 99})
+	_, err = c.CreateTier(ctx, client.Tier{Name: "lesson", Limits: client.Limits{RequestsPerMinute: client.Limit(99), RequestsPerHour: client.Limit(99), RequestsPerDay: client.Limit(99)}})
 	wantError(t, "create an existing tier", err, http.StatusPreconditionFailed, `tier "lesson" already exists`)
-	if got, err := c.Tier(ctx, "lesson"); err != nil || got.RequestsPerMinute != 3 {
+	if got, err := c.Tier(ctx, "lesson"); err != nil || *got.RequestsPerMinute != 3 {
 		t.Fatalf("after a refused create: %+v, %v", got, err)
 	}
-	team, err := c.CreateTier(ctx, client.Tier{Name: "team", RequestsPerMinute: 5, RequestsPerHour: 50, RequestsPerDay: 500})
-	if err != nil || team.Name != "team" || team.RequestsPerMinute != 5 || team.Features == nil {
+	team, err := c.CreateTier(ctx, client.Tier{Name: "team", Limits: client.Limits{RequestsPerMinute: client.Limit(5), RequestsPerHour: client.Limit(50), RequestsPerDay: client.Limit(500)}})
+	if err != nil || team.Name != "team" || *team.RequestsPerMinute != 5 || team.Features == nil {
 		t.Fatalf("CreateTier = %+v, %v", team, err)
 	}
 
-	_, _, err = c.PutTier(ctx, client.Tier{Name: "bad", RequestsPerMinute: -1, RequestsPerHour: 1, RequestsPerDay: 1})
+	_, _, err = c.PutTier(ctx, client.Tier{Name: "bad", Limits: client.Limits{RequestsPerMinute: client.Limit(-1), RequestsPerHour: client.Limit(1), RequestsPerDay: client.Limit(1)}})
 	wantError(t, "invalid tier", err, http.StatusBadRequest, "requests_per_minute must be an integer")
 	wantError(t, "delete the default tier", c.DeleteTier(ctx, "free"), http.StatusConflict, "default tier")
 
@@ -140,7 +140,7 @@ func TestClientChecksAndUsage(t *testing.T) {
 	e := newEnv(t, nil)
 	c := newClient(t, e.url, client.WithAdminToken(adminToken))
 	ctx := context.Background()
-	if _, _, err := c.PutTier(ctx, client.Tier{Name: "lesson", RequestsPerMinute: 2, RequestsPerHour: 10, RequestsPerDay: 100, Features: []string{"chat"}}); err != nil {
+	if _, _, err := c.PutTier(ctx, client.Tier{Name: "lesson", Limits: client.Limits{RequestsPerMinute: client.Limit(2), RequestsPerHour: client.Limit(10), RequestsPerDay: client.Limit(100)}, Features: []string{"chat"}}); err != nil {
 		t.Fatal(err)
 	}
 	const user = "a/b c" // escaped in paths
@@ -264,7 +264,7 @@ func TestClientBasePath(t *testing.T) {
 	})))
 	defer gateway.Close()
 	c := newClient(t, gateway.URL+"/policyguard/", client.WithAdminToken(adminToken))
-	if tier, err := c.Tier(context.Background(), "pro"); err != nil || tier.RequestsPerMinute != 60 {
+	if tier, err := c.Tier(context.Background(), "pro"); err != nil || *tier.RequestsPerMinute != 60 {
 		t.Fatalf("Tier through the gateway: %+v, %v", tier, err)
 	}
 }

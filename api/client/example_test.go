@@ -42,7 +42,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	_, created, err := pg.PutTier(ctx, client.Tier{Name: "lesson", RequestsPerMinute: 2, RequestsPerHour: 100, RequestsPerDay: 1000, Features: []string{"chat"}})
+	_, created, err := pg.PutTier(ctx, client.Tier{Name: "lesson", Limits: client.Limits{RequestsPerMinute: client.Limit(2), RequestsPerHour: client.Limit(100), RequestsPerDay: client.Limit(1000)}, Features: []string{"chat"}})
 	if err != nil {
 		log.Fatal(err)
 	}

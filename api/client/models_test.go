@@ -20,7 +20,7 @@ func TestClientTierModels(t *testing.T) {
 	if pro, err := c.Tier(ctx, "pro"); err != nil || pro.Models != nil {
 		t.Fatalf("seeded pro: models %#v, %v; want nil", pro.Models, err)
 	}
-	tier := client.Tier{Name: "team", RequestsPerMinute: 5, RequestsPerHour: 50, RequestsPerDay: 500}
+	tier := client.Tier{Name: "team", Limits: client.Limits{RequestsPerMinute: client.Limit(5), RequestsPerHour: client.Limit(50), RequestsPerDay: client.Limit(500)}}
 	for _, models := range [][]string{{"gpt-4o-mini*", "o3"}, {}, nil} {
 		tier.Models = models
 		put, _, err := c.PutTier(ctx, tier)

@@ -30,7 +30,7 @@ func Example() {
 func agentBacksOff(t testing.TB) {
 	start := time.Date(2026, 1, 5, 9, 0, 0, 0, time.UTC)
 	g := guardtest.New(t, guardtest.WithStart(start), guardtest.WithTiers(client.Tier{
-		Name: "trial", RequestsPerMinute: 3, RequestsPerHour: 100, RequestsPerDay: 1000,
+		Name: "trial", Limits: client.Limits{RequestsPerMinute: client.Limit(3), RequestsPerHour: client.Limit(100), RequestsPerDay: client.Limit(1000)},
 	}))
 	pg := g.Client()
 	ctx := context.Background()
@@ -70,10 +70,7 @@ func Example_expiredCall() {
 
 func callExpires(t testing.TB) {
 	one, tokens := int64(1), int64(100000)
-	g := guardtest.New(t, guardtest.WithCallTimeout(10*time.Minute), guardtest.WithTiers(client.Tier{
-		Name: "solo", RequestsPerMinute: 10, RequestsPerHour: 100, RequestsPerDay: 1000,
-		TokensPerHour: &tokens, MaxConcurrent: &one,
-	}))
+	g := guardtest.New(t, guardtest.WithCallTimeout(10*time.Minute), guardtest.WithTiers(client.Tier{Name: "solo", Limits: client.Limits{RequestsPerMinute: client.Limit(10), RequestsPerHour: client.Limit(100), RequestsPerDay: client.Limit(1000), TokensPerHour: &tokens, MaxConcurrent: &one}}))
 	pg := g.Client()
 	ctx := context.Background()
 	req := client.CheckRequest{UserID: "bob", Tier: "solo", Tokens: 500}

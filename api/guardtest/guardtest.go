@@ -5,7 +5,7 @@
 // a database in t.TempDir()) on a clock the test moves, so a minute window
 // passes with g.Clock().Advance(time.Minute) and no test sleeps.
 //
-//	g := guardtest.New(t, guardtest.WithTiers(client.Tier{Name: "trial", RequestsPerMinute: 3, RequestsPerHour: 100, RequestsPerDay: 1000}))
+//	g := guardtest.New(t, guardtest.WithTiers(client.Tier{Name: "trial", Limits: client.Limits{RequestsPerMinute: client.Limit(3), RequestsPerHour: client.Limit(100), RequestsPerDay: client.Limit(1000)}}))
 //	agent := NewAgent(g.URL())
 //
 // The service stops, and its database is removed, when the test ends.

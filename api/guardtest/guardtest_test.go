@@ -17,7 +17,7 @@ import (
 
 var t0 = time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)
 
-var trial = client.Tier{Name: "trial", RequestsPerMinute: 3, RequestsPerHour: 5, RequestsPerDay: 8}
+var trial = client.Tier{Name: "trial", Limits: client.Limits{RequestsPerMinute: client.Limit(3), RequestsPerHour: client.Limit(5), RequestsPerDay: client.Limit(8)}}
 
 // TestClockStepsBackAsAWallClockDoes walks the guard's clock forward and
 // back, one check per step, with every answer spelled out: as with a wall
@@ -82,8 +82,8 @@ func TestRequestsAtOneInstantLeaveTogether(t *testing.T) {
 		n    int
 		step time.Duration
 	}{
-		{client.Tier{Name: "three", RequestsPerMinute: 3, RequestsPerHour: 100, RequestsPerDay: 1000}, 3, time.Minute},
-		{client.Tier{Name: "five", RequestsPerMinute: 5, RequestsPerHour: 5, RequestsPerDay: 5}, 5, 24 * time.Hour},
+		{client.Tier{Name: "three", Limits: client.Limits{RequestsPerMinute: client.Limit(3), RequestsPerHour: client.Limit(100), RequestsPerDay: client.Limit(1000)}}, 3, time.Minute},
+		{client.Tier{Name: "five", Limits: client.Limits{RequestsPerMinute: client.Limit(5), RequestsPerHour: client.Limit(5), RequestsPerDay: client.Limit(5)}}, 5, 24 * time.Hour},
 	} {
 		t.Run(tc.tier.Name, func(t *testing.T) {
 			g := guardtest.New(t, guardtest.WithStart(t0), guardtest.WithTiers(tc.tier))
@@ -168,7 +168,7 @@ func TestNewFailsTheTestOnBadOptions(t *testing.T) {
 		opts []guardtest.Option
 		want string
 	}{
-		{"bad tier", []guardtest.Option{guardtest.WithTiers(client.Tier{Name: "x", RequestsPerMinute: -1})}, `tier 1 ("x"): requests_per_minute`},
+		{"bad tier", []guardtest.Option{guardtest.WithTiers(client.Tier{Name: "x", Limits: client.Limits{RequestsPerMinute: client.Limit(-1)}})}, `tier 1 ("x"): requests_per_minute`},
 		{"twice", []guardtest.Option{guardtest.WithTiers(trial, trial)}, "listed twice"},
 		{"no file", []guardtest.Option{guardtest.WithTiersFile("missing.json")}, "missing.json"},
 		{"no default", []guardtest.Option{guardtest.WithDefaultTier("gold")}, `default tier "gold" does not exist`},

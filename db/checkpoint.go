@@ -20,7 +20,7 @@ package db
 // Checkpointing on another connection instead, in the background once a
 // second so that the writer never waits for one, gave that back: a second
 // under load is fewer frames than 10,000, and the bytes a request were
-// within 5% of the default's.
+// only 3 to 8% below the default's.
 
 // walRestartFrames is the writer's wal_autocheckpoint.
 const walRestartFrames = 10_000

@@ -237,6 +237,11 @@ func (w *writer) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// See checkpoint.go.
+	if _, err := conn.ExecContext(ctx, `PRAGMA wal_autocheckpoint = `+strconv.Itoa(walRestartFrames)); err != nil {
+		conn.Close()
+		return err
+	}
 	var stmts [numQueries]*sql.Stmt
 	for q, text := range sqliteDialect.queries {
 		if stmts[q], err = conn.PrepareContext(ctx, text); err != nil {

@@ -1,14 +1,3 @@
-// Command policyguard serves policy-based guardrails for AI agents: per-user
-// rate limits over rolling minute, hour and day windows and the features of
-// each subscription tier, checked before a request reaches the model.
-//
-// This file is wiring only: run builds the store of package db, the
-// policy.Service, the JSON API of package api with the admin page of
-// package web mounted on it, and the cleanup, and shuts them down; the
-// settings table below is the one place a flag or environment variable is
-// named. The subcommands ("policyguard tiers", "prices", "backup") and the
-// log writer live in package api/cli. Only this package imports every other
-// one.
 package main
 
 import (
@@ -48,10 +37,9 @@ func main() {
 	}
 }
 
-// run starts the service and blocks until ctx ends, then shuts down
-// gracefully: in-flight checks finish and their writes commit. With a
-// subcommand's name as its first argument ("tiers", "prices", "backup") it runs that
-// command instead.
+// run starts the service and blocks until ctx ends, then shuts down gracefully: in-flight checks
+// finish and their writes commit. With a subcommand's name first ("tiers", "prices", "backup") it
+// runs that command instead.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) > 0 {
 		switch args[0] {
@@ -101,8 +89,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stdout, "admin token (generated; set -admin-token or GUARDRAIL_ADMIN_TOKEN to choose one): %s\n", cfg.AdminToken)
 	}
 
-	// The JSON API and the admin page check the admin token through one
-	// gate, so that a wrong token counts wherever it is sent.
+	// The JSON API and the admin page check the admin token through one gate, so that a wrong token counts wherever it is sent.
 	gate := policy.NewAdminGate(cfg.AdminToken)
 	admin := web.NewAdmin(web.Config{Service: svc, Gate: gate, TierJSON: api.TierJSON, Logger: log, Sessions: store,
 		Upstreams: cfg.Gateway.UpstreamNames()})

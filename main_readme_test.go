@@ -155,7 +155,7 @@ func TestREADMETour(t *testing.T) {
 		`"user_id":"carol","tokens":1234,"reserved":4000,`,
 		`"tokens":{"used":1234,"limit":10000,"remaining":8766,"reset":60}}`,
 		`{"message":"unknown field \"user_id\": user_id belongs in \"context\""}`,
-		"\n200\n" + `"name":"enterprise" "name":"free" "name":"pro" ` + "\n",
+		"\n200 200\n",
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the Tour's output lacks %s:\n%s", want, out)

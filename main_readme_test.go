@@ -49,18 +49,28 @@ func readmeScript(t *testing.T, heading string) string {
 	return script.String()
 }
 
-// The curl examples of "Rolling out a change" run as printed, in order, on
-// a fresh database with the admin token secret, and answer what the README
-// says they answer. The service runs on the test clock, so a figure read a
-// second later on a busy machine is still the one printed.
-func TestREADMERollingOutExamples(t *testing.T) {
-	script := readmeScript(t, "## Rolling out a change")
+// runREADMEExamples runs the shell blocks of the README's section under
+// heading, in order, against a service on a fresh database with the admin
+// token secret and the test clock (so a figure read a second later on a busy
+// machine is still the one printed), and returns their output.
+func runREADMEExamples(t *testing.T, heading string) []byte {
+	t.Helper()
+	script := readmeScript(t, heading)
 	url, stop := startInProcess(t, filepath.Join(t.TempDir(), "readme.db"), "-admin-token", "secret", "-test-clock")
 	t.Cleanup(func() { stop() })
 	out, err := exec.Command("bash", "-c", strings.ReplaceAll(script, "localhost:8080", strings.TrimPrefix(url, "http://"))).CombinedOutput()
 	if err != nil {
 		t.Fatalf("the examples failed: %v\n%s", err, out)
 	}
+	return out
+}
+
+// The curl examples of "Rolling out a change" run as printed, in order, on
+// a fresh database with the admin token secret, and answer what the README
+// says they answer. The service runs on the test clock, so a figure read a
+// second later on a busy machine is still the one printed.
+func TestREADMERollingOutExamples(t *testing.T) {
+	out := runREADMEExamples(t, "## Rolling out a change")
 	for _, want := range []string{
 		`{"user_id":"alice","tier":"pro","limits":null,"note":"pilot customer"`, // assigned
 		"200\n429\n429\n", // her override of 2 a minute
@@ -82,13 +92,7 @@ func TestREADMERollingOutExamples(t *testing.T) {
 // says they answer. On the test clock, as above: the refusal's retry_after
 // and the usage's reset read 60 however long the steps between them take.
 func TestREADMEOrganizationsExamples(t *testing.T) {
-	script := readmeScript(t, "## Organizations")
-	url, stop := startInProcess(t, filepath.Join(t.TempDir(), "readme.db"), "-admin-token", "secret", "-test-clock")
-	t.Cleanup(func() { stop() })
-	out, err := exec.Command("bash", "-c", strings.ReplaceAll(script, "localhost:8080", strings.TrimPrefix(url, "http://"))).CombinedOutput()
-	if err != nil {
-		t.Fatalf("the examples failed: %v\n%s", err, out)
-	}
+	out := runREADMEExamples(t, "## Organizations")
 	lines := strings.Split(string(out), "\n")
 	for i, want := range []string{
 		`{"account_id":"acme","tier":"team","limits":null,"note":"Acme Corp","updated_at":`,
@@ -167,13 +171,7 @@ func TestREADMETour(t *testing.T) {
 // database with the admin token secret, and answer what the README says
 // they answer.
 func TestREADMEBudgetsExamples(t *testing.T) {
-	script := readmeScript(t, "## Budgets")
-	url, stop := startInProcess(t, filepath.Join(t.TempDir(), "readme.db"), "-admin-token", "secret", "-test-clock")
-	t.Cleanup(func() { stop() })
-	out, err := exec.Command("bash", "-c", strings.ReplaceAll(script, "localhost:8080", strings.TrimPrefix(url, "http://"))).CombinedOutput()
-	if err != nil {
-		t.Fatalf("the examples failed: %v\n%s", err, out)
-	}
+	out := runREADMEExamples(t, "## Budgets")
 	lines := strings.Split(string(out), "\n")
 	for i, want := range []string{
 		`{"id":1,"effective_from":"`,

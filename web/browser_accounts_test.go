@@ -52,12 +52,7 @@ func TestBrowserAdminCreatesAccount(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	step := func(name string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-	}
+	step := stepper(t, ctx)
 	text := func(sel string) string {
 		t.Helper()
 		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
@@ -74,9 +69,6 @@ func TestBrowserAdminCreatesAccount(t *testing.T) {
 			t.Fatalf("label %q: %v", label, err)
 		}
 		return chromedp.ID(res.Value)
-	}
-	button := func(label string) chromedp.Search {
-		return chromedp.Search(fmt.Sprintf(`//button[normalize-space(.)=%q]`, label))
 	}
 
 	step("sign in",

@@ -96,12 +96,7 @@ func TestBrowserOverview(t *testing.T) {
 	}
 
 	bctx := newBrowser(t, chromium)
-	step := func(name string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(bctx, actions...); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-	}
+	step := stepper(t, bctx)
 	step("sign in",
 		chromedp.EmulateViewport(1280, 900),
 		chromedp.Navigate(base+"/admin"),

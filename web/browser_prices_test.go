@@ -2,7 +2,6 @@ package web_test
 
 import (
 	"context"
-	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -32,15 +31,7 @@ func TestBrowserAdminEditsPrices(t *testing.T) {
 	defer srv.Close()
 
 	ctx := newBrowser(t, chromium)
-	step := func(name string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-	}
-	button := func(label string) chromedp.Search {
-		return chromedp.Search(fmt.Sprintf(`//button[normalize-space(.)=%q]`, label))
-	}
+	step := stepper(t, ctx)
 	step("sign in",
 		chromedp.EmulateViewport(1280, 900),
 		chromedp.Navigate(srv.URL+"/admin"),

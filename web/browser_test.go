@@ -96,12 +96,7 @@ func TestBrowserAdminEditsTier(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	step := func(name string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-	}
+	step := stepper(t, ctx)
 	text := func(sel string) string {
 		t.Helper()
 		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
@@ -119,9 +114,6 @@ func TestBrowserAdminEditsTier(t *testing.T) {
 			t.Fatalf("label %q: %v", label, err)
 		}
 		return chromedp.ID(res.Value)
-	}
-	button := func(label string) chromedp.Search {
-		return chromedp.Search(fmt.Sprintf(`//button[normalize-space(.)=%q]`, label))
 	}
 
 	minuteLimit := browserMinuteLimit(t, svc, "before-edit")
@@ -414,4 +406,20 @@ func newBrowser(t *testing.T, path string) context.Context {
 		cancelAlloc()
 	})
 	return ctx
+}
+
+// stepper returns a function that runs a named step's actions in ctx and
+// fails the test, naming the step, when one fails.
+func stepper(t *testing.T, ctx context.Context) func(name string, actions ...chromedp.Action[chromedp.Void]) {
+	return func(name string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+}
+
+// button finds a button by its label, as a person would.
+func button(label string) chromedp.Search {
+	return chromedp.Search(fmt.Sprintf(`//button[normalize-space(.)=%q]`, label))
 }

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -24,6 +25,14 @@ import (
 
 // EXPERIMENT: metered calls forwarded by httputil.ReverseProxy.
 var useReverseProxy = os.Getenv("POLICYGUARD_RPROXY") == "1"
+
+// rpBuffers lends ReverseProxy its copy buffers.
+type rpBuffers struct{}
+
+var rpPool = sync.Pool{New: func() any { return make([]byte, 32<<10) }}
+
+func (rpBuffers) Get() []byte  { return rpPool.Get().([]byte) }
+func (rpBuffers) Put(b []byte) { rpPool.Put(b) } //nolint:staticcheck
 
 var errHandled = errors.New("answered")
 
@@ -73,6 +82,7 @@ func (x *exchange) forwardRP(body io.Reader, length int64, hideUsage bool) {
 	rp := &httputil.ReverseProxy{
 		Transport:     x.g.transport,
 		FlushInterval: -1,
+		BufferPool:    rpBuffers{},
 		ErrorLog:      discardLog,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL, pr.Out.Host = out, ""

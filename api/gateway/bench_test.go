@@ -36,17 +36,15 @@ func BenchmarkGatewayChat(b *testing.B) {
 	base, _ := url.Parse(upstream.URL + "/v1")
 	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Summarize the attached report in three sentences."}],"max_completion_tokens":200}`
 
-	gatewaySetup := func(b *testing.B) (http.Handler, string, []string) { return nil, "", nil }
-	cases := []struct {
+	for _, tc := range []struct {
 		name  string
 		setup func(b *testing.B) (http.Handler, string, []string)
-		body  string
 	}{
 		{"proxy", func(*testing.B) (http.Handler, string, []string) {
 			p := httputil.NewSingleHostReverseProxy(base)
 			p.Transport = &http.Transport{MaxIdleConnsPerHost: 256}
 			return p, "/chat/completions", []string{"none"}
-		}, body},
+		}},
 		{"gateway", func(b *testing.B) (http.Handler, string, []string) {
 			store, err := db.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"))
 			if err != nil {
@@ -71,15 +69,8 @@ func BenchmarkGatewayChat(b *testing.B) {
 			srv := api.NewServer(api.Config{Service: svc, Logger: slog.New(slog.DiscardHandler),
 				Gateway: &gateway.Config{Upstreams: []gateway.Upstream{{Name: "openai", Protocol: gateway.ProtocolOpenAI, BaseURL: base, Key: "sk-bench"}}}})
 			return srv, "/llm/openai/chat/completions", keys
-		}, body},
-	}
-	gatewaySetup = cases[1].setup
-	cases = append(cases, struct {
-		name  string
-		setup func(b *testing.B) (http.Handler, string, []string)
-		body  string
-	}{"gateway-stream", gatewaySetup, strings.Replace(body, `{`, `{"stream":true,`, 1)})
-	for _, tc := range cases {
+		}},
+	} {
 		b.Run(tc.name, func(b *testing.B) {
 			h, path, keys := tc.setup(b)
 			srv := httptest.NewServer(h)
@@ -90,7 +81,7 @@ func BenchmarkGatewayChat(b *testing.B) {
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(tc.body))
+					req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(body))
 					req.Header.Set("Content-Type", "application/json")
 					req.Header.Set("Authorization", "Bearer "+keys[next.Add(1)%int64(len(keys))])
 					res, err := client.Do(req)

@@ -74,10 +74,6 @@ const maxErrorBody = 1 << 20
 // mode, settling the call as the comment at the top of this file says.
 // tier filters the model list.
 func (x *exchange) forward(body io.Reader, length int64, mode relayMode, hideUsage bool, tier *policy.Tier) {
-	if useReverseProxy && mode == relayMetered {
-		x.forwardRP(body, length, hideUsage)
-		return
-	}
 	// The upstream exchange outlives the client's request by the drain
 	// time at most: its context is not the request's.
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(x.req.Context()))

@@ -26,7 +26,9 @@ type adminTopList struct {
 }
 
 type adminTierTraffic struct {
-	Name          string
+	Name string
+	// Metered reports whether the tier's calls are shown: it meters them, or
+	// calls were opened under it anyway (the gateway opens one per request).
 	Metered       bool
 	CallsInFlight int64
 	Hour, Day     adminPeriodView
@@ -140,9 +142,12 @@ func (a *Admin) handleOverviewPage(c echo.Context) error {
 	}
 	ov := &adminOverview{AsOf: now.UTC().Format("2006-01-02 15:04:05 UTC")}
 	for i, name := range names {
-		tt := adminTierTraffic{Name: name, Metered: metered[name], CallsInFlight: inFlight[name]}
+		// The gateway opens a call for every request, whatever the tier's
+		// limits: a tier whose calls settled tokens or are open shows them.
+		calls := metered[name] || inFlight[name] > 0 || settledTokens(days[name]) > 0
+		tt := adminTierTraffic{Name: name, Metered: calls, CallsInFlight: inFlight[name]}
 		tt.Hour = periodView(fmt.Sprintf("chart-%d-hour", i), name, policy.PeriodHour, statsOrEmpty(hours, name, policy.PeriodHour, now), false)
-		tt.Day = periodView(fmt.Sprintf("chart-%d-day", i), name, policy.PeriodDay, statsOrEmpty(days, name, policy.PeriodDay, now), metered[name])
+		tt.Day = periodView(fmt.Sprintf("chart-%d-day", i), name, policy.PeriodDay, statsOrEmpty(days, name, policy.PeriodDay, now), calls)
 		ov.Tiers = append(ov.Tiers, tt)
 	}
 	ov.Top = []adminTopList{
@@ -152,6 +157,14 @@ func (a *Admin) handleOverviewPage(c echo.Context) error {
 	v := a.view(c, "Overview", "overview")
 	v.Overview = ov
 	return a.render(c, http.StatusOK, "overview", v)
+}
+
+// settledTokens returns the tokens the tier's calls settled in ts.
+func settledTokens(ts policy.TierStats) (n int64) {
+	for _, b := range ts.Buckets {
+		n += b.TokensSettled
+	}
+	return n
 }
 
 // statsOrEmpty returns the tier's figures of the period, or empty buckets

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -202,5 +203,70 @@ func TestSessionsSurviveRestart(t *testing.T) {
 	}
 	if n != 0 {
 		t.Error("a session's cookie value is stored")
+	}
+}
+
+// TestOverviewShowsCallsOfAnUnmeteredTier: the gateway opens a call for
+// every request, whatever the tier's limits, so a tier that limits neither
+// tokens nor calls still shows its calls in flight and the tokens they
+// settled once it has some; a tier without any shows neither.
+func TestOverviewShowsCallsOfAnUnmeteredTier(t *testing.T) {
+	e := newPageEnv(t)
+	b := e.signIn()
+	ctx := context.Background()
+	for _, name := range []string{"plain", "quiet"} {
+		if _, _, err := e.svc.PutTier(ctx, policy.Tier{Name: name, Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(10)), policy.RequestsPerHour: new(int64(100)), policy.RequestsPerDay: new(int64(1000))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var calls []string
+	for range 3 {
+		d, err := e.svc.Check(ctx, policy.Request{UserID: "ann", Tier: "plain", Tokens: 500, OpenCall: true}, false)
+		if err != nil || d.CallID == "" {
+			t.Fatalf("check: %v, call %q", err, d.CallID)
+		}
+		calls = append(calls, d.CallID)
+	}
+	if _, err := e.svc.Check(ctx, policy.Request{UserID: "bob", Tier: "quiet"}, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range calls[:2] {
+		if _, err := e.svc.FinishCall(ctx, id, new(int64(120))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.store.FlushCounts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	doc := parsePage(t, b.get("/admin/overview"), http.StatusOK)
+	inFlight := func(tier string) []*html.Node {
+		return doc.find(func(n *html.Node) bool {
+			return pageAttr(n, "data-field") == "calls_in_flight" && n.Parent != nil && pageAttr(n.Parent, "id") == "traffic-"+tier
+		})
+	}
+	if got := inFlight("plain"); len(got) != 1 || !strings.Contains(pageText(got[0]), "1") {
+		t.Errorf("tier plain: calls in flight %v, want one line saying 1", got)
+	}
+	if got := inFlight("quiet"); len(got) != 0 {
+		t.Errorf("tier quiet opened no call, yet shows calls in flight")
+	}
+	settled := map[string]int{}
+	for _, tbl := range pageTables(doc) {
+		for _, tier := range []string{"plain", "quiet"} {
+			if !strings.Contains(tbl.caption, tier) || !strings.Contains(tbl.caption, "last day") || !slices.Contains(tbl.headers, "Tokens settled") {
+				continue
+			}
+			for _, row := range tbl.rows {
+				var n int
+				fmt.Sscan(row["Tokens settled"], &n)
+				settled[tier] += n
+			}
+		}
+	}
+	if settled["plain"] != 240 {
+		t.Errorf("tier plain: %d tokens settled in the day's table, want 240", settled["plain"])
+	}
+	if _, ok := settled["quiet"]; ok {
+		t.Error("tier quiet settled no tokens, yet its day's table has the column")
 	}
 }

@@ -3,16 +3,11 @@ package db_test
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"maps"
-
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/pressly/goose/v3"
-
-	"github.com/policyguard/policyguard/migrations"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -33,38 +28,7 @@ func TestMigrationToLimitSetsKeepsEveryLimit(t *testing.T) {
 	eachBackend(t, func(t *testing.T, bk backend) {
 		ctx := context.Background()
 		dsn := bk.newDSN(t)
-		raw, err := bk.raw(dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer raw.Close()
-		dialect, fsys := goose.DialectSQLite3, migrations.SQLite
-		if bk.name == "postgres" {
-			dialect, fsys = goose.DialectPostgres, migrations.Postgres
-		}
-		p, err := goose.NewProvider(dialect, raw, fsys)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := p.UpTo(ctx, 17); err != nil {
-			t.Fatal(err)
-		}
-		bind := func(q string) string {
-			if bk.name != "postgres" {
-				return q
-			}
-			var b strings.Builder
-			n := 0
-			for _, r := range q {
-				if r == '?' {
-					n++
-					fmt.Fprintf(&b, "$%d", n)
-					continue
-				}
-				b.WriteRune(r)
-			}
-			return b.String()
-		}
+		raw, p, bind := migratedTo(t, bk, dsn, 17)
 		cols := strings.Join(limitColumns, ", ")
 		marks := strings.TrimSuffix(strings.Repeat("?, ", len(limitColumns)), ", ")
 		// A tier with every kind of limit, one optional limit unset.

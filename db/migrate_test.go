@@ -2,6 +2,7 @@ package db_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -24,38 +25,7 @@ func TestMigrationToSameInstantKeysKeepsEveryRow(t *testing.T) {
 	eachBackend(t, func(t *testing.T, bk backend) {
 		ctx := context.Background()
 		dsn := bk.newDSN(t)
-		raw, err := bk.raw(dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer raw.Close()
-		dialect, fsys := goose.DialectSQLite3, migrations.SQLite
-		if bk.name == "postgres" {
-			dialect, fsys = goose.DialectPostgres, migrations.Postgres
-		}
-		p, err := goose.NewProvider(dialect, raw, fsys)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := p.UpTo(ctx, 8); err != nil {
-			t.Fatal(err)
-		}
-		bind := func(q string) string {
-			if bk.name != "postgres" {
-				return q
-			}
-			var b strings.Builder
-			n := 0
-			for _, r := range q {
-				if r == '?' {
-					n++
-					fmt.Fprintf(&b, "$%d", n)
-					continue
-				}
-				b.WriteRune(r)
-			}
-			return b.String()
-		}
+		raw, p, bind := migratedTo(t, bk, dsn, 8)
 		// The old store recorded three requests at one instant a
 		// microsecond apart, and finished tokens likewise.
 		base := t0.UnixMicro()
@@ -131,4 +101,45 @@ func TestMigrationToSameInstantKeysKeepsEveryRow(t *testing.T) {
 			t.Fatalf("up again: %d requests, want 6", got)
 		}
 	})
+}
+
+// migratedTo opens dsn without the store, migrates it up to version, and
+// returns the connection (closed when the test ends), the migration
+// provider for the steps after, and bind, which writes a query's ?
+// placeholders as the backend's dialect wants them.
+func migratedTo(t *testing.T, bk backend, dsn string, version int64) (*sql.DB, *goose.Provider, func(string) string) {
+	t.Helper()
+	raw, err := bk.raw(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	dialect, fsys := goose.DialectSQLite3, migrations.SQLite
+	if bk.name == "postgres" {
+		dialect, fsys = goose.DialectPostgres, migrations.Postgres
+	}
+	p, err := goose.NewProvider(dialect, raw, fsys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(context.Background(), version); err != nil {
+		t.Fatal(err)
+	}
+	bind := func(q string) string {
+		if bk.name != "postgres" {
+			return q
+		}
+		var b strings.Builder
+		n := 0
+		for _, r := range q {
+			if r == '?' {
+				n++
+				fmt.Fprintf(&b, "$%d", n)
+				continue
+			}
+			b.WriteRune(r)
+		}
+		return b.String()
+	}
+	return raw, p, bind
 }

@@ -32,6 +32,9 @@ func TestTiersFileRoundTrip(t *testing.T) {
       "tokens_per_hour": null,
       "tokens_per_day": null,
       "max_concurrent": null,
+      "cost_per_minute": null,
+      "cost_per_hour": null,
+      "cost_per_day": null,
       "features": [],
       "models": null,
       "description": ""
@@ -46,6 +49,9 @@ func TestTiersFileRoundTrip(t *testing.T) {
       "tokens_per_hour": null,
       "tokens_per_day": null,
       "max_concurrent": null,
+      "cost_per_minute": null,
+      "cost_per_hour": null,
+      "cost_per_day": null,
       "features": [
         "chat",
         "*"
@@ -221,7 +227,10 @@ func TestTiersFileAccountsRoundTrip(t *testing.T) {
         "requests_per_minute": 30,
         "requests_per_hour": null,`,
 		`"tokens_per_day": 2000000,
-        "max_concurrent": null
+        "max_concurrent": null,
+        "cost_per_minute": null,
+        "cost_per_hour": null,
+        "cost_per_day": null
       }`,
 		`"accounts": [
     {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +20,10 @@ const (
 	KindTokens
 	// KindConcurrency limits the calls open at once.
 	KindConcurrency
+	// KindCost limits the money the calls of a window cost: its values
+	// are Money, picodollars, shown in dollars on every surface.
+	KindCost
+	numKinds // the number of kinds, not one
 )
 
 // LimitField is one limit a tier sets, described once for every surface
@@ -66,6 +71,9 @@ const (
 	TokensPerHour
 	TokensPerDay
 	MaxConcurrent
+	CostPerMinute
+	CostPerHour
+	CostPerDay
 	numLimits // the number of limits, not one
 )
 
@@ -98,6 +106,9 @@ var LimitFields = [numLimits]LimitField{
 	TokensPerHour:   {Name: "tokens_per_hour", Label: "Tokens per hour", Kind: KindTokens, Window: Hour, Windowed: true, Optional: true},
 	TokensPerDay:    {Name: "tokens_per_day", Label: "Tokens per day", Kind: KindTokens, Window: Day, Windowed: true, Optional: true},
 	MaxConcurrent:   {Name: "max_concurrent", Label: "Max concurrent calls", Doc: "Calls open at once.", Kind: KindConcurrency, Optional: true},
+	CostPerMinute:   {Name: "cost_per_minute", Label: "Spend per minute", Kind: KindCost, Window: Minute, Windowed: true, Optional: true, Max: math.MaxInt64},
+	CostPerHour:     {Name: "cost_per_hour", Label: "Spend per hour", Kind: KindCost, Window: Hour, Windowed: true, Optional: true, Max: math.MaxInt64},
+	CostPerDay:      {Name: "cost_per_day", Label: "Spend per day", Doc: "Model spend in US dollars, priced by the price table.", Kind: KindCost, Window: Day, Windowed: true, Optional: true, Max: math.MaxInt64},
 }
 
 func init() {
@@ -290,7 +301,7 @@ type limitProblem struct {
 func limitProblems(prefix string, value func(f *LimitField) (int64, bool)) []limitProblem {
 	var problems []limitProblem
 	// The nearest shorter window of each kind that is set.
-	var last [KindConcurrency + 1]struct {
+	var last [numKinds]struct {
 		f *LimitField
 		v int64
 	}
@@ -302,7 +313,7 @@ func limitProblems(prefix string, value func(f *LimitField) (int64, bool)) []lim
 		case !f.InRange(v):
 			name := prefix + f.Name
 			problems = append(problems, limitProblem{f, nil, FieldError{name, f.rangeMessage(name)}})
-		case f.Windowed && (f.Kind == KindRequests || f.Kind == KindTokens):
+		case f.Windowed && f.Kind != KindBurst:
 			if s := last[f.Kind]; s.f != nil && v < s.v {
 				problems = append(problems, limitProblem{f, s.f, FieldError{prefix + f.Name,
 					fmt.Sprintf("%s%s (%d) is below %s%s (%d): the %s would refuse first", prefix, f.Name, v, prefix, s.f.Name, s.v, f.Window)}})

@@ -254,16 +254,6 @@ var LimitNames = func() (names [len(LimitFields)]string) {
 	return names
 }()
 
-// tokenFields holds the token limit of each window, nil for none.
-var tokenFields = func() (fs [len(Windows)]*LimitField) {
-	for i := range LimitFields {
-		if f := &LimitFields[i]; f.Kind == KindTokens {
-			fs[f.Window] = f
-		}
-	}
-	return fs
-}()
-
 // LimitFieldNamed returns the limit named name; ok is false when there is none.
 func LimitFieldNamed(name string) (f *LimitField, ok bool) {
 	for i := range LimitFields {

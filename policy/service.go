@@ -115,6 +115,9 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 	if req.Tokens < 0 || req.Tokens > MaxLimit {
 		return Decision{}, Errorf(EINVALID, "tokens must be an integer from 0 to 2147483647")
 	}
+	if r := req.Reserve; r != nil && (r.Input < 0 || r.Output < 0 || r.CacheRead < 0 || r.CacheWrite < 0 || r.Total() != req.Tokens) {
+		return Decision{}, Errorf(EINVALID, "the reservation's split (%d tokens) is not its tokens (%d)", r.Total(), req.Tokens)
+	}
 	// The check, the tier it is decided on (base with the user's
 	// overrides) and base share one allocation: each was one of its own.
 	st := new(checkState)
@@ -159,6 +162,9 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 				return Decision{}, err
 			}
 			c.pool.cached = acctCached
+		}
+		if err := s.priceCheck(c); err != nil {
+			return Decision{}, err
 		}
 		d, err = s.chain.Check(ctx, c)
 		switch {

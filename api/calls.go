@@ -69,7 +69,7 @@ func (s *Server) handleFinishCall(c echo.Context) error {
 		}
 	}
 	before := s.svc.Now()
-	call, err := s.svc.FinishCall(c.Request().Context(), id, tokens)
+	call, err := s.svc.FinishCall(c.Request().Context(), id, policy.Report{Tokens: tokens})
 	s.metrics.observeFinish(&call, err, before)
 	if err != nil {
 		return err

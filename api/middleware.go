@@ -127,7 +127,7 @@ func finishGuarded(cfg GuardConfig, c echo.Context, id string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), finishTimeout)
 	defer cancel()
 	before := cfg.Service.Now()
-	call, err := cfg.Service.FinishCall(ctx, id, tokens)
+	call, err := cfg.Service.FinishCall(ctx, id, policy.Report{Tokens: tokens})
 	if cfg.Metrics != nil {
 		cfg.Metrics.observeFinish(&call, err, before)
 	}

@@ -257,7 +257,7 @@ type Keys interface {
 type Calls interface {
 	Check(ctx context.Context, req policy.Request, dryRun bool) (policy.Decision, error)
 	KeepAlive(ctx context.Context, id string) (policy.Call, error)
-	FinishCall(ctx context.Context, id string, tokens *int64) (policy.Call, error)
+	FinishCall(ctx context.Context, id string, r policy.Report) (policy.Call, error)
 	CallTimeout() time.Duration
 	Now() time.Time
 }
@@ -913,7 +913,7 @@ func (x *exchange) settle(tokens *int64) {
 	if x.callID != "" {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(x.req.Context()), settleTimeout)
 		before := x.g.Calls.Now()
-		call, err := x.g.Calls.FinishCall(ctx, x.callID, tokens)
+		call, err := x.g.Calls.FinishCall(ctx, x.callID, policy.Report{Tokens: tokens})
 		cancel()
 		x.g.Metrics.ObserveFinish(&call, err, before)
 		if err != nil {

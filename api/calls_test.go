@@ -88,7 +88,7 @@ func TestMeteredCallsAPI(t *testing.T) {
 		{name: "finish: no count after a count", method: "POST", path: "/v1/calls/{c1}/finish", status: 409, want: `message`},
 		{name: "keepalive: finished call", method: "POST", path: "/v1/calls/{c1}/keepalive", status: 409, want: `message`},
 		{name: "keepalive: unknown call", method: "POST", path: "/v1/calls/nosuchcall/keepalive", status: 404, want: `not found`},
-		{name: "keepalive: open call", method: "POST", path: "/v1/calls/{c2}/keepalive", status: 200, want: `"call_id":"{c2}","user_id":"mu","reserved":300,"opened_at":"2026-03-01T12:00:00Z","expires_at":"2026-03-01T12:10:10Z","expired":false}`},
+		{name: "keepalive: open call", method: "POST", path: "/v1/calls/{c2}/keepalive", status: 200, want: `"call_id":"{c2}","user_id":"mu","reserved":300,"opened_at":"2026-03-01T12:00:00Z","expires_at":"2026-03-01T12:10:10Z","expired":false,"model":null,"price_version":null,"reserved_cost":null,"cost":null}`},
 		{name: "check: what the next check sees", method: "POST", path: "/v1/check", body: `{"context":{"user_id":"mu","user_tier":"meter"},"tokens":500}`, status: 200,
 			want: `"tokens":{"limit":1000,"used":1000,"remaining":0,"reset":60}}`, save: "c3",
 			header: map[string]string{"X-RateLimit-Limit-Tokens": "1000", "X-RateLimit-Remaining-Tokens": "0", "X-RateLimit-Reset-Tokens": "60"}},

@@ -299,3 +299,51 @@ func (e *env) openCallBody(body string) string {
 	}
 	return *d.CallID
 }
+
+// TestPooledSpendOverHTTP: an account's pooled spend limit holds over its
+// members together, requires a model of them, and shows in the member's
+// decision, its header fields and the account's usage.
+func TestPooledSpendOverHTTP(t *testing.T) {
+	e := newEnv(t)
+	e.putPrices(spendPrices)
+	e.putTier("team", `{"requests_per_minute":10,"requests_per_hour":100,"requests_per_day":1000,"burst_allowance":0}`)
+	e.must("PUT", "/v1/accounts/acme", `{"tier":"team"}`, 201)
+	ctx := context.Background()
+	a, err := e.svc.Account(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _ := policy.LimitFieldNamed("cost_per_day")
+	a.Limits.Set(f, policy.To(30_000_000_000)) // $0.03
+	if _, _, err := e.svc.PutAccount(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	check := func(user, model string) *httptest.ResponseRecorder {
+		return e.do(http.MethodPost, "/v1/check", fmt.Sprintf(`{"context":{"user_id":%q,"account_id":"acme"},"tokens":2000,"model":%q}`, user, model), false)
+	}
+	if rec := check("ann", ""); rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), `model is required: account \"acme\" limits spend`) {
+		t.Fatalf("a member's check without a model: %d %s", rec.Code, rec.Body)
+	}
+	rec := check("ann", "gpt-test")
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"account":{"id":"acme","windows":{`) ||
+		!strings.Contains(rec.Body.String(), `"cost":{"limit":"0.03","used":"0.02","remaining":"0.01","reset":0}}}`) {
+		t.Fatalf("ann's check: %d %s", rec.Code, rec.Body)
+	}
+	if got := rec.Header().Get("X-RateLimit-Remaining-Cost"); got != "0.01" {
+		t.Errorf("ann's X-RateLimit-Remaining-Cost = %q, want the pool's 0.01", got)
+	}
+	rec = check("bob", "gpt-test")
+	d := decode[spendDecision](t, rec)
+	if rec.Code != http.StatusTooManyRequests || str(d.Reason) != "account per-day spend limit exceeded" || d.RetryAfter < 1 {
+		t.Fatalf("bob's check beside ann's open call: %d %s", rec.Code, rec.Body)
+	}
+	var reset int64
+	fmt.Sscan(rec.Header().Get("X-RateLimit-Reset-Cost"), &reset)
+	if rec.Header().Get("Retry-After") != fmt.Sprint(d.RetryAfter) || reset < d.RetryAfter {
+		t.Errorf("Retry-After %q, X-RateLimit-Reset-Cost %q, retry_after %d", rec.Header().Get("Retry-After"), rec.Header().Get("X-RateLimit-Reset-Cost"), d.RetryAfter)
+	}
+	u := e.must("GET", "/v1/accounts/acme/usage", "", 200)
+	if !strings.Contains(u.Body.String(), `"cost":{"used":"0.02","limit":"0.03","remaining":"0.01","reset":0}}`) {
+		t.Fatalf("the account's usage: %s", u.Body)
+	}
+}

@@ -247,8 +247,15 @@ func TestSpendNeedsAPricedModel(t *testing.T) {
 	id := e.openCallBody(`{"context":{"user_id":"w","user_tier":"tokens"},"tokens":10,"model":"gpt-other"}`)
 	rec := e.do(http.MethodPost, "/v1/calls/"+id+"/finish", `{"usage":{"input_tokens":4,"output_tokens":3}}`, false)
 	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"tokens":7,`) ||
-		!strings.Contains(rec.Body.String(), `"model":"gpt-other","price_version":null,"reserved_cost":null,"cost":null}`) {
+		!strings.Contains(rec.Body.String(), `"price_version":null,"reserved_cost":null,"cost":null}`) {
 		t.Fatalf("finish of an unpriced call: %d %s", rec.Code, rec.Body)
+	}
+	// A priced model is priced without spend limits too: 4×$2 + 3×$10 a
+	// million.
+	id = e.openCallBody(`{"context":{"user_id":"w","user_tier":"tokens"},"tokens":10,"model":"gpt-test"}`)
+	rec = e.do(http.MethodPost, "/v1/calls/"+id+"/finish", `{"usage":{"input_tokens":4,"output_tokens":3}}`, false)
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"model":"gpt-test","price_version":1,"reserved_cost":"0.0001","cost":"0.000038"}`) {
+		t.Fatalf("finish of a priced call without spend limits: %d %s", rec.Code, rec.Body)
 	}
 }
 

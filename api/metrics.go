@@ -269,9 +269,10 @@ func (m *Metrics) observeFinish(call *policy.Call, err error, before time.Time) 
 	}
 }
 
-// dollars returns m in dollars, as metrics count them: a float64, exact
-// to the picodollar up to about $9,000 and within a picodollar in a
-// thousand beyond.
+// dollars returns m in dollars, as metrics count them: a float64, which
+// keeps every picodollar of amounts below about $9,000 (2^53 of them) and
+// is the closest double beyond. Only the metrics round; the service counts
+// Money.
 func dollars(m policy.Money) float64 { return float64(m) / 1e12 }
 
 // Handler returns the handler of GET /metrics for the registry the metrics

@@ -18,7 +18,8 @@
 // (SessionStore), the wording of tiers, records, accounts and their
 // changes (TierSummary, TierDiff, UserSummary, AccountSummary,
 // PoolSummary), the reading of a limit typed as
-// text (ParseLimit), and the HTTP status of each error code (HTTPStatus).
+// text (ParseLimit, LimitField.Parse; LimitField.Text and Format word a
+// value, a spend limit in dollars), and the HTTP status of each error code (HTTPStatus).
 // TestClock, the clock that moves only when told, serves every package's
 // tests and the service's -test-clock.
 //

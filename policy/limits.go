@@ -279,6 +279,9 @@ func (f *LimitField) InRange(v int64) bool { return v >= 0 && v <= f.Max }
 
 // rangeMessage is the message of a value of f, named field, out of range.
 func (f *LimitField) rangeMessage(field string) string {
+	if f.Kind == KindCost {
+		return fmt.Sprintf("%s must be a dollar amount from %s to %s", field, f.Format(0), f.Format(f.Max))
+	}
 	return fmt.Sprintf("%s must be an integer from 0 to %d", field, f.Max)
 }
 
@@ -316,7 +319,7 @@ func limitProblems(prefix string, value func(f *LimitField) (int64, bool)) []lim
 		case f.Windowed && f.Kind != KindBurst:
 			if s := last[f.Kind]; s.f != nil && v < s.v {
 				problems = append(problems, limitProblem{f, s.f, FieldError{prefix + f.Name,
-					fmt.Sprintf("%s%s (%d) is below %s%s (%d): the %s would refuse first", prefix, f.Name, v, prefix, s.f.Name, s.v, f.Window)}})
+					fmt.Sprintf("%s%s (%s) is below %s%s (%s): the %s would refuse first", prefix, f.Name, f.Format(v), prefix, s.f.Name, s.f.Format(s.v), f.Window)}})
 			}
 			last[f.Kind].f, last[f.Kind].v = f, v
 		}
@@ -514,11 +517,17 @@ func (s LimitSet) WithOverrides(o Overrides) LimitSet {
 // ("burst_allowance", "shadow.burst_allowance"), given as null: only the
 // optional limits can be removed.
 func NullRequiredLimit(field string) string {
-	max := int64(MaxLimit)
+	return limitFieldOf(field).rangeMessage(field) + " (only the optional limits can be null)"
+}
+
+// limitFieldOf returns the limit field names by its last dotted part
+// ("shadow.requests_per_minute"), or, for a name that is no limit's, a
+// count up to MaxLimit.
+func limitFieldOf(field string) *LimitField {
 	if f, ok := LimitFieldNamed(field[strings.LastIndexByte(field, '.')+1:]); ok {
-		max = f.Max
+		return f
 	}
-	return fmt.Sprintf("%s must be an integer from 0 to %d (only the optional limits can be null)", field, max)
+	return &LimitField{Name: field, Kind: KindRequests, Max: MaxLimit}
 }
 
 // LimitsOf returns the user's Overrides whose Values are values. A name

@@ -66,22 +66,32 @@ func (f *LimitField) Parse(field, value string) (int64, error) {
 		return 0, Errorf(EINVALID, "%s is required", field)
 	}
 	if f.Kind == KindCost {
-		m, err := ParseDollars(value)
-		switch {
-		case err != nil && strings.Contains(ErrorMessage(err), "not a decimal amount"):
-			return 0, Errorf(EINVALID, "%s", f.MoneyMessage(field))
-		case err != nil:
-			return 0, Errorf(EINVALID, "%s: %s", field, ErrorMessage(err))
-		case !f.InRange(int64(m)):
-			return 0, Errorf(EINVALID, "%s", f.rangeMessage(field))
-		}
-		return int64(m), nil
+		return f.ParseAmount(field, strings.TrimPrefix(value, "$"), f.MoneyMessage(field))
 	}
 	v, err := strconv.ParseInt(value, 10, 64)
 	if err != nil || !f.InRange(v) {
 		return 0, Errorf(EINVALID, "%s", f.rangeMessage(field))
 	}
 	return v, nil
+}
+
+// ParseAmount reads s, a value of spend limit f named field, as ParseMoney
+// reads an amount (the wire's decimal strings: "20", "0.15"). Its errors
+// are EINVALID: notAmount when s is not written as an amount at all,
+// ParseMoney's reason, after field, when it is finer than a picodollar or
+// larger than MaxMoney, and the range of f when it is negative.
+func (f *LimitField) ParseAmount(field, s, notAmount string) (int64, error) {
+	if !moneySyntax(s) {
+		return 0, Errorf(EINVALID, "%s", notAmount)
+	}
+	m, err := ParseMoney(s)
+	switch {
+	case err != nil:
+		return 0, Errorf(EINVALID, "%s: %s", field, ErrorMessage(err))
+	case !f.InRange(int64(m)):
+		return 0, Errorf(EINVALID, "%s", f.rangeMessage(field))
+	}
+	return int64(m), nil
 }
 
 // MoneyMessage is the message of a value of f, a spend limit named field,

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 )
 
@@ -160,7 +159,7 @@ func (s LimitSet) Value(id LimitID) int64 {
 	return 0
 }
 
-// String returns s as "{requests_per_minute:5 ... max_concurrent:none}",
+// String returns s as "{requests_per_minute:5 ... cost_per_day:$20.00}",
 // the values rather than where they are kept.
 func (s LimitSet) String() string {
 	b := []byte{'{'}
@@ -173,7 +172,7 @@ func (s LimitSet) String() string {
 		if p == nil {
 			b = append(b, "none"...)
 		} else {
-			b = strconv.AppendInt(b, *p, 10)
+			b = append(b, LimitFields[i].Format(*p)...)
 		}
 	}
 	return string(append(b, '}'))

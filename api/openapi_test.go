@@ -441,7 +441,7 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 	// two calls of $0.02 do not fit together.
 	es := newEnv(t)
 	es.putPrices(spendPrices)
-	es.putSpendTier("spend", `{"requests_per_minute":100,"requests_per_hour":1000,"requests_per_day":1000,"burst_allowance":0}`, map[string]string{"cost_per_day": "0.03"})
+	es.putTier("spend", `{"requests_per_minute":100,"requests_per_hour":1000,"requests_per_day":1000,"burst_allowance":0,"cost_per_day":"0.03"}`)
 	spent := es.openCallBody(`{"context":{"user_id":"os","user_tier":"spend"},"tokens":2000,"model":"gpt-test"}`)
 	servers["spend"] = es.srv
 	keyRec := e.do("POST", "/v1/keys", `{"user_id":"ok"}`, true)

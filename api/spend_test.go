@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"net/http"
@@ -9,42 +8,12 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/policyguard/policyguard/policy"
 )
 
 // spendPrices is a price table whose model "gpt-test" costs $2, $10, $0.50
 // and $2.50 a million input, output, cache-read and cache-write tokens:
 // a reservation costs $10 a million, $0.00001 a token.
 const spendPrices = `{"prices":[{"model":"gpt-test","input":"2","output":"10","cache_read":"0.5","cache_write":"2.5"}]}`
-
-// putSpendTier puts the tier name with the request limits of limits and
-// the spend limits of spend ("cost_per_day" to dollars), set on the
-// service's tier as the API's wire shape of spend limits does.
-func (e *env) putSpendTier(name, limits string, spend map[string]string) {
-	e.t.Helper()
-	e.putTier(name, limits)
-	ctx := context.Background()
-	tier, err := e.svc.Tier(ctx, name)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	for field, dollars := range spend {
-		f, ok := policy.LimitFieldNamed(field)
-		if !ok {
-			e.t.Fatalf("no limit field %s", field)
-		}
-		m, err := policy.ParseMoney(dollars)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		v := int64(m)
-		f.Set(&tier, &v)
-	}
-	if _, _, err := e.svc.PutTier(ctx, tier); err != nil {
-		e.t.Fatal(err)
-	}
-}
 
 // putPrices makes body a new version of the price table.
 func (e *env) putPrices(body string) {
@@ -93,8 +62,7 @@ func str(p *string) string {
 func TestSpendLimitsOverHTTP(t *testing.T) {
 	e := newEnv(t, withMetrics())
 	e.putPrices(spendPrices)
-	e.putSpendTier("spend", `{"requests_per_minute":100,"requests_per_hour":1000,"requests_per_day":1000,"burst_allowance":0}`,
-		map[string]string{"cost_per_day": "0.05"})
+	e.putTier("spend", `{"requests_per_minute":100,"requests_per_hour":1000,"requests_per_day":1000,"burst_allowance":0,"cost_per_day":"0.05"}`)
 	check := func(tokens int64, model string) (*httptest.ResponseRecorder, spendDecision) {
 		t.Helper()
 		body := fmt.Sprintf(`{"context":{"user_id":"sam","user_tier":"spend"},"tokens":%d,"model":%q}`, tokens, model)
@@ -219,9 +187,9 @@ func TestSpendLimitsOverHTTP(t *testing.T) {
 func TestSpendNeedsAPricedModel(t *testing.T) {
 	e := newEnv(t)
 	e.putPrices(spendPrices)
-	limits := `{"requests_per_minute":100,"requests_per_hour":1000,"requests_per_day":1000,"burst_allowance":0,"tokens_per_day":100000}`
-	e.putSpendTier("spend", limits, map[string]string{"cost_per_hour": "1"})
-	e.putTier("tokens", limits)
+	limits := `"requests_per_minute":100,"requests_per_hour":1000,"requests_per_day":1000,"burst_allowance":0,"tokens_per_day":100000`
+	e.putTier("spend", `{`+limits+`,"cost_per_hour":"1"}`)
+	e.putTier("tokens", `{`+limits+`}`)
 	for _, tc := range []struct {
 		name, body string
 		status     int
@@ -265,8 +233,7 @@ func TestSpendNeedsAPricedModel(t *testing.T) {
 func TestSpendPricedAtAdmission(t *testing.T) {
 	e := newEnv(t)
 	e.putPrices(spendPrices)
-	e.putSpendTier("spend", `{"requests_per_minute":100,"requests_per_hour":1000,"requests_per_day":1000,"burst_allowance":0}`,
-		map[string]string{"cost_per_day": "20"})
+	e.putTier("spend", `{"requests_per_minute":100,"requests_per_hour":1000,"requests_per_day":1000,"burst_allowance":0,"cost_per_day":"20"}`)
 	body := `{"context":{"user_id":"p","user_tier":"spend"},"tokens":1000,"model":"gpt-test"}`
 	old := e.openCallBody(body)
 	e.clock.Advance(time.Minute)
@@ -314,17 +281,7 @@ func TestPooledSpendOverHTTP(t *testing.T) {
 	e := newEnv(t)
 	e.putPrices(spendPrices)
 	e.putTier("team", `{"requests_per_minute":10,"requests_per_hour":100,"requests_per_day":1000,"burst_allowance":0}`)
-	e.must("PUT", "/v1/accounts/acme", `{"tier":"team"}`, 201)
-	ctx := context.Background()
-	a, err := e.svc.Account(ctx, "acme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, _ := policy.LimitFieldNamed("cost_per_day")
-	a.Limits.Set(f, policy.To(30_000_000_000)) // $0.03
-	if _, _, err := e.svc.PutAccount(ctx, a); err != nil {
-		t.Fatal(err)
-	}
+	e.must("PUT", "/v1/accounts/acme", `{"tier":"team","limits":{"cost_per_day":"0.03"}}`, 201)
 	check := func(user, model string) *httptest.ResponseRecorder {
 		return e.do(http.MethodPost, "/v1/check", fmt.Sprintf(`{"context":{"user_id":%q,"account_id":"acme"},"tokens":2000,"model":%q}`, user, model), false)
 	}

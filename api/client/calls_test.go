@@ -7,7 +7,6 @@ import (
 
 	"github.com/policyguard/policyguard/api"
 	"github.com/policyguard/policyguard/api/client"
-	"github.com/policyguard/policyguard/policy"
 )
 
 func ptr(v int64) *int64 { return &v }
@@ -89,20 +88,9 @@ func TestClientSpend(t *testing.T) {
 	if _, err := admin.PutPrices(ctx, time.Time{}, []client.Price{{Model: "gpt-test", Input: "2", Output: "10"}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := admin.PutTier(ctx, client.Tier{Name: "budget", Limits: client.Limits{RequestsPerMinute: client.Limit(100), RequestsPerHour: client.Limit(1000), RequestsPerDay: client.Limit(1000)}}); err != nil {
+	if _, _, err := admin.PutTier(ctx, client.Tier{Name: "budget", Limits: client.Limits{RequestsPerMinute: client.Limit(100), RequestsPerHour: client.Limit(1000), RequestsPerDay: client.Limit(1000), CostPerDay: client.Dollars("1")}}); err != nil {
 		t.Fatal(err)
 	}
-	// The spend limit, $1 a day, set on the service's tier.
-	tier, err := e.svc.Tier(ctx, "budget")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, _ := policy.LimitFieldNamed("cost_per_day")
-	f.Set(&tier, ptr(1e12))
-	if _, _, err := e.svc.PutTier(ctx, tier); err != nil {
-		t.Fatal(err)
-	}
-
 	req := client.CheckRequest{UserID: "u", Tier: "budget", Tokens: 1000}
 	wantError(t, "a check without a model", func() error { _, err := admin.Check(ctx, req); return err }(), 400, "model is required")
 	req.Model = "gpt-test"

@@ -164,11 +164,11 @@ func appendCost(b []byte, t *policy.TokenState) []byte {
 		return b
 	}
 	b = append(b, `,"cost":{"limit":"`...)
-	b = append(b, policy.Money(t.Limit).String()...)
+	b = policy.Money(t.Limit).Append(b)
 	b = append(b, `","used":"`...)
-	b = append(b, policy.Money(t.Used).String()...)
+	b = policy.Money(t.Used).Append(b)
 	b = append(b, `","remaining":"`...)
-	b = append(b, policy.Money(t.Remaining).String()...)
+	b = policy.Money(t.Remaining).Append(b)
 	b = append(b, `","reset":`...)
 	b = strconv.AppendInt(b, t.Reset, 10)
 	return append(b, '}')

@@ -89,6 +89,9 @@ type AccountWindow struct {
 	// Tokens is the window's pooled tokens; nil unless the pooled limits
 	// limit them.
 	Tokens *WindowTokens `json:"tokens"`
+	// Cost is the window's pooled spend; nil unless the pooled limits
+	// limit it.
+	Cost *WindowCost `json:"cost"`
 }
 
 // AccountUsage is an account's pooled requests, tokens and calls, in the

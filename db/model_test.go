@@ -1519,7 +1519,7 @@ func (h *modelHarness) finish(run *modelRun, op modelOp) {
 			tokens = &op.tokens
 		}
 		want = h.ref.finish(id, op.tokens, h.now)
-		got, err = h.svc.FinishCall(ctx, id, tokens)
+		got, err = h.svc.FinishCall(ctx, id, policy.Report{Tokens: tokens})
 	}
 	h.stats[fmt.Sprintf("%v %q expired=%v", op.kind, want.code, want.call.expired)]++
 	if code := policy.ErrorCode(err); code != want.code {

@@ -93,10 +93,12 @@ func (w *pgWriter) submit(j *pgJob) error {
 }
 
 // plannable reports whether admit_batch can decide p: a plan with its
-// tiers and, when metered, a call it can store.
+// tiers and, when metered, a call it can store, unpriced, under no spend
+// limit: admit_batch counts tokens alone. A check with spend is decided
+// in a transaction of its own, by the same code as on SQLite.
 func plannable(p *policy.Plan) bool {
 	return p != nil && p.Tier != nil && p.Base != nil &&
-		(p.Call == nil || policy.ValidCallID(p.Call.ID))
+		(p.Call == nil || policy.ValidCallID(p.Call.ID) && p.Call.Price == nil && !p.Tier.Limits.LimitsSpend())
 }
 
 // batchLoop runs the admissions waiting in batches of up to maxBatch, on
@@ -693,10 +695,16 @@ func (h *history) planned(j *pgJob, tiers *tierCache) error {
 	if p.Call != nil {
 		l := &h.led
 		*l = ledger{q: h.q, user: h.user, st: ledgerState{anyRow: f.tokTS.Valid, lastTS: f.tokTS.Int64, lastTotal: f.tokTotal.Int64,
-			open: f.open.Int64, reserved: f.reserved.Int64, nextExpiry: noExpiry}}
+			open: f.open.Int64, reserved: policy.Amounts{policy.MeasureTokens: f.reserved.Int64}, nextExpiry: noExpiry}}
 		for i, w := range policy.Windows {
+			// admit_batch answers the oldest row holding tokens (some,
+			// not how many: a planned check reads no more) and no cost,
+			// which a planned check, under no spend limit, never asks.
 			r := f.tokFirst[i]
 			l.firsts[i] = tokFirst{cutoff: now - w.Duration().Microseconds(), ts: r.ts.Int64, before: r.before.Int64, found: r.ts.Valid}
+			if r.ts.Valid {
+				l.firsts[i].tokens = 1
+			}
 		}
 		l.nfirst = len(policy.Windows)
 		h.ledgerRead, h.ledgerAt = true, now

@@ -231,7 +231,7 @@ func TestOverviewShowsCallsOfAnUnmeteredTier(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range calls[:2] {
-		if _, err := e.svc.FinishCall(ctx, id, new(int64(120))); err != nil {
+		if _, err := e.svc.FinishCall(ctx, id, policy.Report{Tokens: new(int64(120))}); err != nil {
 			t.Fatal(err)
 		}
 	}

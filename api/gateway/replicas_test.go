@@ -36,10 +36,10 @@ type replicas struct {
 	settles   atomic.Int64
 }
 
-// newReplicas starts the replicas, alice in the tier the JSON tier
-// describes with spendPerDay as its cost_per_day (0 for none), and the
-// price table spendPrices in force.
-func newReplicas(t *testing.T, tier string, spendPerDay policy.Money) (*replicas, string) {
+// newReplicas starts the replicas, their stores opened with opts, alice
+// in the tier the JSON tier describes with spendPerDay as its
+// cost_per_day (0 for none), and the price table spendPrices in force.
+func newReplicas(t *testing.T, tier string, spendPerDay policy.Money, opts ...db.Option) (*replicas, string) {
 	dsn := dbtest.Postgres(t)
 	ctx := context.Background()
 	r := &replicas{t: t, fake: newFakeUpstream(t), transport: newCountingTransport(), settled: pulse{ch: make(chan struct{})}}
@@ -47,13 +47,13 @@ func newReplicas(t *testing.T, tier string, spendPerDay policy.Money) (*replicas
 	clk := policy.NewTestClock(t0)
 	var key string
 	for i := range 3 {
-		store, err := db.Open(ctx, dsn)
+		store, err := db.Open(ctx, dsn, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { store.Close() })
-		opts := []policy.Option{policy.WithClock(clk.Now), policy.WithUsers(store), policy.WithKeys(store), policy.WithPrices(store)}
-		svc := policy.NewService(store, store, opts...)
+		svcOpts := []policy.Option{policy.WithClock(clk.Now), policy.WithUsers(store), policy.WithKeys(store), policy.WithPrices(store)}
+		svc := policy.NewService(store, store, svcOpts...)
 		if i == 0 {
 			r.svc = svc
 			var shared policy.Tier

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	anthropicoption "github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/policyguard/policyguard/api"
 	"github.com/policyguard/policyguard/api/gateway"
+	"github.com/policyguard/policyguard/db"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -97,7 +99,8 @@ func TestGatewaySpendLimitWithSDKs(t *testing.T) {
 			call: func(key string, a *attempts) error {
 				params := chat("gpt-4o-mini")
 				params.MaxCompletionTokens = openai.Int(10)
-				_, err := e.openai(key, option.WithMaxRetries(2), option.WithMiddleware(a.middleware)).Chat.Completions.New(ctx, params)
+				c := e.openai(key, option.WithMaxRetries(2), option.WithMiddleware(a.middleware))
+				_, err := c.Chat.Completions.New(ctx, params)
 				return err
 			},
 			// 11 prompt tokens at $1, 7 completion tokens at $2 per
@@ -115,7 +118,8 @@ func TestGatewaySpendLimitWithSDKs(t *testing.T) {
 		{
 			protocol: gateway.ProtocolAnthropic,
 			call: func(key string, a *attempts) error {
-				_, err := e.anthropic(key, anthropicoption.WithMaxRetries(2), anthropicoption.WithMiddleware(a.middleware)).Messages.New(ctx, claudeMessage("claude-sonnet-4-5"))
+				c := e.anthropic(key, anthropicoption.WithMaxRetries(2), anthropicoption.WithMiddleware(a.middleware))
+				_, err := c.Messages.New(ctx, claudeMessage("claude-sonnet-4-5"))
 				return err
 			},
 			// 17 input tokens at $3, 9 output at $15, 3 written to the
@@ -336,7 +340,8 @@ func TestGatewayPricedByLiteLLMFile(t *testing.T) {
 		want *big.Rat
 	}{
 		{"anthropic", func() error {
-			_, err := e.anthropic(key).Messages.New(ctx, claudeMessage("claude-3-haiku-20240307"))
+			c := e.anthropic(key)
+			_, err := c.Messages.New(ctx, claudeMessage("claude-3-haiku-20240307"))
 			return err
 		}, dollars(
 			17, perToken("claude-3-haiku-20240307", "input_cost_per_token"),
@@ -344,7 +349,8 @@ func TestGatewayPricedByLiteLLMFile(t *testing.T) {
 			3, perToken("claude-3-haiku-20240307", "cache_creation_input_token_cost"),
 			2, perToken("claude-3-haiku-20240307", "cache_read_input_token_cost"))},
 		{"openai cached", func() error {
-			_, err := e.openai(key).Chat.Completions.New(ctx, chat("claude-haiku-4-5"), option.WithHeader("X-Fake", "cached"))
+			c := e.openai(key)
+			_, err := c.Chat.Completions.New(ctx, chat("claude-haiku-4-5"), option.WithHeader("X-Fake", "cached"))
 			return err
 		}, dollars(
 			11-4, perToken("claude-haiku-4-5", "input_cost_per_token"),
@@ -455,7 +461,10 @@ func TestGatewaySpendBudgetUnderConcurrency(t *testing.T) {
 }
 
 // On PostgreSQL, three replicas hold one user's spend budget together.
+// The 64 admissions of one user queue on its lock: on a loaded 2-core
+// machine the last of them waited past the default statement timeout
+// (5 s) and was answered 503, which is not what this test is about.
 func TestGatewayReplicasShareTheSpendBudget(t *testing.T) {
-	r, key := newReplicas(t, spendTier, spendRaceLimit)
+	r, key := newReplicas(t, spendTier, spendRaceLimit, db.WithStatementTimeout(time.Minute), db.WithBusyTimeout(time.Minute))
 	spendRace(t, r.urls, key, r.svc)
 }

@@ -33,8 +33,9 @@
 //  4. The call is forwarded with the upstream's key instead of the
 //     gateway key, and its answer relayed as it arrives (relay.go); the
 //     usage the upstream reports settles the call (FinishCall), each kind
-//     of token at its price, which frees its concurrency slot. While the exchange is live the call is
-//     kept alive, so a stream longer than the call timeout keeps its slot.
+//     of token at its price, which frees its concurrency slot. While the
+//     exchange is live the call is kept alive, so a stream longer than
+//     the call timeout keeps its slot.
 //
 // What differs between protocols lives in one file each (openai.go,
 // anthropic.go): the metered paths and how their bodies bound a call's

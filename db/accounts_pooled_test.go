@@ -251,7 +251,7 @@ func TestPooledLimitHoldsUnderParallelMembers(t *testing.T) {
 						for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
 						}
 						open.Add(-1)
-						if _, err := svc.FinishCall(ctx, d.CallID, policy.Report{Tokens: new(tokens/2)}); err != nil {
+						if _, err := svc.FinishCall(ctx, d.CallID, policy.Report{Tokens: new(tokens / 2)}); err != nil {
 							t.Error(err)
 						}
 					}

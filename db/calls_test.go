@@ -299,7 +299,7 @@ func TestConcurrentChecksNeverExceedTokens(t *testing.T) {
 					if d.Allowed() {
 						admitted.Add(1)
 						if i%2 == 0 {
-							if _, err := e.svc.FinishCall(ctx, d.CallID, policy.Report{Tokens: i64(tokens/2)}); err != nil {
+							if _, err := e.svc.FinishCall(ctx, d.CallID, policy.Report{Tokens: i64(tokens / 2)}); err != nil {
 								t.Error(err)
 							}
 						}

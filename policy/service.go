@@ -163,7 +163,7 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 			}
 			c.pool.cached = acctCached
 		}
-		if err := s.priceCheck(c); err != nil {
+		if err := s.priceCheck(ctx, c); err != nil {
 			return Decision{}, err
 		}
 		d, err = s.chain.Check(ctx, c)

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 )
@@ -220,7 +221,7 @@ type pricing struct {
 
 // priceCheck prices c's call, or returns the error of an unpriced model
 // under a spend limit of c's tier or its account's pool.
-func (s *Service) priceCheck(c *Check) error {
+func (s *Service) priceCheck(ctx context.Context, c *Check) error {
 	c.pricing = pricing{model: c.Model, upstream: c.Upstream}
 	spendBy := ""
 	switch {
@@ -239,6 +240,18 @@ func (s *Service) priceCheck(c *Check) error {
 		return nil
 	}
 	p, version, ok := s.PriceOf(c.Model, c.Upstream, c.Now)
+	if !ok && spendBy != "" && s.prices != nil {
+		// Before refusing, the table as stored: a version another
+		// replica saved a moment ago may not be in memory yet.
+		v, err := s.prices.PricesAt(ctx, c.Now)
+		switch {
+		case err == nil:
+			p, ok = v.Prices.Lookup(c.Model, c.Upstream)
+			version = v.ID
+		case ErrorCode(err) != ENOTFOUND:
+			return err
+		}
+	}
 	if !ok {
 		if spendBy != "" {
 			return &UnpricedError{Model: c.Model, Tier: spendBy}

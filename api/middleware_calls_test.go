@@ -127,7 +127,7 @@ func TestGuardRefusesOverMaxConcurrent(t *testing.T) {
 	if rec.Code != 429 || !strings.Contains(rec.Body.String(), `"reason":"concurrent call limit exceeded"`) || !strings.Contains(rec.Body.String(), `"call_id":null`) {
 		t.Fatalf("while the slot is held: %d %s", rec.Code, rec.Body)
 	}
-	if _, err := svc.FinishCall(context.Background(), d.CallID, nil); err != nil {
+	if _, err := svc.FinishCall(context.Background(), d.CallID, policy.Report{}); err != nil {
 		t.Fatal(err)
 	}
 	rec = httptest.NewRecorder()

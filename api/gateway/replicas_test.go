@@ -37,9 +37,9 @@ type replicas struct {
 }
 
 // newReplicas starts the replicas, their stores opened with opts, alice
-// in the tier the JSON tier describes with spendPerDay as its
-// cost_per_day (0 for none), and the price table spendPrices in force.
-func newReplicas(t *testing.T, tier string, spendPerDay policy.Money, opts ...db.Option) (*replicas, string) {
+// in the tier the JSON tier describes, and the price table spendPrices in
+// force.
+func newReplicas(t *testing.T, tier string, opts ...db.Option) (*replicas, string) {
 	dsn := dbtest.Postgres(t)
 	ctx := context.Background()
 	r := &replicas{t: t, fake: newFakeUpstream(t), transport: newCountingTransport(), settled: pulse{ch: make(chan struct{})}}
@@ -59,10 +59,6 @@ func newReplicas(t *testing.T, tier string, spendPerDay policy.Money, opts ...db
 			var shared policy.Tier
 			if err := jsonTier(tier, &shared); err != nil {
 				t.Fatal(err)
-			}
-			if spendPerDay > 0 {
-				v := int64(spendPerDay)
-				shared.Limits[policy.CostPerDay] = &v
 			}
 			// Before the other replicas open their stores, which then
 			// load the prices at once.
@@ -114,7 +110,7 @@ func jsonTier(body string, t *policy.Tier) error {
 // total, not each its own, across streams that finish and clients that
 // leave, and free every slot.
 func TestGatewayReplicasShareMaxConcurrent(t *testing.T) {
-	r, key := newReplicas(t, gwTier, 0)
+	r, key := newReplicas(t, gwTier)
 	var wg sync.WaitGroup
 	var admitted atomic.Int64
 	for i := range 12 {
@@ -177,7 +173,7 @@ func TestGatewayReplicasShareMaxConcurrent(t *testing.T) {
 // budget, sent fifteen at once over three replicas, admit exactly five.
 func TestGatewayReplicasShareTheTokenBudget(t *testing.T) {
 	reservation := int64(len(messageBody)) + 100
-	r, key := newReplicas(t, fmt.Sprintf(`{"requests_per_minute":1000,"requests_per_hour":10000,"requests_per_day":100000,"burst_allowance":0,"tokens_per_day":%d}`, 5*reservation), 0)
+	r, key := newReplicas(t, fmt.Sprintf(`{"requests_per_minute":1000,"requests_per_hour":10000,"requests_per_day":100000,"burst_allowance":0,"tokens_per_day":%d}`, 5*reservation))
 	var wg sync.WaitGroup
 	var ok, refused atomic.Int64
 	for i := range 15 {

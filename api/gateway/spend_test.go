@@ -44,20 +44,25 @@ func (e *gwEnv) putPrices(body string) {
 	}
 }
 
-// setSpendPerDay sets the cost_per_day of the named tier through the
-// service.
-func setSpendPerDay(t *testing.T, svc *policy.Service, tier string, limit policy.Money) {
-	t.Helper()
-	ctx := context.Background()
-	tr, err := svc.Tier(ctx, tier)
+// setSpendPerDay sets the cost_per_day of the named tier through GET and
+// PUT /v1/tiers/{name}, as an admin would: dollars, a decimal string.
+func (e *gwEnv) setSpendPerDay(tier string, limit policy.Money) {
+	e.t.Helper()
+	rec := e.do(http.MethodGet, "/v1/tiers/"+tier, "", true)
+	if rec.Code != http.StatusOK {
+		e.t.Fatalf("GET tier %s: %d %s", tier, rec.Code, rec.Body)
+	}
+	var body map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+		e.t.Fatal(err)
+	}
+	delete(body, "updated_at")
+	body["cost_per_day"] = limit.String()
+	b, err := json.Marshal(body)
 	if err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
-	v := int64(limit)
-	tr.Limits[policy.CostPerDay] = &v
-	if _, _, err := svc.PutTier(ctx, tr); err != nil {
-		t.Fatal(err)
-	}
+	e.putTier(tier, string(b))
 }
 
 // spent returns user's spend counted today, its calls settled and open.
@@ -138,7 +143,7 @@ func TestGatewaySpendLimitWithSDKs(t *testing.T) {
 		t.Run(tc.protocol, func(t *testing.T) {
 			user, tier := "spender-"+tc.protocol, "spend-"+tc.protocol
 			e.putTier(tier, spendTier)
-			setSpendPerDay(t, e.svc, tier, policy.MaxMoney/2)
+			e.setSpendPerDay(tier, microDollars(1e9)) // $1,000
 			e.assign(user, tier)
 			key := e.newKey(user)
 			var a attempts
@@ -154,7 +159,7 @@ func TestGatewaySpendLimitWithSDKs(t *testing.T) {
 			// the limit, the last to the picodollar; a fifth does not.
 			reqs := e.fake.Requests()
 			reserve := tc.reserveAt(int64(len(reqs[len(reqs)-1].Body)))
-			setSpendPerDay(t, e.svc, tier, 3*tc.cost+reserve)
+			e.setSpendPerDay(tier, 3*tc.cost+reserve)
 			for i := 2; i <= 4; i++ {
 				if err := tc.call(key, &a); err != nil {
 					t.Fatalf("call %d: %v", i, err)
@@ -203,7 +208,7 @@ func TestGatewayUnpricedModel(t *testing.T) {
 	}
 
 	e.putTier("spend", spendTier)
-	setSpendPerDay(t, e.svc, "spend", microDollars(1e6))
+	e.setSpendPerDay("spend", microDollars(1e6))
 	e.assign("alice", "spend")
 	upstream := len(e.fake.Requests())
 	_, err := oa.Chat.Completions.New(ctx, chat("gpt-unpriced"))
@@ -253,7 +258,7 @@ func TestGatewaySpendSettlesByKind(t *testing.T) {
 	e, key := newGatewayEnv(t, nil)
 	e.putPrices(spendPrices)
 	e.putTier("spend", spendTier)
-	setSpendPerDay(t, e.svc, "spend", microDollars(1e6))
+	e.setSpendPerDay("spend", microDollars(1e6))
 	e.assign("alice", "spend")
 	bearer := map[string]string{"Authorization": "Bearer " + key}
 	for _, tc := range []struct {
@@ -331,7 +336,7 @@ func TestGatewayPricedByLiteLLMFile(t *testing.T) {
 		return sum
 	}
 	e.putTier("spend", spendTier)
-	setSpendPerDay(t, e.svc, "spend", microDollars(1e6))
+	e.setSpendPerDay("spend", microDollars(1e6))
 	e.assign("alice", "spend")
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -455,7 +460,7 @@ func TestGatewaySpendBudgetUnderConcurrency(t *testing.T) {
 	e, key := newGatewayEnv(t, nil)
 	e.putPrices(spendPrices)
 	e.putTier("spend", spendTier)
-	setSpendPerDay(t, e.svc, "spend", spendRaceLimit)
+	e.setSpendPerDay("spend", spendRaceLimit)
 	e.assign("alice", "spend")
 	spendRace(t, []string{e.server.URL}, key, e.svc)
 }
@@ -465,6 +470,7 @@ func TestGatewaySpendBudgetUnderConcurrency(t *testing.T) {
 // machine the last of them waited past the default statement timeout
 // (5 s) and was answered 503, which is not what this test is about.
 func TestGatewayReplicasShareTheSpendBudget(t *testing.T) {
-	r, key := newReplicas(t, spendTier, spendRaceLimit, db.WithStatementTimeout(time.Minute), db.WithBusyTimeout(time.Minute))
+	tier := strings.Replace(spendTier, "{", `{"cost_per_day":"`+spendRaceLimit.String()+`",`, 1)
+	r, key := newReplicas(t, tier, db.WithStatementTimeout(time.Minute), db.WithBusyTimeout(time.Minute))
 	spendRace(t, r.urls, key, r.svc)
 }

@@ -94,10 +94,12 @@ func TestGatewaySpendLimitWithSDKs(t *testing.T) {
 		protocol string
 		// call makes one call through a client counting its attempts.
 		call func(key string, a *attempts) error
-		// body returns the last request body the upstream got.
-		cost      policy.Money // of the usage the fake reports
+		// cost is what the usage the fake reports costs; reserveAt is
+		// the reserved cost of a call whose body is bodyLen bytes.
+		cost      policy.Money
 		reserveAt func(bodyLen int64) policy.Money
-		check     func(t *testing.T, err error)
+		// check fails t unless err is the protocol's spend refusal.
+		check func(t *testing.T, err error)
 	}{
 		{
 			protocol: gateway.ProtocolOpenAI,

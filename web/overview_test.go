@@ -299,8 +299,7 @@ func TestOverviewShowsSpendPerTier(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// call settles a call of model in tier at usage, and returns what it
-	// cost as the price says, worked out here: dollars per million tokens.
+	// call opens a call of model in tier and settles it at usage.
 	call := func(user, tier, model string, u policy.TokenUsage) {
 		t.Helper()
 		d, err := e.svc.Check(ctx, policy.Request{UserID: user, Tier: tier, Model: model, Tokens: u.Total(), OpenCall: true}, false)
@@ -311,8 +310,10 @@ func TestOverviewShowsSpendPerTier(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Two hours: 1,000 input and 500 output tokens ($0.002), then 4,000
-	// input, 2,000 cache read and 250 output tokens ($0.0055).
+	// Two hours of tier paid: 1,000 input and 500 output tokens ($0.002,
+	// at $1 and $2 per million), then 4,000 input, 2,000 cache read and
+	// 250 output tokens ($0.0055); tier priced's 1,000 input tokens
+	// ($0.001); tier free's call of a model without a price (no cost).
 	call("ann", "paid", "m", policy.TokenUsage{Input: 1000, Output: 500})
 	call("cat", "priced", "m", policy.TokenUsage{Input: 1000})
 	e.clock.Advance(time.Hour)

@@ -52,6 +52,13 @@ type Request struct {
 	// the output cap at the output price); nil prices every token at the
 	// model's highest price. Its total is Tokens.
 	Reserve *TokenUsage
+	// NoModel reports that the request calls no model and so costs
+	// nothing, whatever the tier's spend limits: the gateway's
+	// passthrough requests (files, ...) and the dry runs that read a
+	// user's windows for an answer's header fields. It needs no Model,
+	// and its call, if any, is unpriced. A spend window already full
+	// still refuses it.
+	NoModel bool
 }
 
 // Check is a Request resolved for the guardrails: defaults applied, the tier

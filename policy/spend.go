@@ -230,6 +230,9 @@ func (s *Service) priceCheck(ctx context.Context, c *Check) error {
 	case c.pool != nil && c.pool.limits.LimitsSpend():
 		spendBy = "account " + Quote(c.pool.account.AccountID)
 	}
+	if c.NoModel {
+		return nil
+	}
 	if c.Model == "" {
 		if spendBy != "" {
 			return &UnpricedError{Tier: spendBy}

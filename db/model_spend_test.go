@@ -209,15 +209,20 @@ func (r *opReader) model() string {
 
 // split decodes a split of n tokens into the four kinds.
 func (r *opReader) split(n int64) *[4]int64 {
+	return splitOf(n, [4]byte{r.next(), r.next(), r.next(), r.next()})
+}
+
+// splitOf splits n tokens into the four kinds at cuts.
+func splitOf(n int64, cuts [4]byte) *[4]int64 {
 	var s [4]int64
 	left := n
 	for i := range 3 {
-		s[i] = int64(r.next()) % (left + 1)
+		s[i] = int64(cuts[i]) % (left + 1)
 		left -= s[i]
 	}
 	s[3] = left
 	// Which kind takes the first cut, so that each may take the most.
-	k := int(r.next() % 4)
+	k := int(cuts[3] % 4)
 	s[0], s[k] = s[k], s[0]
 	return &s
 }

@@ -737,13 +737,16 @@ type modelOp struct {
 	accountID string
 	acct      refAccount
 	// model is the model a check names; split, a check's reservation
-	// split by kind, or a finish's usage (nil for none); both, a finish
-	// reporting its tokens beside its usage; prices, what put-prices
-	// puts.
+	// split by kind (nil for none); prices, what put-prices puts.
 	model  string
 	split  *[4]int64
-	both   bool
 	prices map[string]refPrice
+	// A finish's tokens are its call's reservation plus tokens when
+	// near; cuts, when set, split them by kind as its usage, reported
+	// with their total beside it when both.
+	near bool
+	cuts *[4]byte
+	both bool
 }
 
 // Users and tiers of the model. A user id with SQL in it and one with
@@ -772,10 +775,14 @@ func (o modelOp) String() string {
 	case opDeleteAccount:
 		return fmt.Sprintf("delete-account(%q, by another store %v)", o.accountID, o.other)
 	case opFinish:
-		if o.split != nil {
-			return fmt.Sprintf("finish(call %d, usage %v, with its total %v)", o.call, *o.split, o.both)
+		tokens := fmt.Sprint(o.tokens)
+		if o.near {
+			tokens = fmt.Sprintf("reserved%+d", o.tokens)
 		}
-		return fmt.Sprintf("finish(call %d, tokens %d)", o.call, o.tokens)
+		if o.cuts != nil {
+			return fmt.Sprintf("finish(call %d, usage of %s tokens cut at %v, with its total %v)", o.call, tokens, *o.cuts, o.both)
+		}
+		return fmt.Sprintf("finish(call %d, tokens %s)", o.call, tokens)
 	case opKeepAlive:
 		return fmt.Sprintf("keepalive(call %d)", o.call)
 	case opAdvance:
@@ -1004,8 +1011,8 @@ func decodeOps(data []byte) (initial [len(modelTiers)]refLimits, plans [len(mode
 			user, tier := int(r.next()), int(r.next())
 			op := modelOp{kind: kind, user: user % len(modelUsers), tier: tier % len(modelTiers), tokens: r.tokens(), distrust: tier>>2%4 == 0,
 				accountID: r.accountName(), model: r.model()}
-			if r.next()%4 == 0 {
-				op.split = r.split(op.tokens)
+			if r.next()%2 == 0 {
+				op.split = r.split(op.tokens) // the reservation priced kind by kind
 			}
 			ops = append(ops, op)
 		case 26:
@@ -1036,10 +1043,16 @@ func decodeOps(data []byte) (initial [len(modelTiers)]refLimits, plans [len(mode
 			op := modelOp{kind: opFinish, call: int(r.next()), tokens: -1}
 			if b := r.next(); b%3 != 0 {
 				op.tokens = int64(b / 3 % 50)
+				if op.tokens >= 25 {
+					// Around the reservation: from 10 tokens below it to
+					// 14 above, where a cheaper reservation's cost is
+					// passed by fewer tokens.
+					op.near, op.tokens = true, op.tokens-35
+				}
 				// The tokens by kind now and then, with their total or
 				// without.
 				if c := r.next(); c%3 != 0 {
-					op.split, op.both = r.split(op.tokens), c%3 == 2
+					op.cuts, op.both = &[4]byte{r.next(), r.next(), r.next(), r.next()}, c%3 == 2
 				}
 			}
 			ops = append(ops, op)
@@ -1646,12 +1659,23 @@ func (h *modelHarness) finish(run *modelRun, op modelOp) {
 		want = h.ref.keepAlive(id, h.now)
 		got, err = h.svc.KeepAlive(ctx, id)
 	} else {
-		var rep policy.Report
-		r := refReport{tokens: op.tokens, usage: op.split}
-		if op.tokens >= 0 && (op.split == nil || op.both) {
-			rep.Tokens = &op.tokens
+		tokens := op.tokens
+		if op.near {
+			var reserved int64
+			if c, ok := h.ref.calls[id]; ok {
+				reserved = c.reserved
+			}
+			tokens = max(reserved+op.tokens, 0)
 		}
-		if u := op.split; u != nil {
+		r := refReport{tokens: tokens}
+		if op.cuts != nil {
+			r.usage = splitOf(tokens, *op.cuts)
+		}
+		var rep policy.Report
+		if tokens >= 0 && (r.usage == nil || op.both) {
+			rep.Tokens = &tokens
+		}
+		if u := r.usage; u != nil {
 			rep.Usage = &policy.TokenUsage{Input: u[0], Output: u[1], CacheRead: u[2], CacheWrite: u[3]}
 		}
 		want = h.ref.finish(id, r, h.now)
@@ -1677,7 +1701,10 @@ func (h *modelHarness) finish(run *modelRun, op modelOp) {
 		run.fatalf("%v: call %+v: %s", op, got, problem)
 	}
 	if w.price != nil && op.kind == opFinish {
-		h.stats[fmt.Sprintf("priced finish: expired %v, cost above its reservation %v", w.expired, w.reportedCost > w.reservedCost)]++
+		h.stats[fmt.Sprintf("priced finish: expired %v, cost above its reservation %v, tokens above it %v", w.expired, w.reportedCost > w.reservedCost, w.reported > w.reserved)]++
+		if v := h.prices.inForce(h.now); v == nil || v.id != w.version {
+			h.stats["priced finish under another price version than its admission's"]++
+		}
 	}
 }
 

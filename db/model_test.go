@@ -1807,7 +1807,7 @@ func TestModel(t *testing.T) {
 		}
 		var checks, ops int
 		for i := range n {
-			data := make([]byte, 64+rng.IntN(512))
+			data := make([]byte, 96+rng.IntN(768)) // up to a few hundred operations
 			for j := range data {
 				data[j] = byte(rng.Uint32())
 			}

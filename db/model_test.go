@@ -21,9 +21,11 @@ import (
 // The model test runs random sequences of operations against the real
 // service on a SQLite file and against refModel, a reference written here
 // from the README's rules alone: a list of timestamps per user, and per
-// account's pool (see model_accounts_test.go), counted by scanning. The
-// reference shares no code with policy.Evaluate or the store, so a mistake
-// in either shows up as a disagreement.
+// account's pool (see model_accounts_test.go), counted by scanning, and
+// the tokens and cost of their calls, priced by its own list of the price
+// table's versions (see model_spend_test.go). The reference shares no code
+// with policy.Evaluate, policy's pricing or the store, so a mistake in
+// any shows up as a disagreement.
 
 var (
 	modelSeqs = flag.Int("model.seqs", 150, "random operation sequences TestModel runs against the store (a tenth under -race)")

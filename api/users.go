@@ -1,13 +1,13 @@
 package api
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/labstack/echo/v4"
 
@@ -25,12 +25,12 @@ const (
 // limits, null when there are none; a token limit or max_concurrent given
 // as null removes the tier's limit for the user.
 type userJSON struct {
-	UserID    string            `json:"user_id"`
-	Tier      *string           `json:"tier"`
-	Account   *string           `json:"account,omitempty"`
-	Limits    map[string]*int64 `json:"limits,format:emitnull"`
-	Note      string            `json:"note"`
-	UpdatedAt time.Time         `json:"updated_at,omitzero"`
+	UserID    string          `json:"user_id"`
+	Tier      *string         `json:"tier"`
+	Account   *string         `json:"account,omitempty"`
+	Limits    limitValuesJSON `json:"limits"`
+	Note      string          `json:"note"`
+	UpdatedAt time.Time       `json:"updated_at,omitzero"`
 }
 
 func userToJSON(r policy.UserRecord) userJSON {
@@ -93,9 +93,10 @@ func readUser(data []byte, pathID string) (policy.UserRecord, error) {
 		if !ok {
 			continue
 		}
-		var v *int64
-		if json.Unmarshal(raw, &v) != nil {
-			return policy.UserRecord{UserID: id}, policy.Errorf(policy.EINVALID, "limits.%s must be an integer from 0 to %d", name, policy.MaxLimit)
+		f, _ := policy.LimitFieldNamed(name)
+		v, err := readLimitValue(f, "limits."+name, raw, fmt.Sprintf("limits.%s must be an integer from 0 to %d", name, policy.MaxLimit))
+		if err != nil {
+			return policy.UserRecord{UserID: id}, err
 		}
 		values[name] = v
 	}

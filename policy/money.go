@@ -49,14 +49,14 @@ func Dollars(n int64) (m Money, ok bool) {
 // Its errors are EINVALID and say which of these the text broke.
 func ParseMoney(s string) (Money, error) {
 	orig := s
+	if !moneySyntax(s) {
+		return 0, Errorf(EINVALID, "%s is not a decimal amount of dollars such as \"0.15\"", Quote(orig))
+	}
 	neg := strings.HasPrefix(s, "-")
 	if neg {
 		s = s[1:]
 	}
-	whole, frac, dot := strings.Cut(s, ".")
-	if whole == "" || (dot && frac == "") || !allDigits(whole) || !allDigits(frac) {
-		return 0, Errorf(EINVALID, "%s is not a decimal amount of dollars such as \"0.15\"", Quote(orig))
-	}
+	whole, frac, _ := strings.Cut(s, ".")
 	if len(frac) > moneyDecimals {
 		if strings.Trim(frac[moneyDecimals:], "0") != "" {
 			return 0, Errorf(EINVALID, "%s is finer than a picodollar (at most %d decimals)", Quote(orig), moneyDecimals)
@@ -78,6 +78,13 @@ func ParseMoney(s string) (Money, error) {
 		return Money(-int64(v)), nil
 	}
 	return Money(v), nil
+}
+
+// moneySyntax reports whether s is written as ParseMoney reads an amount,
+// whatever its size.
+func moneySyntax(s string) bool {
+	whole, frac, dot := strings.Cut(strings.TrimPrefix(s, "-"), ".")
+	return whole != "" && (!dot || frac != "") && allDigits(whole) && allDigits(frac)
 }
 
 func allDigits(s string) bool {

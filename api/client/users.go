@@ -23,7 +23,12 @@ type User struct {
 	// left out keeps the tier's value, and a nil token limit or
 	// max_concurrent removes the tier's limit for the user.
 	Limits map[string]*int64
-	Note   string
+	// Spend holds the overridden spend limits by their API names
+	// (cost_per_minute, cost_per_hour, cost_per_day), amounts of US
+	// dollars as decimal strings (see Dollars); a nil one removes the
+	// tier's limit for the user.
+	Spend map[string]*string
+	Note  string
 	// UpdatedAt is when the record was last changed; a put ignores it.
 	UpdatedAt time.Time
 }
@@ -31,16 +36,16 @@ type User struct {
 // userWire is a User as the API writes it: the tier null when there is
 // none.
 type userWire struct {
-	UserID    string            `json:"user_id"`
-	Tier      *string           `json:"tier"`
-	Account   string            `json:"account,omitempty"`
-	Limits    map[string]*int64 `json:"limits"`
-	Note      string            `json:"note"`
-	UpdatedAt *time.Time        `json:"updated_at,omitempty"`
+	UserID    string      `json:"user_id"`
+	Tier      *string     `json:"tier"`
+	Account   string      `json:"account,omitempty"`
+	Limits    limitValues `json:"limits"`
+	Note      string      `json:"note"`
+	UpdatedAt *time.Time  `json:"updated_at,omitempty"`
 }
 
 func (w *userWire) user() User {
-	u := User{UserID: w.UserID, Account: w.Account, Limits: w.Limits, Note: w.Note}
+	u := User{UserID: w.UserID, Account: w.Account, Limits: w.Limits.counts, Spend: w.Limits.spend, Note: w.Note}
 	if w.Tier != nil {
 		u.Tier = *w.Tier
 	}
@@ -58,7 +63,7 @@ func Limit(v int64) *int64 { return &v }
 // A tier or an account that does not exist is refused (400) and changes
 // nothing.
 func (c *Client) PutUser(ctx context.Context, u User) (User, bool, error) {
-	in := userWire{UserID: u.UserID, Account: u.Account, Limits: u.Limits, Note: u.Note}
+	in := userWire{UserID: u.UserID, Account: u.Account, Limits: limitValues{u.Limits, u.Spend}, Note: u.Note}
 	if u.Tier != "" {
 		in.Tier = &u.Tier
 	}

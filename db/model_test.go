@@ -1839,7 +1839,11 @@ func TestModel(t *testing.T) {
 }
 
 // FuzzModel lets the fuzzer write the sequences. Its seed corpus is in
-// testdata/fuzz/FuzzModel.
+// testdata/fuzz/FuzzModel. The versions of the price table an input puts
+// stay in the store for the inputs after it (versions are never
+// deleted): an input that fails after others may price its calls
+// otherwise when run alone, as a sequence of TestModel may without the
+// sequences before it (-model.seed replays them all).
 func FuzzModel(f *testing.F) {
 	f.Add([]byte{})
 	h := newModelHarness(f, filepath.Join(f.TempDir(), "model.db"))

@@ -163,7 +163,9 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 			}
 			c.pool.cached = acctCached
 		}
-		if err := s.priceCheck(ctx, c); err != nil {
+		if err := s.priceCheck(ctx, c); err != nil && (cached || recCached || acctCached) {
+			continue // memory may lag behind a change lifting the limit: the error is given on what is stored
+		} else if err != nil {
 			return Decision{}, err
 		}
 		d, err = s.chain.Check(ctx, c)

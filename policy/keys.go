@@ -165,7 +165,7 @@ func (s *Service) RevokeKey(ctx context.Context, id string) error {
 	if !wellFormedKeyText(id, keyIDPrefix, keyIDLen) {
 		return notFound
 	}
-	err := s.keys.DeleteKey(ctx, id)
+	err := s.keys.DeleteKey(WithChangeTime(ctx, s.now().UTC().Truncate(Resolution)), id)
 	if ErrorCode(err) == ENOTFOUND {
 		return notFound
 	}

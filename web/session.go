@@ -160,7 +160,7 @@ func (ms *memSessions) EndSessionsExcept(_ context.Context, adminHash [sha256.Si
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
 	for k, s := range ms.m {
-		if s.AdminHash != adminHash {
+		if s.AdminName == "" && s.AdminHash != adminHash {
 			delete(ms.m, k)
 		}
 	}

@@ -242,7 +242,7 @@ func routeAccess(routes []*echo.Route, own map[string]bool) map[string]map[strin
 // refused to everyone with 403; an admin route needs "Authorization:
 // Bearer <admin token>" of an admin of at least its role (401 without
 // one, 403 below the role), and its changes are then recorded as that
-// admin's (policy.WithActor). Wrong tokens count against the client (the
+// admin's (policy.WithActor), made through the API. Wrong tokens count against the client (the
 // address Echo's IP extractor gives) in the same policy.AdminGate as the
 // admin page's sign-in, so the API is no way around its throttle. Routes
 // Echo does not know pass, for Echo's 404 or 405; the page's routes pass,
@@ -275,7 +275,8 @@ func (s *Server) authorize(c echo.Context) error {
 	if who.Role < need {
 		return policy.ForbiddenError(who.Role, need)
 	}
-	c.SetRequest(req.WithContext(policy.WithActor(req.Context(), who.Name)))
+	ctx := policy.WithChangeSource(policy.WithActor(req.Context(), who.Name), policy.SourceAPI)
+	c.SetRequest(req.WithContext(ctx))
 	return nil
 }
 

@@ -84,7 +84,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer store.Close()
 	metrics := api.NewMetrics(nil)
 	svc := newService(cfg, store, metrics, now)
-	if cfg.AdminToken == "" {
+	if cfg.AdminToken == "" && !cli.HasNamedAdmin(ctx, svc) { // with named admins, there is no built-in one
 		b := make([]byte, 24)
 		rand.Read(b) // never fails: crypto/rand crashes the program instead (Go 1.24)
 		cfg.AdminToken = hex.EncodeToString(b)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"io"
@@ -223,4 +224,42 @@ func TestAdminsAddCommand(t *testing.T) {
 			t.Errorf("audit lacks %s:\n%s", want, body)
 		}
 	}
+}
+
+// With a named admin in the database and no -admin-token, the service
+// makes no token of its own: there is no built-in admin, and named
+// admins sign in as before.
+func TestRunWithNamedAdminsOnly(t *testing.T) {
+	dbPath := filepath.Join(t.TempDir(), "g.db")
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"admins", "add", "ann", "-role", "admin", "-db", dbPath}, func(string) string { return "" }, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	ann := regexp.MustCompile(`pgadm_[A-Za-z0-9_-]{32}`).FindString(out.String())
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-addr", "127.0.0.1:0", "-db", dbPath}, func(string) string { return "" }, pw, io.Discard)
+		pw.Close()
+	}()
+	defer func() { cancel(); <-done }()
+	sc := bufio.NewScanner(pr)
+	var url string
+	for url == "" && sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "admin token") {
+			t.Fatalf("a token was made: %s", sc.Text())
+		}
+		if m := dbtest.ListeningRE.FindStringSubmatch(sc.Text()); m != nil {
+			url = m[1]
+		}
+	}
+	go io.Copy(io.Discard, pr)
+	req, _ := http.NewRequest(http.MethodGet, url+"/v1/admins", nil)
+	req.Header.Set("Authorization", "Bearer "+ann)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("ann's token: %v %v", res, err)
+	}
+	res.Body.Close()
 }

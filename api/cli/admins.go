@@ -79,3 +79,20 @@ func Admins(ctx context.Context, args []string, env AdminsEnv, stdout, stderr io
 	fmt.Fprintf(stdout, "admin %s (%s) made; its token, shown this once:\n%s\n", a.Name, a.Role, token)
 	return closeDB()
 }
+
+// HasNamedAdmin reports whether svc's database holds a live named admin:
+// a service started without -admin-token then makes no token of its own,
+// and runs with named admins only. A failure to read says no, so that the
+// service is not left without an admin.
+func HasNamedAdmin(ctx context.Context, svc *policy.Service) bool {
+	admins, err := svc.Admins(ctx)
+	if err != nil {
+		return false
+	}
+	for _, a := range admins {
+		if a.RevokedAt == nil {
+			return true
+		}
+	}
+	return false
+}

@@ -114,6 +114,16 @@ func TestNamedAdminsOnThePage(t *testing.T) {
 		t.Errorf("dana's changes: %d rows\n%s", len(subjects), doc.raw)
 	}
 	parsePage(t, boss.get("/admin/audit?since=yesterday"), 400)
+
+	// The tiers page's recent changes say who made each.
+	gold := policy.Tier{Name: "gold", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(1)), policy.RequestsPerHour: new(int64(1)), policy.RequestsPerDay: new(int64(1))}}
+	if _, _, err := e.svc.PutTier(policy.WithActor(t.Context(), "erin"), gold); err != nil {
+		t.Fatal(err)
+	}
+	doc = parsePage(t, boss.get("/admin"), 200)
+	if by := doc.find(func(n *html.Node) bool { return pageAttr(n, "data-field") == "actor" }); len(by) == 0 || pageText(by[0]) != "erin" {
+		t.Errorf("the latest tier change's actor: %d cells", len(by))
+	}
 }
 
 // A named admin revoked through one process is refused on the next

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 	"regexp"
 	"slices"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/policyguard/policyguard/api"
 	"github.com/policyguard/policyguard/api/gateway"
+	"github.com/policyguard/policyguard/db"
+	"github.com/policyguard/policyguard/db/dbtest"
 	"github.com/policyguard/policyguard/policy"
 )
 
@@ -321,5 +324,39 @@ func TestAuditWithoutActor(t *testing.T) {
 	code, body := as(e, adminToken, "GET", "/v1/audit?kind=tiers", "")
 	if code != 200 || !strings.Contains(body, `"actor":"unknown","kind":"tiers","subject":"lib","action":"created","source":"library"`) {
 		t.Fatalf("%d %s", code, body)
+	}
+}
+
+// A named admin revoked through one replica is refused by another sharing
+// the database at its very next request: the token is looked up in the
+// store every time, never cached.
+func TestRevokedTokenRefusedOnAnotherReplica(t *testing.T) {
+	dsn := dbtest.DSN(t, "shared.db")
+	var srvs [2]*api.Server
+	var svcs [2]*policy.Service
+	for i := range srvs {
+		store, err := db.Open(t.Context(), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { store.Close() })
+		svcs[i] = policy.NewService(store, store, policy.WithAdmins(store), policy.WithAudit(store))
+		srvs[i] = api.NewServer(api.Config{Service: svcs[i], Admin: policy.NewAdminGate(adminToken), Logger: slog.New(slog.DiscardHandler)})
+	}
+	_, tok, err := svcs[0].CreateAdmin(t.Context(), "gus", policy.RoleViewer, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(srv *api.Server) int {
+		return send(srv, "GET", "/v1/tiers", "", map[string]string{"Authorization": "Bearer " + tok}).Code
+	}
+	if a, b := get(srvs[0]), get(srvs[1]); a != 200 || b != 200 {
+		t.Fatalf("before: %d %d", a, b)
+	}
+	if rec := send(srvs[0], "DELETE", "/v1/admins/gus", "", map[string]string{"Authorization": "Bearer " + adminToken}); rec.Code != 204 {
+		t.Fatalf("revoke: %d %s", rec.Code, rec.Body)
+	}
+	if code := get(srvs[1]); code != 401 {
+		t.Fatalf("the other replica's next request: %d, want 401", code)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -53,6 +54,10 @@ type Admin struct {
 	sessions   *adminSessions
 	origin     *http.CrossOriginProtection
 	upstreams  []string
+	// routes are the page's routes ("GET /admin/usage"), set by Register:
+	// what else reaches the group is Echo's 404 or 405, not a route to
+	// refuse.
+	routes map[string]bool
 }
 
 // NewAdmin returns the admin page for cfg; Register serves it.
@@ -155,6 +160,12 @@ func (a *Admin) Register(e *echo.Echo) {
 	g.POST("/admins", a.handleCreateAdmin, forms...)
 	g.POST("/admins/:name/role", a.handleSetAdminRole, forms...)
 	g.POST("/admins/:name/revoke", a.handleRevokeAdmin, forms...)
+	a.routes = make(map[string]bool)
+	for _, r := range e.Routes() {
+		if strings.HasPrefix(r.Path, "/admin") {
+			a.routes[r.Method+" "+r.Path] = true
+		}
+	}
 }
 
 // headers sets the security headers of every admin response. Pages carry
@@ -202,10 +213,11 @@ func roleOf(ctx context.Context) policy.Role {
 // method. Changes are then recorded as the admin's, made through the page.
 func (a *Admin) authorize(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		access := policy.RouteAccess(c.Request().Method, c.Path())
+		method, path := c.Request().Method, c.Path()
+		access := policy.RouteAccess(method, path)
 		need, admin := access.Role()
 		switch {
-		case access == policy.AccessOpen:
+		case access == policy.AccessOpen || !a.routes[method+" "+path]:
 			return next(c)
 		case !admin:
 			return a.renderError(c, http.StatusForbidden, "Request refused", "This page declares no role that may use it, so it is refused to everyone.")

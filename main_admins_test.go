@@ -190,6 +190,9 @@ func TestAdminsAddCommand(t *testing.T) {
 	if _, stderr, err := tiersCmd(map[string]string{"GUARDRAIL_DB": dbPath}, "import", tiers); err != nil {
 		t.Fatalf("tiers import: %v\n%s", err, stderr)
 	}
+	if _, stderr, err := pricesCmd(map[string]string{"GUARDRAIL_DB": dbPath}, "import", "api/testdata/litellm_model_prices.json"); err != nil {
+		t.Fatalf("prices import: %v\n%s", err, stderr)
+	}
 
 	url, stop := startInProcess(t, dbPath)
 	defer stop()
@@ -219,6 +222,7 @@ func TestAdminsAddCommand(t *testing.T) {
 		`"actor":"dana","kind":"users","subject":"alice","action":"created","source":"api"`,
 		`"actor":"tiers import","kind":"tiers","subject":"gold","action":"created","source":"import"`,
 		`"actor":"admins add","kind":"admins","subject":"dana","action":"created","source":"import"`,
+		`"actor":"prices import","kind":"prices","subject":"1","action":"created","source":"import"`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("audit lacks %s:\n%s", want, body)

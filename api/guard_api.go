@@ -242,11 +242,11 @@ func routeAccess(routes []*echo.Route, own map[string]bool) map[string]map[strin
 // refused to everyone with 403; an admin route needs "Authorization:
 // Bearer <admin token>" of an admin of at least its role (401 without
 // one, 403 below the role), and its changes are then recorded as that
-// admin's (policy.WithActor), made through the API. Wrong tokens count against the client (the
-// address Echo's IP extractor gives) in the same policy.AdminGate as the
-// admin page's sign-in, so the API is no way around its throttle. Routes
-// Echo does not know pass, for Echo's 404 or 405; the page's routes pass,
-// for the page to judge their sessions.
+// admin's (policy.WithActor), made through the API. Wrong tokens count
+// against the client (the address Echo's IP extractor gives) in the same
+// policy.AdminGate as the admin page's sign-in, so the API is no way
+// around its throttle. Routes Echo does not know pass, for Echo's 404 or
+// 405; the page's routes pass, for the page to judge their sessions.
 func (s *Server) authorize(c echo.Context) error {
 	a, known := s.access[c.Path()][c.Request().Method]
 	if !known || a.page {

@@ -38,10 +38,10 @@ type Config struct {
 	Service *policy.Service
 	// Health reports whether storage is reachable; nil means always healthy.
 	Health func(context.Context) error
-	// Admin checks the admin token of the admin routes and counts wrong
-	// ones per client. Give the admin page the same one (web.Config.Gate),
-	// so that neither is a way around the other's throttle. Nil admits no
-	// one.
+	// Admin checks the tokens of the admin routes (the built-in admin's,
+	// and named admins' through Service) and counts wrong ones per client.
+	// Give the admin page the same one (web.Config.Gate), so that neither
+	// is a way around the other's throttle. Nil admits no built-in admin.
 	Admin *policy.AdminGate
 	// Logger receives the access log and internal errors (default
 	// slog.Default()).

@@ -38,7 +38,7 @@ func main() {
 }
 
 // run starts the service and blocks until ctx ends, then shuts down gracefully: in-flight checks
-// finish and their writes commit. With a subcommand's name first ("tiers", "prices", "backup") it
+// finish and their writes commit. With a subcommand's name first ("tiers", "prices", "admins", "backup") it
 // runs that command instead.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) > 0 {
@@ -48,6 +48,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 				DefaultTier: settingValue("default-tier", getenv), Open: openService}, stdout, stderr)
 		case "prices":
 			return cli.Prices(ctx, args[1:], cli.PricesEnv{DB: settingValue("db", getenv), Open: openService, Redact: db.Redact}, stdout, stderr)
+		case "admins":
+			return cli.Admins(ctx, args[1:], cli.AdminsEnv{DB: settingValue("db", getenv), Open: openService}, stdout, stderr)
 		case "backup":
 			return cli.Backup(ctx, args[1:], cli.BackupEnv{DB: settingValue("db", getenv),
 				Backup: db.Backup, Redact: db.Redact}, stdout, stderr)
@@ -82,7 +84,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer store.Close()
 	metrics := api.NewMetrics(nil)
 	svc := newService(cfg, store, metrics, now)
-	if cfg.AdminToken == "" {
+	if cfg.AdminToken == "" && !cli.HasNamedAdmin(ctx, svc) { // with named admins, there is no built-in one
 		b := make([]byte, 24)
 		rand.Read(b) // never fails: crypto/rand crashes the program instead (Go 1.24)
 		cfg.AdminToken = hex.EncodeToString(b)
@@ -162,7 +164,7 @@ func newService(cfg config, store *db.Store, metrics *api.Metrics, now func() ti
 	svc := policy.NewService(tiers, requests, policy.WithDefaultTier(cfg.DefaultTier), policy.WithClock(now),
 		policy.WithCallTimeout(cfg.CallTimeout), policy.WithStats(store, store),
 		policy.WithUsers(store), policy.WithTrustClientTier(cfg.TrustClientTier), policy.WithReplays(store),
-		policy.WithKeys(store), policy.WithPrices(store))
+		policy.WithKeys(store), policy.WithPrices(store), policy.WithAdmins(store), policy.WithAudit(store))
 	metrics.SetCallsInFlight(func(ctx context.Context) (int64, error) {
 		byTier, err := svc.CallsInFlight(ctx)
 		var n int64
@@ -186,7 +188,8 @@ func openService(ctx context.Context, dbPath, defaultTier string, existing bool)
 	if err != nil {
 		return nil, nil, err
 	}
-	return policy.NewService(store, store, policy.WithDefaultTier(defaultTier), policy.WithUsers(store), policy.WithPrices(store)), store.Close, nil
+	return policy.NewService(store, store, policy.WithDefaultTier(defaultTier), policy.WithUsers(store), policy.WithPrices(store),
+		policy.WithAdmins(store)), store.Close, nil
 }
 
 // announce prints where the service listens and logs how it is set up,
@@ -348,6 +351,8 @@ Commands:
     	write the tiers and user records as a tiers file, or apply one (policyguard tiers -h tells more)
   prices export|import ...
     	write the price table in force as a prices file, or apply one or LiteLLM's (policyguard prices -h tells more)
+  admins add -role ROLE NAME
+    	make a named admin and print its token (policyguard admins -h tells more)
   backup [-db FILE] BACKUP.db
     	write a consistent copy of the SQLite database while the service runs; never overwrites a file
 

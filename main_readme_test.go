@@ -195,3 +195,24 @@ func TestREADMEBudgetsExamples(t *testing.T) {
 		}
 	}
 }
+
+// The curl examples of "Admins and audit" run as printed, in order, on a
+// fresh database with the admin token secret, and answer what the README
+// says they answer: support may put a record and not delete a tier, the
+// log names dana, and her token is refused once revoked.
+func TestREADMEAdminsExamples(t *testing.T) {
+	out := string(runREADMEExamples(t, "## Admins and audit"))
+	for _, want := range []string{
+		"201\n",
+		`{"message":"this needs the role admin or above; you are support"}`,
+		`"actor":"dana","kind":"users","subject":"alice","action":"created","source":"api","old":null,"new":{"user_id":"alice","tier":"pro","limits":{},"note":""}}],"next":null}`,
+		"401\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the examples' output lacks %s:\n%s", want, out)
+		}
+	}
+	if i, j := strings.Index(out, "201\n"), strings.Index(out, "401\n"); i < 0 || j < i {
+		t.Errorf("the record's 201 should come before the revoked token's 401:\n%s", out)
+	}
+}

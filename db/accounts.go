@@ -170,13 +170,17 @@ func (s *Store) PutAccount(ctx context.Context, a policy.Account) (created bool,
 	if err := a.Validate(); err != nil {
 		return false, err
 	}
+	audit := auditBy(ctx, a.UpdatedAt)
 	err = s.writer.do(ctx, func(tx *writeTx) error {
 		if err := tx.lockAdmin(); err != nil {
 			return err
 		}
 		old, err := putAccountTx(tx, &a)
+		if err != nil {
+			return err
+		}
 		created = old == nil
-		return err
+		return audit.insert(tx, accountAudit(old, &a))
 	})
 	if err == nil {
 		s.accounts.Store(a.AccountID, a)
@@ -221,8 +225,9 @@ func accountInTx(tx *writeTx, id string) (*policy.Account, error) {
 }
 
 // importAccountsTx puts the accounts of an import in tx, leaving alone
-// those already as listed, and appends what it changed to changes.
-func importAccountsTx(tx *writeTx, accounts []policy.Account, changes []policy.AccountChange) ([]policy.AccountChange, error) {
+// those already as listed, and appends what it changed to changes, each
+// logged in the audit log.
+func importAccountsTx(tx *writeTx, accounts []policy.Account, audit auditOf, changes []policy.AccountChange) ([]policy.AccountChange, error) {
 	for i := range accounts {
 		a := accounts[i]
 		old, err := accountInTx(tx, a.AccountID)
@@ -235,6 +240,9 @@ func importAccountsTx(tx *writeTx, accounts []policy.Account, changes []policy.A
 		if _, err := putAccountTx(tx, &a); err != nil {
 			return nil, err
 		}
+		if err := audit.insert(tx, accountAudit(old, &a)); err != nil {
+			return nil, err
+		}
 		changes = append(changes, policy.AccountChange{AccountID: a.AccountID, Old: old, New: &a})
 	}
 	return changes, nil
@@ -242,8 +250,13 @@ func importAccountsTx(tx *writeTx, accounts []policy.Account, changes []policy.A
 
 // DeleteAccount implements policy.AccountStore.
 func (s *Store) DeleteAccount(ctx context.Context, id string) error {
+	audit := auditBy(ctx, policy.ChangeTime(ctx))
 	err := s.writer.do(ctx, func(tx *writeTx) error {
 		if err := tx.lockAdmin(); err != nil {
+			return err
+		}
+		old, err := accountInTx(tx, id)
+		if err != nil {
 			return err
 		}
 		var n int64
@@ -262,7 +275,7 @@ func (s *Store) DeleteAccount(ctx context.Context, id string) error {
 			return policy.Errorf(policy.ENOTFOUND, "account %s not found", policy.Quote(id))
 		}
 		tx.forgetUser(policy.AccountKey(id))
-		return nil
+		return audit.insert(tx, accountAudit(old, nil))
 	})
 	if err == nil {
 		s.accounts.Delete(id)
@@ -288,4 +301,32 @@ func plural(n int64, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// auditAccount is an account as the audit log keeps it: the API's field
+// names, without updated_at (an entry has its own time).
+type auditAccount struct {
+	AccountID string            `json:"account_id"`
+	Tier      string            `json:"tier"`
+	Limits    map[string]*int64 `json:"limits"`
+	Note      string            `json:"note"`
+}
+
+// accountAudit returns the audit entry of a change from old to new; nil
+// for none.
+func accountAudit(old, new *policy.Account) auditEntry {
+	obj := func(a *policy.Account) any {
+		if a == nil {
+			return nil
+		}
+		return auditObject(auditAccount{AccountID: a.AccountID, Tier: a.Tier, Limits: a.Limits.Values(), Note: a.Note})
+	}
+	e := auditEntry{kind: policy.AuditAccounts, old: obj(old), new: obj(new)}
+	e.action = action(e.old, e.new)
+	if new != nil {
+		e.subject = new.AccountID
+	} else if old != nil {
+		e.subject = old.AccountID
+	}
+	return e
 }

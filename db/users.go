@@ -234,6 +234,7 @@ func (s *Store) UpdateUsers(ctx context.Context, u policy.UserUpdate) ([]policy.
 		listed[u.Put[i].UserID] = true
 	}
 	at := u.At.UTC().Truncate(time.Microsecond)
+	actor := policy.Actor(ctx)
 	var changes []policy.UserChange
 	err := s.writer.do(ctx, func(tx *writeTx) error {
 		changes = changes[:0] // a job may run again after a neighbour failed
@@ -241,7 +242,7 @@ func (s *Store) UpdateUsers(ctx context.Context, u policy.UserUpdate) ([]policy.
 			return err
 		}
 		var err error
-		changes, err = updateUsersTx(tx, u, at, changes)
+		changes, err = updateUsersTx(tx, u, at, actor, changes)
 		return err
 	})
 	if err != nil {
@@ -257,16 +258,22 @@ func (s *Store) UpdateUsers(ctx context.Context, u policy.UserUpdate) ([]policy.
 	return changes, nil
 }
 
-// updateUsersTx applies u in tx and appends its changes to changes.
-func updateUsersTx(tx *writeTx, u policy.UserUpdate, at time.Time, changes []policy.UserChange) ([]policy.UserChange, error) {
+// updateUsersTx applies u in tx and appends its changes to changes, each
+// logged in user_changes and in the audit log as made by actor.
+func updateUsersTx(tx *writeTx, u policy.UserUpdate, at time.Time, actor string, changes []policy.UserChange) ([]policy.UserChange, error) {
+	audit := auditOf{at: at, actor: actor, source: u.Source}
 	record := func(userID string, before, after *policy.UserRecord) error {
 		var id int64
-		err := tx.conn.QueryRowContext(tx.ctx, tx.d.bind(`INSERT INTO user_changes (at, user_id, source, old, new) VALUES (?, ?, ?, ?, ?) RETURNING id`),
-			at.UnixMicro(), userID, u.Source, userAuditJSON(before), userAuditJSON(after)).Scan(&id)
+		old, new := userAuditJSON(before), userAuditJSON(after)
+		err := tx.conn.QueryRowContext(tx.ctx, tx.d.bind(`INSERT INTO user_changes (at, user_id, source, actor, old, new) VALUES (?, ?, ?, ?, ?, ?) RETURNING id`),
+			at.UnixMicro(), userID, u.Source, actor, old, new).Scan(&id)
 		if err != nil {
 			return unavailable(err)
 		}
-		changes = append(changes, policy.UserChange{ID: id, At: at, UserID: userID, Source: u.Source, Old: before, New: after})
+		if err := audit.insert(tx, auditEntry{kind: policy.AuditUsers, subject: userID, action: action(old, new), old: old, new: new}); err != nil {
+			return err
+		}
+		changes = append(changes, policy.UserChange{ID: id, At: at, UserID: userID, Source: u.Source, Actor: actor, Old: before, New: after})
 		// The writer reads the record again at the user's next admission.
 		tx.forgetUser(userID)
 		return nil
@@ -403,13 +410,14 @@ func (s *Store) UserChanges(ctx context.Context, userID string, limit int) ([]po
 		At     int64          `db:"at"`
 		UserID string         `db:"user_id"`
 		Source string         `db:"source"`
+		Actor  string         `db:"actor"`
 		Old    sql.NullString `db:"old"`
 		New    sql.NullString `db:"new"`
 	}
-	q := `SELECT id, at, user_id, source, old, new FROM user_changes ORDER BY id DESC LIMIT ?`
+	q := `SELECT id, at, user_id, source, actor, old, new FROM user_changes ORDER BY id DESC LIMIT ?`
 	args := []any{limit}
 	if userID != "" {
-		q = `SELECT id, at, user_id, source, old, new FROM user_changes WHERE user_id = ? ORDER BY id DESC LIMIT ?`
+		q = `SELECT id, at, user_id, source, actor, old, new FROM user_changes WHERE user_id = ? ORDER BY id DESC LIMIT ?`
 		args = []any{userID, limit}
 	}
 	if err := s.db.SelectContext(ctx, &rows, s.d.bind(q), args...); err != nil {
@@ -429,7 +437,7 @@ func (s *Store) UserChanges(ctx context.Context, userID string, limit int) ([]po
 		if after != nil {
 			after.UpdatedAt = at
 		}
-		out[i] = policy.UserChange{ID: r.ID, At: at, UserID: r.UserID, Source: r.Source, Old: before, New: after}
+		out[i] = policy.UserChange{ID: r.ID, At: at, UserID: r.UserID, Source: r.Source, Actor: r.Actor, Old: before, New: after}
 	}
 	return out, nil
 }
@@ -471,6 +479,7 @@ func (s *Store) Import(ctx context.Context, tu policy.TierUpdate, accounts []pol
 		seen[uu.Put[i].UserID] = true
 	}
 	at := tu.At.UTC().Truncate(time.Microsecond)
+	actor := policy.Actor(ctx)
 	var changes policy.ImportChanges
 	err := s.writer.do(ctx, func(tx *writeTx) error {
 		// A job may run again after a neighbour failed.
@@ -479,11 +488,11 @@ func (s *Store) Import(ctx context.Context, tu policy.TierUpdate, accounts []pol
 			return err
 		}
 		var err error
-		changes.Tiers, err = updateTiersTx(tx, tu, at, listed, func() error {
-			if changes.Accounts, err = importAccountsTx(tx, accounts, nil); err != nil {
+		changes.Tiers, err = updateTiersTx(tx, tu, at, actor, listed, func() error {
+			if changes.Accounts, err = importAccountsTx(tx, accounts, auditOf{at: at, actor: actor, source: tu.Source}, nil); err != nil {
 				return err
 			}
-			changes.Users, err = updateUsersTx(tx, uu, at, nil)
+			changes.Users, err = updateUsersTx(tx, uu, at, actor, nil)
 			return err
 		})
 		return err

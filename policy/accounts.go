@@ -292,7 +292,7 @@ func (s *Service) DeleteAccount(ctx context.Context, id string) error {
 	if err := validAccountID(id); err != nil {
 		return err
 	}
-	return s.accounts.DeleteAccount(ctx, id)
+	return s.accounts.DeleteAccount(WithChangeTime(ctx, s.now().UTC().Truncate(Resolution)), id)
 }
 
 // Members returns at most limit records of the members of the account
@@ -337,7 +337,7 @@ func (s *Service) ForgetAccount(ctx context.Context, id string) error {
 	if err := validAccountID(id); err != nil {
 		return err
 	}
-	return s.limiter.Store.Forget(ctx, AccountKey(id))
+	return s.limiter.Store.Forget(WithChangeTime(ctx, s.now().UTC().Truncate(Resolution)), AccountKey(id))
 }
 
 // accountOf returns the account a check of req draws on, given its user's

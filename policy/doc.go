@@ -14,8 +14,10 @@
 // It also holds what the two HTTP faces of the service, the JSON API
 // (package api) and the admin page (package web), must say and decide
 // alike, so that neither imports the other: the admin token's gate and its
-// throttle (AdminGate, Secret), the session records of the admin page
-// (SessionStore), the wording of tiers, records, accounts and their
+// throttle (AdminGate, Secret), named admins and their roles (Admin,
+// Role), the one table of who may use each route (Routes, RouteAccess),
+// the audit log and the actor of a change (AuditEntry, WithActor), the
+// session records of the admin page (SessionStore), the wording of tiers, records, accounts and their
 // changes (TierSummary, TierDiff, UserSummary, AccountSummary,
 // PoolSummary), the reading of a limit typed as
 // text (ParseLimit), and the HTTP status of each error code (HTTPStatus).

@@ -35,6 +35,10 @@ type Service struct {
 	prices  PriceStore // nil: no price table
 	keyUses keyUses    // when this process last recorded each key's use
 
+	admins    AdminStore // nil: only the built-in admin
+	adminUses keyUses    // when this process last recorded each admin's use
+	audit     AuditStore // nil: no audit log to read
+
 	tiers       TierStore
 	limiter     *RateLimiter
 	chain       *Chain
@@ -268,7 +272,7 @@ func (s *Service) Forget(ctx context.Context, userID string) error {
 	if err := ValidateUserID(userID); err != nil {
 		return err
 	}
-	return s.limiter.Store.Forget(ctx, userID)
+	return s.limiter.Store.Forget(WithChangeTime(ctx, s.now().UTC().Truncate(Resolution)), userID)
 }
 
 // sameAsStored reports whether rec, the record of userID (nil for none),

@@ -86,6 +86,8 @@ type UserChange struct {
 	At     time.Time
 	UserID string
 	Source string
+	// Actor is who made the change (see WithActor).
+	Actor string
 	// Old is the record before the change, nil when the change created it.
 	Old *UserRecord
 	// New is the record after the change, nil when the change deleted it.

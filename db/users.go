@@ -388,8 +388,8 @@ type auditUser struct {
 	Tier          string            `json:"tier,omitempty"`
 	Account       string            `json:"account,omitempty"`
 	Limits        map[string]*int64 `json:"limits"`
-	TimeZone      string            `json:"time_zone,omitempty"`
-	BillingAnchor int               `json:"billing_anchor,omitempty"`
+	TimeZone      string            `json:"time_zone,omitzero"`
+	BillingAnchor int               `json:"billing_anchor,omitzero"`
 	Note          string            `json:"note"`
 }
 

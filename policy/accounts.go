@@ -168,7 +168,7 @@ type CurrentAccounts interface {
 }
 
 // sameAccount reports whether deciding a check under a instead of b could
-// change any answer.
+// change any answer; the billing cycle cannot yet (see sameDecisions).
 func sameAccount(a, b *Account) bool { return a.Tier == b.Tier && a.Limits.Equal(&b.Limits) }
 
 // errAccountUnconfirmed tells Service.Check that its request store cannot

@@ -84,6 +84,9 @@ func SameRecord(a, b *UserRecord) bool {
 
 // sameDecisions reports whether deciding a check under a instead of b
 // could change any answer: a nil record assigns and overrides nothing.
+// TimeZone and BillingAnchor are left out while no limit counts over a
+// billing period; a limit that does must bring them in, here and in what
+// the stores confirm.
 func sameDecisions(a, b *UserRecord) bool {
 	if a == nil || b == nil {
 		return (a == nil || a.Tier == "" && a.Account == "" && a.Limits.IsZero()) && (b == nil || b.Tier == "" && b.Account == "" && b.Limits.IsZero())

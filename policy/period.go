@@ -82,7 +82,8 @@ func periodStart(y int, m time.Month, loc *time.Location, anchor int) time.Time 
 	// change near midnight, to the first instant that reads wall, a step
 	// at a time. Time.ZoneBounds would give the changes directly, but in
 	// the years past a zone's last listed change it ends a leap year's
-	// last zone period a day early, at an instant inside it (Go 1.26).
+	// last zone period a day early, before the instant asked about
+	// (golang/go#81583, Go 1.26), and a walk over the bounds never ends.
 	const step = 3600 // no zone changes its clock twice within an hour
 	i := time.Date(y, m, day, 0, 0, 0, 0, loc).Unix() - step
 	for i+offset(i) >= wall {

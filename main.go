@@ -157,14 +157,13 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (*db.Store, er
 	return store, nil
 }
 
-// newService returns the service on store, metered by metrics, on the
-// clock now.
+// newService returns the service on store, metered by metrics, on clock now.
 func newService(cfg config, store *db.Store, metrics *api.Metrics, now func() time.Time) *policy.Service {
 	tiers, requests := metrics.MeterStorage(store, store)
 	svc := policy.NewService(tiers, requests, policy.WithDefaultTier(cfg.DefaultTier), policy.WithClock(now),
 		policy.WithCallTimeout(cfg.CallTimeout), policy.WithStats(store, store),
 		policy.WithUsers(store), policy.WithTrustClientTier(cfg.TrustClientTier), policy.WithReplays(store),
-		policy.WithKeys(store), policy.WithPrices(store), policy.WithAdmins(store), policy.WithAudit(store))
+		policy.WithKeys(store), policy.WithPrices(store), policy.WithAdmins(store), policy.WithAudit(store), policy.WithTimeZone(cfg.TimeZone))
 	metrics.SetCallsInFlight(func(ctx context.Context) (int64, error) {
 		byTier, err := svc.CallsInFlight(ctx)
 		var n int64
@@ -246,6 +245,7 @@ type config struct {
 	FailOpen, TrustClientTier, TestClock            bool
 	CleanupInterval, CallTimeout                    time.Duration
 	TrustedProxies                                  []*net.IPNet
+	TimeZone                                        *time.Location // of billing periods that name none
 	// PostgreSQL's; SQLite ignores them.
 	PGPoolSize                        int
 	PGStatementTimeout, PGLockTimeout time.Duration
@@ -276,6 +276,11 @@ func settings(cfg *config, gw *gateway.Config, getenv func(string) string) []cli
 		{Flag: "default-tier", Env: "GUARDRAIL_DEFAULT_TIER", Default: policy.DefaultTierName, Hint: "NAME", Usage: "tier of requests that name none", Parse: cli.SetString(&cfg.DefaultTier)},
 		{Flag: "trust-client-tier", Env: "GUARDRAIL_TRUST_CLIENT_TIER", Default: "true", Kind: cli.Bool, Parse: cli.SetBool(&cfg.TrustClientTier),
 			Usage: "decide a check under the context.user_tier it names when its user has no assigned tier; false uses the default tier"},
+		{Flag: "time-zone", Env: "GUARDRAIL_TIME_ZONE", Default: "UTC", Hint: "ZONE",
+			Usage: "IANA time zone of the billing periods of users and accounts that set none, such as Europe/Berlin", Parse: func(v string) (err error) {
+				cfg.TimeZone, err = policy.LoadTimeZone(v)
+				return cli.Check(err == nil, "time zone %q: not a known IANA time zone name such as Europe/Berlin or UTC (-time-zone, GUARDRAIL_TIME_ZONE)", v)
+			}},
 		{Flag: "sync", Env: "GUARDRAIL_SYNC", Default: db.SyncFull, Hint: "MODE", Usage: "SQLite synchronous mode: FULL survives power loss, NORMAL only a process crash", Parse: cli.SetString(&cfg.Sync)},
 		{Flag: "fail-open", Env: "GUARDRAIL_FAIL_OPEN", Default: "false", Kind: cli.Bool, Parse: cli.SetBool(&cfg.FailOpen),
 			Usage: "admit checks when storage fails instead of refusing them with 503; each is counted and logged"},

@@ -109,7 +109,8 @@ func TestREADMEOrganizationsExamples(t *testing.T) {
 	for _, want := range []string{
 		`"account":{"id":"acme","windows":{"minute":{"limit":2,"remaining":0,"reset":60}`,
 		`"windows":{"minute":{"count":2,"limit":2,"remaining":0,"reset":60,"tokens":{"used":1000}}`,
-		`"calls_in_flight":2}`,
+		`"calls_in_flight":2,"period":{"start":"`,
+		`"time_zone":"UTC","billing_anchor":1}}`,
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the examples' output lacks %s:\n%s", want, out)

@@ -14,7 +14,7 @@ import (
 
 var _ policy.AccountStore = (*Store)(nil)
 
-const accountColumns = `account_id, tier, limits, note, updated_at`
+const accountColumns = `account_id, tier, limits, note, updated_at, time_zone, billing_anchor`
 
 // accountRow is a row of the accounts table.
 type accountRow struct {
@@ -23,10 +23,14 @@ type accountRow struct {
 	Limits    string // JSON: the overrides by field name
 	Note      string
 	UpdatedAt int64 // Unix microseconds
+	// TimeZone and BillingAnchor are NULL where the account keeps the
+	// default.
+	TimeZone      sql.NullString
+	BillingAnchor sql.NullInt64
 }
 
 func (r *accountRow) scanArgs() []any {
-	return []any{&r.ID, &r.Tier, &r.Limits, &r.Note, &r.UpdatedAt}
+	return []any{&r.ID, &r.Tier, &r.Limits, &r.Note, &r.UpdatedAt, &r.TimeZone, &r.BillingAnchor}
 }
 
 func (r *accountRow) account() (policy.Account, error) {
@@ -38,7 +42,8 @@ func (r *accountRow) account() (policy.Account, error) {
 	if err != nil {
 		return policy.Account{}, fmt.Errorf("accounts.limits of %q: %w", r.ID, err)
 	}
-	return policy.Account{AccountID: r.ID, Tier: r.Tier, Limits: o, Note: r.Note, UpdatedAt: time.UnixMicro(r.UpdatedAt).UTC()}, nil
+	return policy.Account{AccountID: r.ID, Tier: r.Tier, Limits: o, Note: r.Note, UpdatedAt: time.UnixMicro(r.UpdatedAt).UTC(),
+		TimeZone: r.TimeZone.String, BillingAnchor: int(r.BillingAnchor.Int64)}, nil
 }
 
 func accountArgs(a *policy.Account) []any {
@@ -47,7 +52,7 @@ func accountArgs(a *policy.Account) []any {
 		values = map[string]*int64{}
 	}
 	b, _ := json.Marshal(values, json.Deterministic(true)) // cannot fail: names and integers
-	return []any{a.AccountID, a.Tier, string(b), a.Note, a.UpdatedAt.UnixMicro()}
+	return []any{a.AccountID, a.Tier, string(b), a.Note, a.UpdatedAt.UnixMicro(), nullZone(a.TimeZone), nullAnchor(a.BillingAnchor)}
 }
 
 // The store keeps every account in memory (Store.accounts), as it keeps
@@ -202,9 +207,10 @@ func putAccountTx(tx *writeTx, a *policy.Account) (*policy.Account, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, err = tx.conn.ExecContext(tx.ctx, tx.d.bind(`INSERT INTO accounts (`+accountColumns+`) VALUES (?, ?, ?, ?, ?)
+	_, err = tx.conn.ExecContext(tx.ctx, tx.d.bind(`INSERT INTO accounts (`+accountColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (account_id) DO UPDATE SET tier = excluded.tier, limits = excluded.limits,
-			note = excluded.note, updated_at = excluded.updated_at`), accountArgs(a)...)
+			note = excluded.note, updated_at = excluded.updated_at,
+			time_zone = excluded.time_zone, billing_anchor = excluded.billing_anchor`), accountArgs(a)...)
 	// The writer reads the account again at its pool's next admission.
 	tx.forgetUser(policy.AccountKey(a.AccountID))
 	return old, unavailable(err)

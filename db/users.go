@@ -33,7 +33,7 @@ type userCache struct {
 }
 
 // userColumns are the columns of the users table.
-const userColumns = `user_id, tier, limits, note, updated_at, account`
+const userColumns = `user_id, tier, limits, note, updated_at, account, time_zone, billing_anchor`
 
 // userUpsert creates or replaces a user record, in both dialects.
 var userUpsert = `INSERT INTO users (` + userColumns + `) VALUES (?` + strings.Repeat(", ?", strings.Count(userColumns, ",")) + `)
@@ -56,14 +56,19 @@ type userRow struct {
 	Note      string
 	UpdatedAt int64 // Unix microseconds
 	Account   sql.NullString
+	// TimeZone and BillingAnchor are NULL where the record keeps the
+	// default.
+	TimeZone      sql.NullString
+	BillingAnchor sql.NullInt64
 }
 
 func (r *userRow) scanArgs() []any {
-	return []any{&r.UserID, &r.Tier, &r.Limits, &r.Note, &r.UpdatedAt, &r.Account}
+	return []any{&r.UserID, &r.Tier, &r.Limits, &r.Note, &r.UpdatedAt, &r.Account, &r.TimeZone, &r.BillingAnchor}
 }
 
 func (r *userRow) record() (policy.UserRecord, error) {
-	u := policy.UserRecord{UserID: r.UserID, Tier: r.Tier.String, Account: r.Account.String, Note: r.Note, UpdatedAt: time.UnixMicro(r.UpdatedAt).UTC()}
+	u := policy.UserRecord{UserID: r.UserID, Tier: r.Tier.String, Account: r.Account.String, Note: r.Note, UpdatedAt: time.UnixMicro(r.UpdatedAt).UTC(),
+		TimeZone: r.TimeZone.String, BillingAnchor: int(r.BillingAnchor.Int64)}
 	var err error
 	u.Limits, err = overridesOf(r.Limits)
 	if err != nil {
@@ -74,12 +79,19 @@ func (r *userRow) record() (policy.UserRecord, error) {
 
 func userRowOf(u *policy.UserRecord) userRow {
 	return userRow{UserID: u.UserID, Tier: sql.NullString{String: u.Tier, Valid: u.Tier != ""}, Limits: overridesJSON(&u.Limits),
-		Note: u.Note, UpdatedAt: u.UpdatedAt.UnixMicro(), Account: sql.NullString{String: u.Account, Valid: u.Account != ""}}
+		Note: u.Note, UpdatedAt: u.UpdatedAt.UnixMicro(), Account: sql.NullString{String: u.Account, Valid: u.Account != ""},
+		TimeZone: nullZone(u.TimeZone), BillingAnchor: nullAnchor(u.BillingAnchor)}
 }
 
 func (r *userRow) args() []any {
-	return []any{r.UserID, r.Tier, r.Limits, r.Note, r.UpdatedAt, r.Account}
+	return []any{r.UserID, r.Tier, r.Limits, r.Note, r.UpdatedAt, r.Account, r.TimeZone, r.BillingAnchor}
 }
+
+// nullZone and nullAnchor return a billing cycle's field as its column
+// keeps it: NULL where unset.
+func nullZone(z string) sql.NullString { return sql.NullString{String: z, Valid: z != ""} }
+
+func nullAnchor(a int) sql.NullInt64 { return sql.NullInt64{Int64: int64(a), Valid: a != 0} }
 
 // overridesJSON returns o as the users table keeps it: a JSON object with
 // a member per limit o overrides, in the order of policy.LimitFields, null
@@ -373,16 +385,19 @@ func userAuditJSON(r *policy.UserRecord) any {
 	if r == nil {
 		return nil
 	}
-	b, _ := json.Marshal(auditUser{UserID: r.UserID, Tier: r.Tier, Account: r.Account, Limits: r.Limits.Values(), Note: r.Note}, json.Deterministic(true))
+	b, _ := json.Marshal(auditUser{UserID: r.UserID, Tier: r.Tier, Account: r.Account, Limits: r.Limits.Values(), Note: r.Note,
+		TimeZone: r.TimeZone, BillingAnchor: r.BillingAnchor}, json.Deterministic(true))
 	return string(b)
 }
 
 type auditUser struct {
-	UserID  string            `json:"user_id"`
-	Tier    string            `json:"tier,omitempty"`
-	Account string            `json:"account,omitempty"`
-	Limits  map[string]*int64 `json:"limits"`
-	Note    string            `json:"note"`
+	UserID        string            `json:"user_id"`
+	Tier          string            `json:"tier,omitempty"`
+	Account       string            `json:"account,omitempty"`
+	Limits        map[string]*int64 `json:"limits"`
+	TimeZone      string            `json:"time_zone,omitzero"`
+	BillingAnchor int               `json:"billing_anchor,omitzero"`
+	Note          string            `json:"note"`
 }
 
 func userFromAudit(s sql.NullString) (*policy.UserRecord, error) {
@@ -397,7 +412,8 @@ func userFromAudit(s sql.NullString) (*policy.UserRecord, error) {
 	if err != nil {
 		return nil, fmt.Errorf("user_changes: %w", err)
 	}
-	return &policy.UserRecord{UserID: a.UserID, Tier: a.Tier, Account: a.Account, Limits: l, Note: a.Note}, nil
+	return &policy.UserRecord{UserID: a.UserID, Tier: a.Tier, Account: a.Account, Limits: l, Note: a.Note,
+		TimeZone: a.TimeZone, BillingAnchor: a.BillingAnchor}, nil
 }
 
 // UserChanges implements policy.UserStore.

@@ -7,7 +7,8 @@
 // (calls.go), shadow limits (shadow.go) and the replay behind previews
 // (replay.go), the keys that authenticate the model gateway's clients
 // (keys.go), money and the versions of the price table (money.go,
-// prices.go), and the Service that puts them together (service*.go). It
+// prices.go), billing periods in a subscriber's time zone (period.go),
+// and the Service that puts them together (service*.go). It
 // declares the storage interfaces the Service needs; package db implements
 // them.
 //

@@ -43,6 +43,7 @@ type Service struct {
 	limiter     *RateLimiter
 	chain       *Chain
 	defaultTier string
+	billing     BillingCycle // of users and accounts that set none
 	now         func() time.Time
 
 	// counter counts every decided check that is not a dry run; stats

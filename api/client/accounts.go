@@ -21,7 +21,13 @@ type Account struct {
 	// (requests_per_minute, ..., max_concurrent): a limit left out keeps
 	// the plan's, and a nil one removes it for the account.
 	Limits map[string]*int64 `json:"limits"`
-	Note   string            `json:"note"`
+	// TimeZone (an IANA name such as "Europe/Berlin") and BillingAnchor
+	// (a day, 1 to 31) say where the pool's billing periods fall, and its
+	// members' unless their records say otherwise; empty and 0 keep the
+	// service's defaults.
+	TimeZone      string `json:"time_zone,omitempty"`
+	BillingAnchor int    `json:"billing_anchor,omitempty"`
+	Note          string `json:"note"`
 	// UpdatedAt is when the account was last changed; a put ignores it.
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
 }
@@ -79,6 +85,8 @@ type AccountUsage struct {
 	} `json:"windows"`
 	// CallsInFlight is the members' calls open now.
 	CallsInFlight int64 `json:"calls_in_flight"`
+	// Period is the pool's current billing period.
+	Period Period `json:"period"`
 }
 
 // PutAccount creates or replaces a.AccountID and returns it as stored and

@@ -38,7 +38,7 @@ func main() {
 }
 
 // run starts the service and blocks until ctx ends, then shuts down gracefully: in-flight checks
-// finish and their writes commit. With a subcommand's name first ("tiers", "prices", "backup") it
+// finish and their writes commit. With a subcommand's name first ("tiers", "prices", "admins", "backup") it
 // runs that command instead.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) > 0 {
@@ -48,6 +48,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 				DefaultTier: settingValue("default-tier", getenv), Open: openService}, stdout, stderr)
 		case "prices":
 			return cli.Prices(ctx, args[1:], cli.PricesEnv{DB: settingValue("db", getenv), Open: openService, Redact: db.Redact}, stdout, stderr)
+		case "admins":
+			return cli.Admins(ctx, args[1:], cli.AdminsEnv{DB: settingValue("db", getenv), Open: openService}, stdout, stderr)
 		case "backup":
 			return cli.Backup(ctx, args[1:], cli.BackupEnv{DB: settingValue("db", getenv),
 				Backup: db.Backup, Redact: db.Redact}, stdout, stderr)
@@ -82,7 +84,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer store.Close()
 	metrics := api.NewMetrics(nil)
 	svc := newService(cfg, store, metrics, now)
-	if cfg.AdminToken == "" {
+	if cfg.AdminToken == "" && !cli.HasNamedAdmin(ctx, svc) { // with named admins, there is no built-in one
 		b := make([]byte, 24)
 		rand.Read(b) // never fails: crypto/rand crashes the program instead (Go 1.24)
 		cfg.AdminToken = hex.EncodeToString(b)
@@ -155,14 +157,13 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (*db.Store, er
 	return store, nil
 }
 
-// newService returns the service on store, metered by metrics, on the
-// clock now.
+// newService returns the service on store, metered by metrics, on clock now.
 func newService(cfg config, store *db.Store, metrics *api.Metrics, now func() time.Time) *policy.Service {
 	tiers, requests := metrics.MeterStorage(store, store)
 	svc := policy.NewService(tiers, requests, policy.WithDefaultTier(cfg.DefaultTier), policy.WithClock(now),
 		policy.WithCallTimeout(cfg.CallTimeout), policy.WithStats(store, store),
 		policy.WithUsers(store), policy.WithTrustClientTier(cfg.TrustClientTier), policy.WithReplays(store),
-		policy.WithKeys(store), policy.WithPrices(store))
+		policy.WithKeys(store), policy.WithPrices(store), policy.WithAdmins(store), policy.WithAudit(store), policy.WithTimeZone(cfg.TimeZone))
 	metrics.SetCallsInFlight(func(ctx context.Context) (int64, error) {
 		byTier, err := svc.CallsInFlight(ctx)
 		var n int64
@@ -186,7 +187,8 @@ func openService(ctx context.Context, dbPath, defaultTier string, existing bool)
 	if err != nil {
 		return nil, nil, err
 	}
-	return policy.NewService(store, store, policy.WithDefaultTier(defaultTier), policy.WithUsers(store), policy.WithPrices(store)), store.Close, nil
+	return policy.NewService(store, store, policy.WithDefaultTier(defaultTier), policy.WithUsers(store), policy.WithPrices(store),
+		policy.WithAdmins(store)), store.Close, nil
 }
 
 // announce prints where the service listens and logs how it is set up,
@@ -243,6 +245,7 @@ type config struct {
 	FailOpen, TrustClientTier, TestClock            bool
 	CleanupInterval, CallTimeout                    time.Duration
 	TrustedProxies                                  []*net.IPNet
+	TimeZone                                        *time.Location // of billing periods that name none
 	// PostgreSQL's; SQLite ignores them.
 	PGPoolSize                        int
 	PGStatementTimeout, PGLockTimeout time.Duration
@@ -273,6 +276,11 @@ func settings(cfg *config, gw *gateway.Config, getenv func(string) string) []cli
 		{Flag: "default-tier", Env: "GUARDRAIL_DEFAULT_TIER", Default: policy.DefaultTierName, Hint: "NAME", Usage: "tier of requests that name none", Parse: cli.SetString(&cfg.DefaultTier)},
 		{Flag: "trust-client-tier", Env: "GUARDRAIL_TRUST_CLIENT_TIER", Default: "true", Kind: cli.Bool, Parse: cli.SetBool(&cfg.TrustClientTier),
 			Usage: "decide a check under the context.user_tier it names when its user has no assigned tier; false uses the default tier"},
+		{Flag: "time-zone", Env: "GUARDRAIL_TIME_ZONE", Default: "UTC", Hint: "ZONE",
+			Usage: "IANA time zone of the billing periods of users and accounts that set none, such as Europe/Berlin", Parse: func(v string) (err error) {
+				cfg.TimeZone, err = policy.LoadTimeZone(v)
+				return cli.Check(err == nil, "time zone %q: not a known IANA time zone name such as Europe/Berlin or UTC (-time-zone, GUARDRAIL_TIME_ZONE)", v)
+			}},
 		{Flag: "sync", Env: "GUARDRAIL_SYNC", Default: db.SyncFull, Hint: "MODE", Usage: "SQLite synchronous mode: FULL survives power loss, NORMAL only a process crash", Parse: cli.SetString(&cfg.Sync)},
 		{Flag: "fail-open", Env: "GUARDRAIL_FAIL_OPEN", Default: "false", Kind: cli.Bool, Parse: cli.SetBool(&cfg.FailOpen),
 			Usage: "admit checks when storage fails instead of refusing them with 503; each is counted and logged"},
@@ -348,6 +356,8 @@ Commands:
     	write the tiers and user records as a tiers file, or apply one (policyguard tiers -h tells more)
   prices export|import ...
     	write the price table in force as a prices file, or apply one or LiteLLM's (policyguard prices -h tells more)
+  admins add -role ROLE NAME
+    	make a named admin and print its token (policyguard admins -h tells more)
   backup [-db FILE] BACKUP.db
     	write a consistent copy of the SQLite database while the service runs; never overwrites a file
 

@@ -148,6 +148,32 @@ func TestTrustedProxiesSetting(t *testing.T) {
 	}
 }
 
+// -time-zone and GUARDRAIL_TIME_ZONE take an IANA name, UTC when neither
+// is set; anything else stops the service.
+func TestTimeZoneSetting(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string // the zone, or the error
+	}{
+		{nil, nil, "UTC"},
+		{[]string{"-time-zone", "Europe/Berlin"}, nil, "Europe/Berlin"},
+		{[]string{"-time-zone", "Asia/Tokyo"}, map[string]string{"GUARDRAIL_TIME_ZONE": "America/New_York"}, "Asia/Tokyo"}, // the flag wins
+		{nil, map[string]string{"GUARDRAIL_TIME_ZONE": "America/New_York"}, "America/New_York"},
+		{[]string{"-time-zone", "Mars/Base"}, nil, `time zone "Mars/Base": not a known IANA time zone name such as Europe/Berlin or UTC (-time-zone, GUARDRAIL_TIME_ZONE)`},
+		{nil, map[string]string{"GUARDRAIL_TIME_ZONE": "Local"}, `time zone "Local": not a known IANA time zone name such as Europe/Berlin or UTC (-time-zone, GUARDRAIL_TIME_ZONE)`},
+	} {
+		cfg, err := parseConfig(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+		got := fmt.Sprint(cfg.TimeZone)
+		if err != nil {
+			got = err.Error()
+		}
+		if got != tc.want {
+			t.Errorf("%q %v: %s, want %s", tc.args, tc.env, got, tc.want)
+		}
+	}
+}
+
 // -call-timeout and GUARDRAIL_CALL_TIMEOUT take a positive duration, 10m
 // when neither is set; anything else stops the service.
 func TestCallTimeoutSetting(t *testing.T) {
@@ -270,4 +296,14 @@ func sameValue(a, b string) bool {
 	da, errA := time.ParseDuration(a)
 	db, errB := time.ParseDuration(b)
 	return a == b || errA == nil && errB == nil && da == db
+}
+
+// The service's -time-zone is the zone of the billing period of a user
+// who sets none, and of the import that names one.
+func TestTimeZoneReachesTheService(t *testing.T) {
+	url, _ := startWithEnv(t, map[string]string{"GUARDRAIL_TIME_ZONE": "Asia/Tokyo"})
+	if b := mustCall(t, "GET", url+"/v1/usage/ann", "", 200); !strings.Contains(b, `"time_zone":"Asia/Tokyo","billing_anchor":1}`) ||
+		!strings.Contains(b, `"start":"`) || !strings.Contains(b, `T00:00:00+09:00"`) {
+		t.Errorf("usage: %s, want a period in Asia/Tokyo", b)
+	}
 }

@@ -109,7 +109,8 @@ func TestREADMEOrganizationsExamples(t *testing.T) {
 	for _, want := range []string{
 		`"account":{"id":"acme","windows":{"minute":{"limit":2,"remaining":0,"reset":60}`,
 		`"windows":{"minute":{"count":2,"limit":2,"remaining":0,"reset":60,"tokens":{"used":1000},"cost":{"used":"0"}}`,
-		`"calls_in_flight":2}`,
+		`"calls_in_flight":2,"period":{"start":"`,
+		`"time_zone":"UTC","billing_anchor":1}}`,
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the examples' output lacks %s:\n%s", want, out)
@@ -199,5 +200,26 @@ func TestREADMEBudgetsExamples(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the examples' output lacks %s:\n%s", want, out)
 		}
+	}
+}
+
+// The curl examples of "Admins and audit" run as printed, in order, on a
+// fresh database with the admin token secret, and answer what the README
+// says they answer: support may put a record and not delete a tier, the
+// log names dana, and her token is refused once revoked.
+func TestREADMEAdminsExamples(t *testing.T) {
+	out := string(runREADMEExamples(t, "## Admins and audit"))
+	for _, want := range []string{
+		"201\n",
+		`{"message":"this needs the role admin or above; you are support"}`,
+		`"actor":"dana","kind":"users","subject":"alice","action":"created","source":"api","old":null,"new":{"user_id":"alice","tier":"pro","limits":{},"note":""}}],"next":null}`,
+		"401\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the examples' output lacks %s:\n%s", want, out)
+		}
+	}
+	if i, j := strings.Index(out, "201\n"), strings.Index(out, "401\n"); i < 0 || j < i {
+		t.Errorf("the record's 201 should come before the revoked token's 401:\n%s", out)
 	}
 }

@@ -19,12 +19,17 @@ type accountJSON struct {
 	AccountID string          `json:"account_id"`
 	Tier      string          `json:"tier"`
 	Limits    limitValuesJSON `json:"limits"`
-	Note      string          `json:"note"`
-	UpdatedAt time.Time       `json:"updated_at,omitzero"`
+	// TimeZone and BillingAnchor are what the account sets, absent where
+	// it keeps the default.
+	TimeZone      string    `json:"time_zone,omitzero"`
+	BillingAnchor int       `json:"billing_anchor,omitzero"`
+	Note          string    `json:"note"`
+	UpdatedAt     time.Time `json:"updated_at,omitzero"`
 }
 
 func accountToJSON(a *policy.Account) accountJSON {
-	return accountJSON{AccountID: a.AccountID, Tier: a.Tier, Limits: a.Limits.Values(), Note: a.Note, UpdatedAt: a.UpdatedAt.UTC()}
+	return accountJSON{AccountID: a.AccountID, Tier: a.Tier, Limits: a.Limits.Values(), Note: a.Note, UpdatedAt: a.UpdatedAt.UTC(),
+		TimeZone: a.TimeZone, BillingAnchor: a.BillingAnchor}
 }
 
 // accountBody is what a PUT body may hold; account_id and updated_at are
@@ -33,8 +38,9 @@ type accountBody struct {
 	AccountID *string                   `json:"account_id"`
 	Tier      *string                   `json:"tier"`
 	Limits    map[string]jsontext.Value `json:"limits"`
-	Note      string                    `json:"note"`
-	UpdatedAt jsontext.Value            `json:"updated_at"`
+	billingBody
+	Note      string         `json:"note"`
+	UpdatedAt jsontext.Value `json:"updated_at"`
 }
 
 // readAccount reads data, the body of PUT /v1/accounts/{id} (pathID is
@@ -68,6 +74,9 @@ func readAccount(data []byte, pathID string) (policy.Account, error) {
 		return policy.Account{AccountID: id}, err
 	}
 	a := policy.Account{AccountID: id, Tier: *in.Tier, Limits: o, Note: in.Note}
+	if a.TimeZone, a.BillingAnchor, err = in.read(); err != nil {
+		return policy.Account{AccountID: id}, err
+	}
 	return a, a.Validate()
 }
 
@@ -170,6 +179,8 @@ type accountUsageResponse struct {
 	Limits        limitValuesJSON     `json:"limits"`
 	Windows       usageWindowsReponse `json:"windows"`
 	CallsInFlight int64               `json:"calls_in_flight"`
+	// Period is the pool's current billing period, for information.
+	Period periodJSON `json:"period"`
 }
 
 func (s *Server) handleGetAccountUsage(c echo.Context) error {
@@ -181,8 +192,13 @@ func (s *Server) handleGetAccountUsage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	period, err := s.svc.AccountPeriod(&u.Account)
+	if err != nil {
+		return err
+	}
 	st := policy.AccountState{Limits: u.Limits}
 	return c.JSON(http.StatusOK, accountUsageResponse{
+		Period:        periodToJSON(period),
 		AccountID:     id,
 		Tier:          u.Account.Tier,
 		Limits:        u.Limits.Values(),

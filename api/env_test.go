@@ -103,7 +103,7 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 		tiers, requests = cfg.Metrics.MeterStorage(store, store)
 		e.metrics = cfg.Metrics
 	}
-	svcOpts := []policy.Option{policy.WithClock(e.clock.Now), policy.WithStats(store, store), policy.WithUsers(store), policy.WithKeys(store), policy.WithPrices(store)}
+	svcOpts := []policy.Option{policy.WithClock(e.clock.Now), policy.WithStats(store, store), policy.WithUsers(store), policy.WithKeys(store), policy.WithPrices(store), policy.WithAdmins(store), policy.WithAudit(store)}
 	for _, opt := range o.service {
 		svcOpts = append(svcOpts, opt(store))
 	}

@@ -104,6 +104,9 @@ func (s *Server) guard(c echo.Context, next echo.HandlerFunc) (err error) {
 		stack := make([]byte, 4<<10)
 		err = s.logPanic(c, e, stack[:runtime.Stack(stack, false)])
 	}()
+	if err := s.authorize(c); err != nil {
+		return err
+	}
 	req := c.Request()
 	if s.isGatewayPath(req.URL.Path) {
 		return next(c) // the gateway's own limit, answered in its shape
@@ -206,24 +209,75 @@ func contentTypeError(req *http.Request) error {
 	return nil
 }
 
-// requireAdmin lets through requests with "Authorization: Bearer <admin
-// token>". Wrong tokens count against the client (the address Echo's IP
-// extractor gives) in the same policy.AdminGate as the admin page's
-// sign-in, so the API is no way around its throttle.
-func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		ok, secs := s.admin.Admit(c.RealIP(), bearerToken(c.Request()), s.svc.Now())
-		if secs > 0 {
-			c.Response().Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-			return echo.NewHTTPError(http.StatusTooManyRequests,
-				fmt.Sprintf("too many wrong admin tokens from your address: try again in %d seconds", secs))
+// access is who may use one route of the server.
+type access struct {
+	policy.Access
+	// page is set for a route of the admin page (Config.Pages), which
+	// judges its sessions and roles itself, from the same table, and
+	// refuses the routes it does not list as this server does.
+	page bool
+}
+
+// routeAccess returns who may use each of routes, by path then method:
+// two lookups of strings Echo already holds, so that judging a check
+// costs no allocation. own names the server's own routes ("GET /v1/tiers"),
+// the rest being pages'. Echo's routes of its own, whose methods name no
+// HTTP method, are left out.
+func routeAccess(routes []*echo.Route, own map[string]bool) map[string]map[string]access {
+	m := make(map[string]map[string]access)
+	for _, r := range routes {
+		if r.Method == echo.RouteNotFound {
+			continue
 		}
-		if !ok {
-			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="policyguard"`)
-			return policy.Errorf(policy.EUNAUTHORIZED, "missing or wrong admin token")
+		if m[r.Path] == nil {
+			m[r.Path] = make(map[string]access)
 		}
-		return next(c)
+		m[r.Path][r.Method] = access{Access: policy.RouteAccess(r.Method, r.Path), page: !own[r.Method+" "+r.Path]}
 	}
+	return m
+}
+
+// authorize judges c's request by who may use its route (policy.Routes),
+// before the route's own middleware: a route the table does not list is
+// refused to everyone with 403; an admin route needs "Authorization:
+// Bearer <admin token>" of an admin of at least its role (401 without
+// one, 403 below the role), and its changes are then recorded as that
+// admin's (policy.WithActor), made through the API. Wrong tokens count
+// against the client (the address Echo's IP extractor gives) in the same
+// policy.AdminGate as the admin page's sign-in, so the API is no way
+// around its throttle. Routes Echo does not know pass, for Echo's 404 or
+// 405; the page's routes pass, for the page to judge their sessions.
+func (s *Server) authorize(c echo.Context) error {
+	a, known := s.access[c.Path()][c.Request().Method]
+	if !known || a.page {
+		return nil
+	}
+	need, admin := a.Role()
+	switch {
+	case a.Access == policy.AccessOpen || a.Access == policy.AccessOwn:
+		return nil
+	case !admin:
+		return policy.Errorf(policy.EFORBIDDEN, "this route declares no role that may use it, so it is refused to everyone")
+	}
+	req := c.Request()
+	who, secs, err := s.admin.SignIn(req.Context(), s.svc, c.RealIP(), bearerToken(req), s.svc.Now())
+	if secs > 0 {
+		c.Response().Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		return echo.NewHTTPError(http.StatusTooManyRequests,
+			fmt.Sprintf("too many wrong admin tokens from your address: try again in %d seconds", secs))
+	}
+	if policy.ErrorCode(err) == policy.EUNAUTHORIZED {
+		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="policyguard"`)
+		return err
+	} else if err != nil {
+		return err
+	}
+	if who.Role < need {
+		return policy.ForbiddenError(who.Role, need)
+	}
+	ctx := policy.WithChangeSource(policy.WithActor(req.Context(), who.Name), policy.SourceAPI)
+	c.SetRequest(req.WithContext(ctx))
+	return nil
 }
 
 // apiTokenError refuses a request without "Authorization: Bearer <api

@@ -449,6 +449,11 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 		t.Fatalf("make a key: %d %s", keyRec.Code, keyRec.Body)
 	}
 	keyID := decode[createdKey](t, keyRec).ID
+	_, viewerToken, err := e.svc.CreateAdmin(context.Background(), "oa-view", policy.RoleViewer, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	viewer := map[string]string{"Authorization": "Bearer " + viewerToken}
 	cases := []answerCase{
 		{"POST", "/v1/check", "/v1/check", `{"input_text":"hi","context":{"user_id":"oa","user_tier":"pro","feature":"search"}}`, false, 200, nil, ""},
 		{"POST", "/v1/check", "/v1/check?dry_run=true", `{"context":{"user_id":"oa"}}`, false, 200, nil, ""},
@@ -674,6 +679,40 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 		{"GET", "/healthz", "/healthz", big, false, 413, nil, ""},
 		{"GET", "/metrics", "/metrics", big, false, 413, nil, ""},
 		{"GET", "/openapi.yaml", "/openapi.yaml", big, false, 413, nil, ""},
+		// Named admins and the audit log.
+		{"POST", "/v1/admins", "/v1/admins", `{"name":"oa-admin","role":"admin","note":"on call"}`, true, 201, nil, ""},
+		{"POST", "/v1/admins", "/v1/admins", `{"name":"oa-admin","role":"viewer"}`, true, 409, nil, ""},
+		{"POST", "/v1/admins", "/v1/admins", `{"name":"oa-boss","role":"boss"}`, true, 400, nil, ""},
+		{"POST", "/v1/admins", "/v1/admins", `{"name":"oa-x","role":"viewer"}`, false, 401, nil, ""},
+		{"POST", "/v1/admins", "/v1/admins", `{"name":"oa-x","role":"viewer"}`, false, 403, viewer, ""},
+		{"POST", "/v1/admins", "/v1/admins", big, true, 413, nil, ""},
+		{"POST", "/v1/admins", "/v1/admins", `{}`, true, 415, map[string]string{"Content-Type": "text/plain"}, ""},
+		{"POST", "/v1/admins", "/v1/admins", `{}`, true, 429, nil, "throttled"},
+		{"GET", "/v1/admins", "/v1/admins", "", true, 200, nil, ""},
+		{"GET", "/v1/admins", "/v1/admins", "", false, 401, nil, ""},
+		{"GET", "/v1/admins", "/v1/admins", "", false, 403, viewer, ""},
+		{"GET", "/v1/admins", "/v1/admins", "", true, 429, nil, "throttled"},
+		{"PUT", "/v1/admins/{name}", "/v1/admins/oa-admin", `{"role":"viewer"}`, true, 409, nil, ""},
+		{"PUT", "/v1/admins/{name}", "/v1/admins/nobody", `{"role":"viewer"}`, true, 404, nil, ""},
+		{"PUT", "/v1/admins/{name}", "/v1/admins/oa-view", `{"role":"boss"}`, true, 400, nil, ""},
+		{"PUT", "/v1/admins/{name}", "/v1/admins/oa-view", `{"role":"support"}`, false, 401, nil, ""},
+		{"PUT", "/v1/admins/{name}", "/v1/admins/oa-view", `{"role":"support"}`, false, 403, viewer, ""},
+		{"PUT", "/v1/admins/{name}", "/v1/admins/oa-view", big, true, 413, nil, ""},
+		{"PUT", "/v1/admins/{name}", "/v1/admins/oa-view", `{}`, true, 415, map[string]string{"Content-Type": "text/plain"}, ""},
+		{"PUT", "/v1/admins/{name}", "/v1/admins/oa-view", `{}`, true, 429, nil, "throttled"},
+		{"DELETE", "/v1/admins/{name}", "/v1/admins/oa-view", "", false, 401, nil, ""},
+		{"DELETE", "/v1/admins/{name}", "/v1/admins/oa-view", "", false, 403, viewer, ""},
+		{"DELETE", "/v1/admins/{name}", "/v1/admins/oa-view", "", true, 429, nil, "throttled"},
+		{"DELETE", "/v1/admins/{name}", "/v1/admins/oa-admin", "", true, 409, nil, ""},
+		{"DELETE", "/v1/admins/{name}", "/v1/admins/nobody", "", true, 404, nil, ""},
+		{"GET", "/v1/audit", "/v1/audit", "", false, 200, viewer, ""},
+		{"GET", "/v1/audit", "/v1/audit?kind=admins&limit=1", "", true, 200, nil, ""},
+		{"GET", "/v1/audit", "/v1/audit?kind=nope", "", true, 400, nil, ""},
+		{"GET", "/v1/audit", "/v1/audit", "", false, 401, nil, ""},
+		{"GET", "/v1/audit", "/v1/audit", "", true, 429, nil, "throttled"},
+		{"PUT", "/v1/admins/{name}", "/v1/admins/oa-view", `{"role":"support"}`, true, 200, nil, ""},
+		{"DELETE", "/v1/admins/{name}", "/v1/admins/oa-view", "", true, 204, nil, ""},
+		{"GET", "/v1/audit", "/v1/audit", "", false, 401, viewer, ""},
 		// Storage gone: the answers that say so.
 		{"close", "", "", "", false, 0, nil, ""},
 		{"POST", "/v1/check", "/v1/check", `{}`, false, 503, nil, ""},

@@ -38,10 +38,10 @@ type Config struct {
 	Service *policy.Service
 	// Health reports whether storage is reachable; nil means always healthy.
 	Health func(context.Context) error
-	// Admin checks the admin token of the admin routes and counts wrong
-	// ones per client. Give the admin page the same one (web.Config.Gate),
-	// so that neither is a way around the other's throttle. Nil admits no
-	// one.
+	// Admin checks the tokens of the admin routes (the built-in admin's,
+	// and named admins' through Service) and counts wrong ones per client.
+	// Give the admin page the same one (web.Config.Gate), so that neither
+	// is a way around the other's throttle. Nil admits no built-in admin.
 	Admin *policy.AdminGate
 	// Logger receives the access log and internal errors (default
 	// slog.Default()).
@@ -101,6 +101,8 @@ type Server struct {
 	// upstreams are the names of the gateway's upstreams, sorted; empty
 	// without a gateway.
 	upstreams []string
+	// access is who may use each route, by path and method.
+	access map[string]map[string]access
 }
 
 // NewServer returns a Server for cfg with every route registered.
@@ -151,12 +153,17 @@ func NewServer(cfg Config) *Server {
 	s.echo.JSONSerializer = jsonSerializer{}
 	s.echo.Use(s.serve)
 	s.routes()
+	own := make(map[string]bool)
+	for _, r := range s.echo.Routes() {
+		own[r.Method+" "+r.Path] = true
+	}
 	if cfg.Pages != nil {
 		cfg.Pages(s.echo)
 	}
 	if !cfg.HideMetrics {
 		s.echo.GET("/metrics", echo.WrapHandler(s.metrics.Handler()))
 	}
+	s.access = routeAccess(s.echo.Routes(), own)
 	return s
 }
 
@@ -178,34 +185,39 @@ func (s *Server) routes() {
 	e.POST("/v1/calls/:call_id/finish", s.handleFinishCall, s.guardCheck)
 	e.POST("/v1/calls/:call_id/keepalive", s.handleKeepAlive, s.guardCheck)
 
-	// Admin routes carry their middleware one by one: a group with
-	// middleware would also answer unknown /v1 paths with 401.
-	admin := s.requireAdmin
-	e.GET("/v1/tiers", s.handleListTiers, admin)
-	e.GET("/v1/tiers/:name", s.handleGetTier, admin)
-	e.PUT("/v1/tiers/:name", s.handlePutTier, admin, requireJSON)
-	e.DELETE("/v1/tiers/:name", s.handleDeleteTier, admin)
-	e.GET("/v1/users", s.handleListUsers, admin)
-	e.GET("/v1/users/:user_id", s.handleGetUser, admin)
-	e.PUT("/v1/users/:user_id", s.handlePutUser, admin, requireJSON)
-	e.DELETE("/v1/users/:user_id", s.handleDeleteUser, admin)
-	e.GET("/v1/accounts", s.handleListAccounts, admin)
-	e.GET("/v1/accounts/:account_id", s.handleGetAccount, admin)
-	e.PUT("/v1/accounts/:account_id", s.handlePutAccount, admin, requireJSON)
-	e.DELETE("/v1/accounts/:account_id", s.handleDeleteAccount, admin)
-	e.GET("/v1/accounts/:account_id/usage", s.handleGetAccountUsage, admin)
-	e.DELETE("/v1/accounts/:account_id/usage", s.handleDeleteAccountUsage, admin)
-	e.POST("/v1/keys", s.handleCreateKey, admin, requireJSON)
-	e.GET("/v1/keys", s.handleListKeys, admin)
-	e.DELETE("/v1/keys/:id", s.handleRevokeKey, admin)
-	e.POST("/v1/tiers/:name/preview", s.handlePreviewTier, admin, requireJSON)
-	e.POST("/v1/tiers/:name/promote", s.handlePromoteTier, admin)
-	e.GET("/v1/usage/:user_id", s.handleGetUsage, admin)
-	e.DELETE("/v1/usage/:user_id", s.handleDeleteUsage, admin)
-	e.GET("/v1/stats", s.handleStats, admin)
-	e.GET("/v1/prices", s.handleGetPrices, admin)
-	e.PUT("/v1/prices", s.handlePutPrices, admin, requireJSON)
-	e.GET("/v1/prices/versions", s.handleListPriceVersions, admin)
+	// Who may use each route is policy.Routes' business, checked before
+	// any route's own middleware (see authorize): a route it does not list
+	// is refused to everyone.
+	e.GET("/v1/tiers", s.handleListTiers)
+	e.GET("/v1/tiers/:name", s.handleGetTier)
+	e.PUT("/v1/tiers/:name", s.handlePutTier, requireJSON)
+	e.DELETE("/v1/tiers/:name", s.handleDeleteTier)
+	e.GET("/v1/users", s.handleListUsers)
+	e.GET("/v1/users/:user_id", s.handleGetUser)
+	e.PUT("/v1/users/:user_id", s.handlePutUser, requireJSON)
+	e.DELETE("/v1/users/:user_id", s.handleDeleteUser)
+	e.GET("/v1/accounts", s.handleListAccounts)
+	e.GET("/v1/accounts/:account_id", s.handleGetAccount)
+	e.PUT("/v1/accounts/:account_id", s.handlePutAccount, requireJSON)
+	e.DELETE("/v1/accounts/:account_id", s.handleDeleteAccount)
+	e.GET("/v1/accounts/:account_id/usage", s.handleGetAccountUsage)
+	e.DELETE("/v1/accounts/:account_id/usage", s.handleDeleteAccountUsage)
+	e.POST("/v1/keys", s.handleCreateKey, requireJSON)
+	e.GET("/v1/keys", s.handleListKeys)
+	e.DELETE("/v1/keys/:id", s.handleRevokeKey)
+	e.POST("/v1/tiers/:name/preview", s.handlePreviewTier, requireJSON)
+	e.POST("/v1/tiers/:name/promote", s.handlePromoteTier)
+	e.GET("/v1/usage/:user_id", s.handleGetUsage)
+	e.DELETE("/v1/usage/:user_id", s.handleDeleteUsage)
+	e.GET("/v1/stats", s.handleStats)
+	e.GET("/v1/prices", s.handleGetPrices)
+	e.PUT("/v1/prices", s.handlePutPrices, requireJSON)
+	e.GET("/v1/prices/versions", s.handleListPriceVersions)
+	e.GET("/v1/admins", s.handleListAdmins)
+	e.POST("/v1/admins", s.handleCreateAdmin, requireJSON)
+	e.PUT("/v1/admins/:name", s.handlePutAdmin, requireJSON)
+	e.DELETE("/v1/admins/:name", s.handleRevokeAdmin)
+	e.GET("/v1/audit", s.handleAudit)
 	s.testClockRoutes()
 	if s.gateway != nil {
 		// Every method: what is not metered is a 404 or, with

@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -14,6 +15,22 @@ type usageResponse struct {
 	Windows usageWindowsReponse `json:"windows"`
 	// CallsInFlight is the user's calls open now.
 	CallsInFlight int64 `json:"calls_in_flight"`
+	// Period is the user's current billing period, for information: no
+	// limit counts over it yet.
+	Period periodJSON `json:"period"`
+}
+
+// periodJSON is a billing period on the wire: start and end carry the
+// time zone's offset, so that local midnight reads as such.
+type periodJSON struct {
+	Start         time.Time `json:"start"`
+	End           time.Time `json:"end"`
+	TimeZone      string    `json:"time_zone"`
+	BillingAnchor int       `json:"billing_anchor"`
+}
+
+func periodToJSON(p policy.Period) periodJSON {
+	return periodJSON{Start: p.Start, End: p.End, TimeZone: p.TimeZone, BillingAnchor: p.Anchor}
 }
 
 type usageWindowsReponse struct {
@@ -60,10 +77,15 @@ func (s *Server) handleGetUsage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	period, err := s.svc.UserPeriod(c.Request().Context(), user)
+	if err != nil {
+		return err
+	}
 	return c.JSON(http.StatusOK, usageResponse{
 		UserID:        user,
 		Tier:          tier,
 		CallsInFlight: report.CallsInFlight,
+		Period:        periodToJSON(period),
 		Windows:       usageWindowsOf(&report.Windows, func(policy.Window) bool { return tier != "" }),
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/labstack/echo/v4"
 
@@ -25,16 +26,21 @@ const (
 // limits, null when there are none; a token limit or max_concurrent given
 // as null removes the tier's limit for the user.
 type userJSON struct {
-	UserID    string          `json:"user_id"`
-	Tier      *string         `json:"tier"`
-	Account   *string         `json:"account,omitempty"`
-	Limits    limitValuesJSON `json:"limits"`
-	Note      string          `json:"note"`
-	UpdatedAt time.Time       `json:"updated_at,omitzero"`
+	UserID  string          `json:"user_id"`
+	Tier    *string         `json:"tier"`
+	Account *string         `json:"account,omitempty"`
+	Limits  limitValuesJSON `json:"limits"`
+	// TimeZone and BillingAnchor are what the record sets, absent where it
+	// keeps the default: an answer sent back as it is then pins nothing.
+	TimeZone      string    `json:"time_zone,omitzero"`
+	BillingAnchor int       `json:"billing_anchor,omitzero"`
+	Note          string    `json:"note"`
+	UpdatedAt     time.Time `json:"updated_at,omitzero"`
 }
 
 func userToJSON(r policy.UserRecord) userJSON {
-	j := userJSON{UserID: r.UserID, Limits: r.Limits.Values(), Note: r.Note, UpdatedAt: r.UpdatedAt.UTC()}
+	j := userJSON{UserID: r.UserID, Limits: r.Limits.Values(), Note: r.Note, UpdatedAt: r.UpdatedAt.UTC(),
+		TimeZone: r.TimeZone, BillingAnchor: r.BillingAnchor}
 	if r.Tier != "" {
 		j.Tier = &r.Tier
 	}
@@ -47,12 +53,39 @@ func userToJSON(r policy.UserRecord) userJSON {
 // userBody is what a PUT body or a tiers file entry may hold. user_id and
 // updated_at are accepted so that an answer can be sent back as it is.
 type userBody struct {
-	UserID    *string                   `json:"user_id"`
-	Tier      *string                   `json:"tier"`
-	Account   *string                   `json:"account"`
-	Limits    map[string]jsontext.Value `json:"limits"`
-	Note      string                    `json:"note"`
-	UpdatedAt jsontext.Value            `json:"updated_at"`
+	UserID  *string                   `json:"user_id"`
+	Tier    *string                   `json:"tier"`
+	Account *string                   `json:"account"`
+	Limits  map[string]jsontext.Value `json:"limits"`
+	billingBody
+	Note      string         `json:"note"`
+	UpdatedAt jsontext.Value `json:"updated_at"`
+}
+
+// billingBody is the billing cycle of a record's or an account's body:
+// absent or null keeps the default.
+type billingBody struct {
+	TimeZone      *string        `json:"time_zone"`
+	BillingAnchor jsontext.Value `json:"billing_anchor"`
+}
+
+// read returns the time zone and anchor b sets, "" and 0 where it keeps
+// the default, or an EINVALID error naming the field.
+func (b *billingBody) read() (zone string, anchor int, err error) {
+	if b.TimeZone != nil {
+		if _, err := policy.LoadTimeZone(*b.TimeZone); err != nil {
+			return "", 0, err
+		}
+		zone = *b.TimeZone
+	}
+	if len(b.BillingAnchor) > 0 && b.BillingAnchor.Kind() != 'n' {
+		var n *int
+		if json.Unmarshal(b.BillingAnchor, &n) != nil || n == nil || *n < 1 || *n > policy.MaxBillingAnchor {
+			return "", 0, policy.Errorf(policy.EINVALID, "billing_anchor must be an integer from 1 to %d", policy.MaxBillingAnchor)
+		}
+		anchor = *n
+	}
+	return zone, anchor, nil
 }
 
 // readUser reads data, the body of PUT /v1/users/{user_id} (pathID is then
@@ -75,6 +108,10 @@ func readUser(data []byte, pathID string) (policy.UserRecord, error) {
 		return policy.UserRecord{}, policy.Errorf(policy.EINVALID, "user_id %s in the body does not match %s in the path", policy.Quote(*in.UserID), policy.Quote(pathID))
 	}
 	r := policy.UserRecord{UserID: id, Note: in.Note}
+	var err error
+	if r.TimeZone, r.BillingAnchor, err = in.read(); err != nil {
+		return policy.UserRecord{UserID: id}, err
+	}
 	if in.Tier != nil {
 		if *in.Tier == "" {
 			return policy.UserRecord{UserID: id}, policy.Errorf(policy.EINVALID, "tier must be null or a tier name, not \"\"")

@@ -14,7 +14,7 @@ import (
 
 var _ policy.AccountStore = (*Store)(nil)
 
-const accountColumns = `account_id, tier, limits, note, updated_at`
+const accountColumns = `account_id, tier, limits, note, updated_at, time_zone, billing_anchor`
 
 // accountRow is a row of the accounts table.
 type accountRow struct {
@@ -23,10 +23,14 @@ type accountRow struct {
 	Limits    string // JSON: the overrides by field name
 	Note      string
 	UpdatedAt int64 // Unix microseconds
+	// TimeZone and BillingAnchor are NULL where the account keeps the
+	// default.
+	TimeZone      sql.NullString
+	BillingAnchor sql.NullInt64
 }
 
 func (r *accountRow) scanArgs() []any {
-	return []any{&r.ID, &r.Tier, &r.Limits, &r.Note, &r.UpdatedAt}
+	return []any{&r.ID, &r.Tier, &r.Limits, &r.Note, &r.UpdatedAt, &r.TimeZone, &r.BillingAnchor}
 }
 
 func (r *accountRow) account() (policy.Account, error) {
@@ -38,7 +42,8 @@ func (r *accountRow) account() (policy.Account, error) {
 	if err != nil {
 		return policy.Account{}, fmt.Errorf("accounts.limits of %q: %w", r.ID, err)
 	}
-	return policy.Account{AccountID: r.ID, Tier: r.Tier, Limits: o, Note: r.Note, UpdatedAt: time.UnixMicro(r.UpdatedAt).UTC()}, nil
+	return policy.Account{AccountID: r.ID, Tier: r.Tier, Limits: o, Note: r.Note, UpdatedAt: time.UnixMicro(r.UpdatedAt).UTC(),
+		TimeZone: r.TimeZone.String, BillingAnchor: int(r.BillingAnchor.Int64)}, nil
 }
 
 func accountArgs(a *policy.Account) []any {
@@ -47,7 +52,7 @@ func accountArgs(a *policy.Account) []any {
 		values = map[string]*int64{}
 	}
 	b, _ := json.Marshal(values, json.Deterministic(true)) // cannot fail: names and integers
-	return []any{a.AccountID, a.Tier, string(b), a.Note, a.UpdatedAt.UnixMicro()}
+	return []any{a.AccountID, a.Tier, string(b), a.Note, a.UpdatedAt.UnixMicro(), nullZone(a.TimeZone), nullAnchor(a.BillingAnchor)}
 }
 
 // The store keeps every account in memory (Store.accounts), as it keeps
@@ -170,13 +175,17 @@ func (s *Store) PutAccount(ctx context.Context, a policy.Account) (created bool,
 	if err := a.Validate(); err != nil {
 		return false, err
 	}
+	audit := auditBy(ctx, a.UpdatedAt)
 	err = s.writer.do(ctx, func(tx *writeTx) error {
 		if err := tx.lockAdmin(); err != nil {
 			return err
 		}
 		old, err := putAccountTx(tx, &a)
+		if err != nil {
+			return err
+		}
 		created = old == nil
-		return err
+		return audit.insert(tx, accountAudit(old, &a))
 	})
 	if err == nil {
 		s.accounts.Store(a.AccountID, a)
@@ -198,9 +207,10 @@ func putAccountTx(tx *writeTx, a *policy.Account) (*policy.Account, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, err = tx.conn.ExecContext(tx.ctx, tx.d.bind(`INSERT INTO accounts (`+accountColumns+`) VALUES (?, ?, ?, ?, ?)
+	_, err = tx.conn.ExecContext(tx.ctx, tx.d.bind(`INSERT INTO accounts (`+accountColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (account_id) DO UPDATE SET tier = excluded.tier, limits = excluded.limits,
-			note = excluded.note, updated_at = excluded.updated_at`), accountArgs(a)...)
+			note = excluded.note, updated_at = excluded.updated_at,
+			time_zone = excluded.time_zone, billing_anchor = excluded.billing_anchor`), accountArgs(a)...)
 	// The writer reads the account again at its pool's next admission.
 	tx.forgetUser(policy.AccountKey(a.AccountID))
 	return old, unavailable(err)
@@ -221,8 +231,9 @@ func accountInTx(tx *writeTx, id string) (*policy.Account, error) {
 }
 
 // importAccountsTx puts the accounts of an import in tx, leaving alone
-// those already as listed, and appends what it changed to changes.
-func importAccountsTx(tx *writeTx, accounts []policy.Account, changes []policy.AccountChange) ([]policy.AccountChange, error) {
+// those already as listed, and appends what it changed to changes, each
+// logged in the audit log.
+func importAccountsTx(tx *writeTx, accounts []policy.Account, audit auditOf, changes []policy.AccountChange) ([]policy.AccountChange, error) {
 	for i := range accounts {
 		a := accounts[i]
 		old, err := accountInTx(tx, a.AccountID)
@@ -235,6 +246,9 @@ func importAccountsTx(tx *writeTx, accounts []policy.Account, changes []policy.A
 		if _, err := putAccountTx(tx, &a); err != nil {
 			return nil, err
 		}
+		if err := audit.insert(tx, accountAudit(old, &a)); err != nil {
+			return nil, err
+		}
 		changes = append(changes, policy.AccountChange{AccountID: a.AccountID, Old: old, New: &a})
 	}
 	return changes, nil
@@ -242,8 +256,13 @@ func importAccountsTx(tx *writeTx, accounts []policy.Account, changes []policy.A
 
 // DeleteAccount implements policy.AccountStore.
 func (s *Store) DeleteAccount(ctx context.Context, id string) error {
+	audit := auditBy(ctx, policy.ChangeTime(ctx))
 	err := s.writer.do(ctx, func(tx *writeTx) error {
 		if err := tx.lockAdmin(); err != nil {
+			return err
+		}
+		old, err := accountInTx(tx, id)
+		if err != nil {
 			return err
 		}
 		var n int64
@@ -262,7 +281,7 @@ func (s *Store) DeleteAccount(ctx context.Context, id string) error {
 			return policy.Errorf(policy.ENOTFOUND, "account %s not found", policy.Quote(id))
 		}
 		tx.forgetUser(policy.AccountKey(id))
-		return nil
+		return audit.insert(tx, accountAudit(old, nil))
 	})
 	if err == nil {
 		s.accounts.Delete(id)
@@ -288,4 +307,32 @@ func plural(n int64, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// auditAccount is an account as the audit log keeps it: the API's field
+// names, without updated_at (an entry has its own time).
+type auditAccount struct {
+	AccountID string            `json:"account_id"`
+	Tier      string            `json:"tier"`
+	Limits    map[string]*int64 `json:"limits"`
+	Note      string            `json:"note"`
+}
+
+// accountAudit returns the audit entry of a change from old to new; nil
+// for none.
+func accountAudit(old, new *policy.Account) auditEntry {
+	obj := func(a *policy.Account) any {
+		if a == nil {
+			return nil
+		}
+		return auditObject(auditAccount{AccountID: a.AccountID, Tier: a.Tier, Limits: a.Limits.Values(), Note: a.Note})
+	}
+	e := auditEntry{kind: policy.AuditAccounts, old: obj(old), new: obj(new)}
+	e.action = action(e.old, e.new)
+	if new != nil {
+		e.subject = new.AccountID
+	} else if old != nil {
+		e.subject = old.AccountID
+	}
+	return e
 }

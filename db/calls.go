@@ -17,7 +17,7 @@ import (
 // alone (see migration 17).
 var callQueries = map[query]string{
 	// A user's rows are ordered by (ts, total, cost_total), their key:
-	// each row adds to one running total at least (see migration 21).
+	// each row adds to one running total at least (see migration 24).
 	qTokLast:       `SELECT ts, total, cost_total FROM call_tokens WHERE user_id = ? ORDER BY ts DESC, total DESC, cost_total DESC LIMIT 1`,
 	qTokFirstAfter: `SELECT ts, total - tokens, tokens, cost_total - cost, cost FROM call_tokens WHERE user_id = ? AND ts > ? ORDER BY ts, total, cost_total LIMIT 1`,
 	// The same for three cutoffs, in one statement.

@@ -215,6 +215,23 @@
 // query of the ids a second). Saves take the admin lock on PostgreSQL, so
 // ids commit in the order they are taken.
 //
+// # Admins and the audit log
+//
+// admins keeps each named admin's role and the SHA-256 of its token; a
+// request's token is looked up there (one indexed read on the read pool)
+// every time, never cached, so a revocation committed by any process holds
+// from the next request on every replica. A revoked row stays for the
+// log's sake and its page sessions are deleted with it. last_used_at is
+// written at most once a minute per admin per process.
+//
+// audit_log holds every change of every kind. Each write that changes
+// something (UpdateTiers, UpdateUsers, PutAccount, PutKey, Forget,
+// SavePrices, the admins' ...) inserts its entry in the same transaction,
+// under the actor its caller's context carries (policy.Actor), read before
+// the job is queued since the writer runs jobs on a context of its own; a
+// failure of either undoes both. Changes to admins take the admin lock, so
+// two admins demoting each other at once cannot leave none of role admin.
+//
 // # Cleanup
 //
 // PruneEvery deletes rows older than policy.KeepFor (a day, the longest

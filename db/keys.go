@@ -45,10 +45,14 @@ func (s *Store) PutKey(ctx context.Context, k policy.Key, secretHash [32]byte) e
 	if k.LastUsedAt != nil {
 		lastUsed = sql.NullInt64{Int64: k.LastUsedAt.UnixMicro(), Valid: true}
 	}
+	audit := auditBy(ctx, k.CreatedAt)
 	return s.writer.do(ctx, func(tx *writeTx) error {
 		_, err := tx.conn.ExecContext(tx.ctx, tx.d.bind(`INSERT INTO gateway_keys (id, secret_hash, user_id, service, note, created_at, last_used_at) VALUES (?, ?, ?, ?, ?, ?, ?)`),
 			k.ID, secretHash[:], userID, k.Service, k.Note, k.CreatedAt.UnixMicro(), lastUsed)
-		return unavailable(err)
+		if err != nil {
+			return unavailable(err)
+		}
+		return audit.insert(tx, auditEntry{kind: policy.AuditKeys, subject: k.ID, action: policy.AuditCreated, new: keyAuditJSON(&k)})
 	})
 }
 
@@ -77,18 +81,33 @@ func (s *Store) Keys(ctx context.Context, userID string) ([]policy.Key, error) {
 // DeleteKey implements policy.KeyStore: the row goes, and with it the
 // only trace of the secret.
 func (s *Store) DeleteKey(ctx context.Context, id string) error {
+	audit := auditBy(ctx, policy.ChangeTime(ctx))
 	return s.writer.do(ctx, func(tx *writeTx) error {
-		res, err := tx.conn.ExecContext(tx.ctx, tx.d.bind(`DELETE FROM gateway_keys WHERE id = ?`), id)
-		if err != nil {
-			return unavailable(err)
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return unavailable(err)
-		} else if n == 0 {
+		var r keyRow
+		err := tx.queryRowSQL(`SELECT `+keyColumns+` FROM gateway_keys WHERE id = ?`, id).Scan(r.scanArgs()...)
+		if errors.Is(err, sql.ErrNoRows) {
 			return policy.Errorf(policy.ENOTFOUND, "key %s does not exist", policy.Quote(id))
+		} else if err != nil {
+			return unavailable(err)
 		}
-		return nil
+		if _, err := tx.execSQL(`DELETE FROM gateway_keys WHERE id = ?`, id); err != nil {
+			return unavailable(err)
+		}
+		k := r.key()
+		return audit.insert(tx, auditEntry{kind: policy.AuditKeys, subject: id, action: policy.AuditRevoked, old: keyAuditJSON(&k)})
 	})
+}
+
+// auditKey is a key as the audit log keeps it: never its secret.
+type auditKey struct {
+	ID      string `json:"id"`
+	UserID  string `json:"user_id,omitempty"`
+	Service bool   `json:"service"`
+	Note    string `json:"note"`
+}
+
+func keyAuditJSON(k *policy.Key) any {
+	return auditObject(auditKey{ID: k.ID, UserID: k.UserID, Service: k.Service, Note: k.Note})
 }
 
 // prepareKeyRead prepares KeyBySecretHash's statement on the read pool: it

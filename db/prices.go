@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,6 +42,7 @@ func (s *Store) SavePrices(ctx context.Context, v policy.PriceVersion, at time.T
 	v.EffectiveFrom = v.EffectiveFrom.Truncate(time.Microsecond).UTC()
 	v.CreatedAt = at.Truncate(time.Microsecond).UTC()
 	entries := v.Prices.Entries()
+	audit := auditOf{at: v.CreatedAt, actor: policy.Actor(ctx), source: v.Source}
 	err := s.writer.do(ctx, func(tx *writeTx) error {
 		// Ids then commit in the order they are taken, on PostgreSQL too.
 		if err := tx.lockAdmin(); err != nil {
@@ -66,7 +68,8 @@ func (s *Store) SavePrices(ctx context.Context, v policy.PriceVersion, at time.T
 				return unavailable(err)
 			}
 		}
-		return nil
+		return audit.insert(tx, auditEntry{kind: policy.AuditPrices, subject: strconv.FormatInt(v.ID, 10), action: policy.AuditCreated,
+			new: auditObject(auditPrices{Version: v.ID, EffectiveFrom: v.EffectiveFrom.Format(time.RFC3339Nano), Entries: len(entries)})})
 	})
 	if err != nil {
 		return policy.PriceVersion{}, err
@@ -209,4 +212,12 @@ func (s *Store) priceEntries(ctx context.Context, ids []int64) (map[int64][]poli
 		}
 	}
 	return out, nil
+}
+
+// auditPrices is a price version as the audit log keeps it: which, from
+// when, how many entries (the entries are the version's own rows).
+type auditPrices struct {
+	Version       int64  `json:"version"`
+	EffectiveFrom string `json:"effective_from"`
+	Entries       int    `json:"entries"`
 }

@@ -824,6 +824,7 @@ func (s *Store) View(ctx context.Context, userID string, fn func(policy.History)
 
 // Forget implements policy.RequestStore.
 func (s *Store) Forget(ctx context.Context, userID string) error {
+	audit := auditBy(ctx, policy.ChangeTime(ctx))
 	return s.writer.do(ctx, func(tx *writeTx) error {
 		if err := tx.lockUser(userID); err != nil {
 			return err
@@ -837,6 +838,6 @@ func (s *Store) Forget(ctx context.Context, userID string) error {
 				return unavailable(err)
 			}
 		}
-		return nil
+		return audit.insert(tx, auditEntry{kind: policy.AuditUsage, subject: userID, action: policy.AuditForgotten})
 	})
 }

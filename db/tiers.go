@@ -425,13 +425,14 @@ func (s *Store) UpdateTiers(ctx context.Context, u policy.TierUpdate) ([]policy.
 		}
 	}
 	at := u.At.UTC().Truncate(time.Microsecond)
+	actor := policy.Actor(ctx)
 	var changes []policy.TierChange
 	err := s.writer.do(ctx, func(tx *writeTx) error {
 		if err := tx.lockAdmin(); err != nil {
 			return err
 		}
 		var err error
-		changes, err = updateTiersTx(tx, u, at, listed, nil)
+		changes, err = updateTiersTx(tx, u, at, actor, listed, nil)
 		return err
 	})
 	if err != nil {
@@ -451,8 +452,10 @@ func (s *Store) UpdateTiers(ctx context.Context, u policy.TierUpdate) ([]policy.
 
 // updateTiersTx applies u in tx; listed names the tiers of u.Put. between,
 // when set, runs after the puts and before the deletions, so that an
-// import can move users off a tier it then deletes.
-func updateTiersTx(tx *writeTx, u policy.TierUpdate, at time.Time, listed map[string]bool, between func() error) ([]policy.TierChange, error) {
+// import can move users off a tier it then deletes. Each change is
+// logged in tier_changes and in the audit log as made by actor.
+func updateTiersTx(tx *writeTx, u policy.TierUpdate, at time.Time, actor string, listed map[string]bool, between func() error) ([]policy.TierChange, error) {
+	audit := auditOf{at: at, actor: actor, source: u.Source}
 	var changes []policy.TierChange
 	current, err := tiersInTx(tx)
 	if err != nil {
@@ -460,13 +463,14 @@ func updateTiersTx(tx *writeTx, u policy.TierUpdate, at time.Time, listed map[st
 	}
 	record := func(name string, before, after *policy.Tier) error {
 		var id int64
-		err := tx.queryRowSQL(`INSERT INTO tier_changes (at, tier, source, old, new) VALUES (?, ?, ?, ?, ?) RETURNING id`,
-			at.UnixMicro(), name, u.Source, auditJSON(before), auditJSON(after)).Scan(&id)
+		old, new := auditJSON(before), auditJSON(after)
+		err := tx.queryRowSQL(`INSERT INTO tier_changes (at, tier, source, actor, old, new) VALUES (?, ?, ?, ?, ?, ?) RETURNING id`,
+			at.UnixMicro(), name, u.Source, actor, old, new).Scan(&id)
 		if err != nil {
 			return unavailable(err)
 		}
-		changes = append(changes, policy.TierChange{ID: id, At: at, Tier: name, Source: u.Source, Old: before, New: after})
-		return nil
+		changes = append(changes, policy.TierChange{ID: id, At: at, Tier: name, Source: u.Source, Actor: actor, Old: before, New: after})
+		return audit.insert(tx, auditEntry{kind: policy.AuditTiers, subject: name, action: action(old, new), old: old, new: new})
 	}
 	for _, t := range u.Put {
 		old, exists := current[t.Name]
@@ -599,10 +603,11 @@ func (s *Store) TierChanges(ctx context.Context, limit int) ([]policy.TierChange
 		At     int64          `db:"at"`
 		Tier   string         `db:"tier"`
 		Source string         `db:"source"`
+		Actor  string         `db:"actor"`
 		Old    sql.NullString `db:"old"`
 		New    sql.NullString `db:"new"`
 	}
-	if err := s.db.SelectContext(ctx, &rows, s.d.bind(`SELECT id, at, tier, source, old, new FROM tier_changes ORDER BY id DESC LIMIT ?`), limit); err != nil {
+	if err := s.db.SelectContext(ctx, &rows, s.d.bind(`SELECT id, at, tier, source, actor, old, new FROM tier_changes ORDER BY id DESC LIMIT ?`), limit); err != nil {
 		return nil, unavailable(err)
 	}
 	out := make([]policy.TierChange, len(rows))
@@ -619,7 +624,7 @@ func (s *Store) TierChanges(ctx context.Context, limit int) ([]policy.TierChange
 		if after != nil {
 			after.UpdatedAt = at
 		}
-		out[i] = policy.TierChange{ID: r.ID, At: at, Tier: r.Tier, Source: r.Source, Old: before, New: after}
+		out[i] = policy.TierChange{ID: r.ID, At: at, Tier: r.Tier, Source: r.Source, Actor: r.Actor, Old: before, New: after}
 	}
 	return out, nil
 }

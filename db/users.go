@@ -33,7 +33,7 @@ type userCache struct {
 }
 
 // userColumns are the columns of the users table.
-const userColumns = `user_id, tier, limits, note, updated_at, account`
+const userColumns = `user_id, tier, limits, note, updated_at, account, time_zone, billing_anchor`
 
 // userUpsert creates or replaces a user record, in both dialects.
 var userUpsert = `INSERT INTO users (` + userColumns + `) VALUES (?` + strings.Repeat(", ?", strings.Count(userColumns, ",")) + `)
@@ -56,14 +56,19 @@ type userRow struct {
 	Note      string
 	UpdatedAt int64 // Unix microseconds
 	Account   sql.NullString
+	// TimeZone and BillingAnchor are NULL where the record keeps the
+	// default.
+	TimeZone      sql.NullString
+	BillingAnchor sql.NullInt64
 }
 
 func (r *userRow) scanArgs() []any {
-	return []any{&r.UserID, &r.Tier, &r.Limits, &r.Note, &r.UpdatedAt, &r.Account}
+	return []any{&r.UserID, &r.Tier, &r.Limits, &r.Note, &r.UpdatedAt, &r.Account, &r.TimeZone, &r.BillingAnchor}
 }
 
 func (r *userRow) record() (policy.UserRecord, error) {
-	u := policy.UserRecord{UserID: r.UserID, Tier: r.Tier.String, Account: r.Account.String, Note: r.Note, UpdatedAt: time.UnixMicro(r.UpdatedAt).UTC()}
+	u := policy.UserRecord{UserID: r.UserID, Tier: r.Tier.String, Account: r.Account.String, Note: r.Note, UpdatedAt: time.UnixMicro(r.UpdatedAt).UTC(),
+		TimeZone: r.TimeZone.String, BillingAnchor: int(r.BillingAnchor.Int64)}
 	var err error
 	u.Limits, err = overridesOf(r.Limits)
 	if err != nil {
@@ -74,12 +79,19 @@ func (r *userRow) record() (policy.UserRecord, error) {
 
 func userRowOf(u *policy.UserRecord) userRow {
 	return userRow{UserID: u.UserID, Tier: sql.NullString{String: u.Tier, Valid: u.Tier != ""}, Limits: overridesJSON(&u.Limits),
-		Note: u.Note, UpdatedAt: u.UpdatedAt.UnixMicro(), Account: sql.NullString{String: u.Account, Valid: u.Account != ""}}
+		Note: u.Note, UpdatedAt: u.UpdatedAt.UnixMicro(), Account: sql.NullString{String: u.Account, Valid: u.Account != ""},
+		TimeZone: nullZone(u.TimeZone), BillingAnchor: nullAnchor(u.BillingAnchor)}
 }
 
 func (r *userRow) args() []any {
-	return []any{r.UserID, r.Tier, r.Limits, r.Note, r.UpdatedAt, r.Account}
+	return []any{r.UserID, r.Tier, r.Limits, r.Note, r.UpdatedAt, r.Account, r.TimeZone, r.BillingAnchor}
 }
+
+// nullZone and nullAnchor return a billing cycle's field as its column
+// keeps it: NULL where unset.
+func nullZone(z string) sql.NullString { return sql.NullString{String: z, Valid: z != ""} }
+
+func nullAnchor(a int) sql.NullInt64 { return sql.NullInt64{Int64: int64(a), Valid: a != 0} }
 
 // overridesJSON returns o as the users table keeps it: a JSON object with
 // a member per limit o overrides, in the order of policy.LimitFields, null
@@ -234,6 +246,7 @@ func (s *Store) UpdateUsers(ctx context.Context, u policy.UserUpdate) ([]policy.
 		listed[u.Put[i].UserID] = true
 	}
 	at := u.At.UTC().Truncate(time.Microsecond)
+	actor := policy.Actor(ctx)
 	var changes []policy.UserChange
 	err := s.writer.do(ctx, func(tx *writeTx) error {
 		changes = changes[:0] // a job may run again after a neighbour failed
@@ -241,7 +254,7 @@ func (s *Store) UpdateUsers(ctx context.Context, u policy.UserUpdate) ([]policy.
 			return err
 		}
 		var err error
-		changes, err = updateUsersTx(tx, u, at, changes)
+		changes, err = updateUsersTx(tx, u, at, actor, changes)
 		return err
 	})
 	if err != nil {
@@ -257,16 +270,22 @@ func (s *Store) UpdateUsers(ctx context.Context, u policy.UserUpdate) ([]policy.
 	return changes, nil
 }
 
-// updateUsersTx applies u in tx and appends its changes to changes.
-func updateUsersTx(tx *writeTx, u policy.UserUpdate, at time.Time, changes []policy.UserChange) ([]policy.UserChange, error) {
+// updateUsersTx applies u in tx and appends its changes to changes, each
+// logged in user_changes and in the audit log as made by actor.
+func updateUsersTx(tx *writeTx, u policy.UserUpdate, at time.Time, actor string, changes []policy.UserChange) ([]policy.UserChange, error) {
+	audit := auditOf{at: at, actor: actor, source: u.Source}
 	record := func(userID string, before, after *policy.UserRecord) error {
 		var id int64
-		err := tx.conn.QueryRowContext(tx.ctx, tx.d.bind(`INSERT INTO user_changes (at, user_id, source, old, new) VALUES (?, ?, ?, ?, ?) RETURNING id`),
-			at.UnixMicro(), userID, u.Source, userAuditJSON(before), userAuditJSON(after)).Scan(&id)
+		old, new := userAuditJSON(before), userAuditJSON(after)
+		err := tx.conn.QueryRowContext(tx.ctx, tx.d.bind(`INSERT INTO user_changes (at, user_id, source, actor, old, new) VALUES (?, ?, ?, ?, ?, ?) RETURNING id`),
+			at.UnixMicro(), userID, u.Source, actor, old, new).Scan(&id)
 		if err != nil {
 			return unavailable(err)
 		}
-		changes = append(changes, policy.UserChange{ID: id, At: at, UserID: userID, Source: u.Source, Old: before, New: after})
+		if err := audit.insert(tx, auditEntry{kind: policy.AuditUsers, subject: userID, action: action(old, new), old: old, new: new}); err != nil {
+			return err
+		}
+		changes = append(changes, policy.UserChange{ID: id, At: at, UserID: userID, Source: u.Source, Actor: actor, Old: before, New: after})
 		// The writer reads the record again at the user's next admission.
 		tx.forgetUser(userID)
 		return nil
@@ -366,16 +385,19 @@ func userAuditJSON(r *policy.UserRecord) any {
 	if r == nil {
 		return nil
 	}
-	b, _ := json.Marshal(auditUser{UserID: r.UserID, Tier: r.Tier, Account: r.Account, Limits: r.Limits.Values(), Note: r.Note}, json.Deterministic(true))
+	b, _ := json.Marshal(auditUser{UserID: r.UserID, Tier: r.Tier, Account: r.Account, Limits: r.Limits.Values(), Note: r.Note,
+		TimeZone: r.TimeZone, BillingAnchor: r.BillingAnchor}, json.Deterministic(true))
 	return string(b)
 }
 
 type auditUser struct {
-	UserID  string            `json:"user_id"`
-	Tier    string            `json:"tier,omitempty"`
-	Account string            `json:"account,omitempty"`
-	Limits  map[string]*int64 `json:"limits"`
-	Note    string            `json:"note"`
+	UserID        string            `json:"user_id"`
+	Tier          string            `json:"tier,omitempty"`
+	Account       string            `json:"account,omitempty"`
+	Limits        map[string]*int64 `json:"limits"`
+	TimeZone      string            `json:"time_zone,omitzero"`
+	BillingAnchor int               `json:"billing_anchor,omitzero"`
+	Note          string            `json:"note"`
 }
 
 func userFromAudit(s sql.NullString) (*policy.UserRecord, error) {
@@ -390,7 +412,8 @@ func userFromAudit(s sql.NullString) (*policy.UserRecord, error) {
 	if err != nil {
 		return nil, fmt.Errorf("user_changes: %w", err)
 	}
-	return &policy.UserRecord{UserID: a.UserID, Tier: a.Tier, Account: a.Account, Limits: l, Note: a.Note}, nil
+	return &policy.UserRecord{UserID: a.UserID, Tier: a.Tier, Account: a.Account, Limits: l, Note: a.Note,
+		TimeZone: a.TimeZone, BillingAnchor: a.BillingAnchor}, nil
 }
 
 // UserChanges implements policy.UserStore.
@@ -403,13 +426,14 @@ func (s *Store) UserChanges(ctx context.Context, userID string, limit int) ([]po
 		At     int64          `db:"at"`
 		UserID string         `db:"user_id"`
 		Source string         `db:"source"`
+		Actor  string         `db:"actor"`
 		Old    sql.NullString `db:"old"`
 		New    sql.NullString `db:"new"`
 	}
-	q := `SELECT id, at, user_id, source, old, new FROM user_changes ORDER BY id DESC LIMIT ?`
+	q := `SELECT id, at, user_id, source, actor, old, new FROM user_changes ORDER BY id DESC LIMIT ?`
 	args := []any{limit}
 	if userID != "" {
-		q = `SELECT id, at, user_id, source, old, new FROM user_changes WHERE user_id = ? ORDER BY id DESC LIMIT ?`
+		q = `SELECT id, at, user_id, source, actor, old, new FROM user_changes WHERE user_id = ? ORDER BY id DESC LIMIT ?`
 		args = []any{userID, limit}
 	}
 	if err := s.db.SelectContext(ctx, &rows, s.d.bind(q), args...); err != nil {
@@ -429,7 +453,7 @@ func (s *Store) UserChanges(ctx context.Context, userID string, limit int) ([]po
 		if after != nil {
 			after.UpdatedAt = at
 		}
-		out[i] = policy.UserChange{ID: r.ID, At: at, UserID: r.UserID, Source: r.Source, Old: before, New: after}
+		out[i] = policy.UserChange{ID: r.ID, At: at, UserID: r.UserID, Source: r.Source, Actor: r.Actor, Old: before, New: after}
 	}
 	return out, nil
 }
@@ -471,6 +495,7 @@ func (s *Store) Import(ctx context.Context, tu policy.TierUpdate, accounts []pol
 		seen[uu.Put[i].UserID] = true
 	}
 	at := tu.At.UTC().Truncate(time.Microsecond)
+	actor := policy.Actor(ctx)
 	var changes policy.ImportChanges
 	err := s.writer.do(ctx, func(tx *writeTx) error {
 		// A job may run again after a neighbour failed.
@@ -479,11 +504,11 @@ func (s *Store) Import(ctx context.Context, tu policy.TierUpdate, accounts []pol
 			return err
 		}
 		var err error
-		changes.Tiers, err = updateTiersTx(tx, tu, at, listed, func() error {
-			if changes.Accounts, err = importAccountsTx(tx, accounts, nil); err != nil {
+		changes.Tiers, err = updateTiersTx(tx, tu, at, actor, listed, func() error {
+			if changes.Accounts, err = importAccountsTx(tx, accounts, auditOf{at: at, actor: actor, source: tu.Source}, nil); err != nil {
 				return err
 			}
-			changes.Users, err = updateUsersTx(tx, uu, at, nil)
+			changes.Users, err = updateUsersTx(tx, uu, at, actor, nil)
 			return err
 		})
 		return err

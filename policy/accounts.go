@@ -60,10 +60,16 @@ func IsAccountKey(key string) bool { return strings.HasPrefix(key, AccountKeyPre
 type Account struct {
 	AccountID string
 	// Tier names the account's plan; it must exist.
-	Tier      string
-	Limits    Overrides
-	Note      string
-	UpdatedAt time.Time
+	Tier   string
+	Limits Overrides
+	// TimeZone and BillingAnchor say where the pool's billing periods fall
+	// (see Account.Cycle), and its members' unless their records say
+	// otherwise: an IANA time zone name and a day of 1 to 31; "" and 0
+	// keep the service's default.
+	TimeZone      string
+	BillingAnchor int
+	Note          string
+	UpdatedAt     time.Time
 }
 
 // ValidateFields returns every problem with a, in field order.
@@ -76,6 +82,12 @@ func (a *Account) ValidateFields() []FieldError {
 		errs = append(errs, FieldError{"tier", "tier must match [a-z0-9][a-z0-9_-]{0,62}"})
 	}
 	errs = append(errs, a.Limits.ValidateFields("limits.")...)
+	if e := validTimeZone(a.TimeZone); e != nil {
+		errs = append(errs, *e)
+	}
+	if e := validBillingAnchor(a.BillingAnchor); e != nil {
+		errs = append(errs, *e)
+	}
 	if len(a.Note) > MaxNote {
 		errs = append(errs, FieldError{"note", "note must be at most 1024 bytes"})
 	} else if !utf8.ValidString(a.Note) {
@@ -156,7 +168,7 @@ type CurrentAccounts interface {
 }
 
 // sameAccount reports whether deciding a check under a instead of b could
-// change any answer.
+// change any answer; the billing cycle cannot yet (see sameDecisions).
 func sameAccount(a, b *Account) bool { return a.Tier == b.Tier && a.Limits.Equal(&b.Limits) }
 
 // errAccountUnconfirmed tells Service.Check that its request store cannot
@@ -271,9 +283,10 @@ func (s *Service) checkPool(ctx context.Context, a *Account, listed map[string]*
 }
 
 // SameAccount reports whether a and b name the same plan with the same
-// overrides and note; UpdatedAt is not compared.
+// overrides, billing cycle and note; UpdatedAt is not compared.
 func SameAccount(a, b *Account) bool {
-	return a.AccountID == b.AccountID && a.Tier == b.Tier && a.Note == b.Note && a.Limits.Equal(&b.Limits)
+	return a.AccountID == b.AccountID && a.Tier == b.Tier && a.Note == b.Note && a.Limits.Equal(&b.Limits) &&
+		a.TimeZone == b.TimeZone && a.BillingAnchor == b.BillingAnchor
 }
 
 // AccountChange is one change an import made to an account: Old is nil
@@ -292,7 +305,7 @@ func (s *Service) DeleteAccount(ctx context.Context, id string) error {
 	if err := validAccountID(id); err != nil {
 		return err
 	}
-	return s.accounts.DeleteAccount(ctx, id)
+	return s.accounts.DeleteAccount(WithChangeTime(ctx, s.now().UTC().Truncate(Resolution)), id)
 }
 
 // Members returns at most limit records of the members of the account
@@ -337,7 +350,7 @@ func (s *Service) ForgetAccount(ctx context.Context, id string) error {
 	if err := validAccountID(id); err != nil {
 		return err
 	}
-	return s.limiter.Store.Forget(ctx, AccountKey(id))
+	return s.limiter.Store.Forget(WithChangeTime(ctx, s.now().UTC().Truncate(Resolution)), AccountKey(id))
 }
 
 // accountOf returns the account a check of req draws on, given its user's

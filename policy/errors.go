@@ -12,6 +12,7 @@ const (
 	ENOTFOUND     = "not_found"    // the named thing does not exist
 	ECONFLICT     = "conflict"     // the request contradicts the current state
 	EUNAUTHORIZED = "unauthorized" // missing or wrong credentials
+	EFORBIDDEN    = "forbidden"    // right credentials, too little a role
 	EUNAVAILABLE  = "unavailable"  // storage failed; the answer is unknown, not "no"
 	EINTERNAL     = "internal"     // a bug or an unexpected failure
 )
@@ -61,13 +62,14 @@ var httpStatus = map[string]int{
 	ENOTFOUND:     404, // Not Found
 	ECONFLICT:     409, // Conflict
 	EUNAUTHORIZED: 401, // Unauthorized
+	EFORBIDDEN:    403, // Forbidden
 	EUNAVAILABLE:  503, // Service Unavailable
 	EINTERNAL:     500, // Internal Server Error
 }
 
 // HTTPStatus returns the HTTP status a failure with err's code is answered
 // with: 400 for EINVALID, 404 for ENOTFOUND, 409 for ECONFLICT, 401 for
-// EUNAUTHORIZED, 503 for EUNAVAILABLE, and 500 for EINTERNAL and any error
+// EUNAUTHORIZED, 403 for EFORBIDDEN, 503 for EUNAVAILABLE, and 500 for EINTERNAL and any error
 // that is not an *Error.
 func HTTPStatus(err error) int {
 	if status := httpStatus[ErrorCode(err)]; status != 0 {

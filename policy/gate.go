@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"net"
@@ -68,6 +69,38 @@ func (g *AdminGate) Admit(addr, token string, now time.Time) (ok bool, retryAfte
 	}
 	g.throttle.succeeded(client)
 	return true, 0
+}
+
+// SignIn returns the admin whose token this is, sent at now from the
+// client at addr: BootstrapAdmin, of RoleAdmin, for the admin token, or
+// the live named admin svc finds (Service.AdminByToken). Wrong tokens are
+// counted and throttled as by Admit, whichever kind of token was meant:
+// retryAfter is then positive and the error EUNAUTHORIZED. A missing,
+// wrong or revoked token is an EUNAUTHORIZED error; a storage failure
+// is returned as it is, and counts as a wrong token.
+func (g *AdminGate) SignIn(ctx context.Context, svc *Service, addr, token string, now time.Time) (a Admin, retryAfter int64, err error) {
+	unauthorized := Errorf(EUNAUTHORIZED, "missing or wrong admin token")
+	if token == "" {
+		return Admin{}, 0, unauthorized
+	}
+	client := clientKey(addr)
+	wait, allowed := g.throttle.attempt(client, now)
+	if !allowed {
+		return Admin{}, int64((wait + time.Second - 1) / time.Second), unauthorized
+	}
+	if g.token.Matches(token) {
+		g.throttle.succeeded(client)
+		return Admin{Name: BootstrapAdmin, Role: RoleAdmin}, 0, nil
+	}
+	a, err = svc.AdminByToken(ctx, token)
+	switch {
+	case ErrorCode(err) == ENOTFOUND:
+		return Admin{}, 0, unauthorized
+	case err != nil:
+		return Admin{}, 0, err
+	}
+	g.throttle.succeeded(client)
+	return a, 0, nil
 }
 
 // Fingerprint returns a hash of the admin token for records that must end

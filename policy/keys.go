@@ -165,7 +165,7 @@ func (s *Service) RevokeKey(ctx context.Context, id string) error {
 	if !wellFormedKeyText(id, keyIDPrefix, keyIDLen) {
 		return notFound
 	}
-	err := s.keys.DeleteKey(ctx, id)
+	err := s.keys.DeleteKey(WithChangeTime(ctx, s.now().UTC().Truncate(Resolution)), id)
 	if ErrorCode(err) == ENOTFOUND {
 		return notFound
 	}
@@ -204,18 +204,24 @@ func (s *Service) Authenticate(ctx context.Context, secret string) (Key, error) 
 	return k, nil
 }
 
-// RedactKeySecrets returns s with what looks like a key's secret in it
-// (KeyPrefix followed by 16 base64url characters or more) cut to KeyPrefix
-// and "[redacted]", for a line of a log about a URL where someone pasted
-// one, say in place of a key's id.
+// RedactKeySecrets returns s with what looks like a key's secret or an
+// admin's token in it (KeyPrefix or AdminTokenPrefix followed by 16
+// base64url characters or more) cut to its prefix and "[redacted]", for a
+// line of a log about a URL where someone pasted one, say in place of a
+// key's id or an admin's name.
 func RedactKeySecrets(s string) string {
-	i := strings.Index(s, KeyPrefix)
+	return redactAfter(redactAfter(s, KeyPrefix), AdminTokenPrefix)
+}
+
+// redactAfter is RedactKeySecrets for one prefix.
+func redactAfter(s, prefix string) string {
+	i := strings.Index(s, prefix)
 	if i < 0 {
 		return s
 	}
 	var b strings.Builder
-	for ; i >= 0; i = strings.Index(s, KeyPrefix) {
-		n := i + len(KeyPrefix)
+	for ; i >= 0; i = strings.Index(s, prefix) {
+		n := i + len(prefix)
 		j := n
 		for j < len(s) && isBase64URL(s[j]) {
 			j++

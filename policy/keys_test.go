@@ -374,6 +374,7 @@ func TestRedactKeySecrets(t *testing.T) {
 		{"/v1/keys/" + secret[:20], "/v1/keys/pgk_[redacted]"}, // half of one is still too much
 		{"pgk_pgk_" + secret[4:], "pgk_[redacted]"},            // prefix then a secret
 		{"/v1/keys/" + secret + "/revoke", "/v1/keys/pgk_[redacted]/revoke"},
+		{"/v1/admins/" + policy.AdminTokenPrefix + secret[4:], "/v1/admins/pgadm_[redacted]"},
 	} {
 		if got := policy.RedactKeySecrets(tc.in); got != tc.want {
 			t.Errorf("RedactKeySecrets(%q) = %q, want %q", tc.in, got, tc.want)

@@ -35,10 +35,15 @@ type Service struct {
 	prices  PriceStore // nil: no price table
 	keyUses keyUses    // when this process last recorded each key's use
 
+	admins    AdminStore // nil: only the built-in admin
+	adminUses keyUses    // when this process last recorded each admin's use
+	audit     AuditStore // nil: no audit log to read
+
 	tiers       TierStore
 	limiter     *RateLimiter
 	chain       *Chain
 	defaultTier string
+	billing     BillingCycle // of users and accounts that set none
 	now         func() time.Time
 
 	// counter counts every decided check that is not a dry run; stats
@@ -276,7 +281,7 @@ func (s *Service) Forget(ctx context.Context, userID string) error {
 	if err := ValidateUserID(userID); err != nil {
 		return err
 	}
-	return s.limiter.Store.Forget(ctx, userID)
+	return s.limiter.Store.Forget(WithChangeTime(ctx, s.now().UTC().Truncate(Resolution)), userID)
 }
 
 // sameAsStored reports whether rec, the record of userID (nil for none),

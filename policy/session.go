@@ -14,6 +14,10 @@ type AdminSession struct {
 	// AdminHash fingerprints the admin token the session signed in with; a
 	// session whose fingerprint is not the current token's is ended.
 	AdminHash [sha256.Size]byte
+	// AdminName is the named admin who signed in, "" for the built-in
+	// admin (the admin token); the page asks for the admin on every
+	// request, so a revoked admin's session ends at once.
+	AdminName string
 	// CSRF is the token every form of the session carries.
 	CSRF    string
 	Expires time.Time
@@ -29,7 +33,8 @@ type SessionStore interface {
 	Session(ctx context.Context, idHash [sha256.Size]byte) (AdminSession, error)
 	// EndSession deletes the session whose IDHash is idHash, if any.
 	EndSession(ctx context.Context, idHash [sha256.Size]byte) error
-	// EndSessionsExcept deletes every session whose AdminHash is not
-	// adminHash: those of a former admin token.
+	// EndSessionsExcept deletes every session of the built-in admin
+	// (AdminName "") whose AdminHash is not adminHash: those of a former
+	// admin token.
 	EndSessionsExcept(ctx context.Context, adminHash [sha256.Size]byte) error
 }

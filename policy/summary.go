@@ -207,14 +207,26 @@ func UserSummary(r *UserRecord) string {
 	if r.Account != "" {
 		parts = append(parts, "account "+r.Account)
 	}
-	return strings.Join(overrideWords(parts, r.Limits.Values()), "; ")
+	return strings.Join(cycleWords(overrideWords(parts, r.Limits.Values()), r.TimeZone, r.BillingAnchor), "; ")
 }
 
 // AccountSummary says in words what an account sets: its plan and the
 // pooled limits it overrides, "tier team; requests_per_minute 100;
 // max_concurrent none", as UserSummary words a record.
 func AccountSummary(a *Account) string {
-	return strings.Join(overrideWords([]string{"tier " + a.Tier}, a.Limits.Values()), "; ")
+	return strings.Join(cycleWords(overrideWords([]string{"tier " + a.Tier}, a.Limits.Values()), a.TimeZone, a.BillingAnchor), "; ")
+}
+
+// cycleWords appends to parts the billing cycle a record or an account
+// sets: "time_zone Europe/Berlin", "billing_anchor 15".
+func cycleWords(parts []string, zone string, anchor int) []string {
+	if zone != "" {
+		parts = append(parts, "time_zone "+zone)
+	}
+	if anchor != 0 {
+		parts = append(parts, "billing_anchor "+strconv.Itoa(anchor))
+	}
+	return parts
 }
 
 // overrideWords appends to parts the overrides values sets, in the order

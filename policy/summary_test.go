@@ -48,6 +48,8 @@ func TestUserSummary(t *testing.T) {
 	}{
 		{policy.UserRecord{}, "no tier assigned"},
 		{policy.UserRecord{Tier: "pro"}, "tier pro"},
+		{policy.UserRecord{Tier: "pro", BillingAnchor: 15}, "tier pro; billing_anchor 15"},
+		{policy.UserRecord{TimeZone: "Asia/Tokyo"}, "no tier assigned; time_zone Asia/Tokyo"},
 		{policy.UserRecord{Tier: "pro", Limits: policy.Overrides{policy.RequestsPerMinute: policy.To(five), policy.TokensPerDay: policy.Unlimited}},
 			"tier pro; requests_per_minute 5; tokens_per_day none"},
 	} {
@@ -126,6 +128,7 @@ func TestAccountSummaries(t *testing.T) {
 	}{
 		{policy.Account{AccountID: "acme", Tier: "team"}, "tier team"},
 		{policy.Account{AccountID: "acme", Tier: "team", Limits: o, Note: "not worded"}, "tier team; requests_per_minute 5; tokens_per_day none"},
+		{policy.Account{AccountID: "acme", Tier: "team", TimeZone: "Europe/Berlin", BillingAnchor: 31}, "tier team; time_zone Europe/Berlin; billing_anchor 31"},
 	} {
 		if got := policy.AccountSummary(&tc.a); got != tc.want {
 			t.Errorf("AccountSummary = %q, want %q", got, tc.want)

@@ -261,6 +261,8 @@ type TierChange struct {
 	At     time.Time
 	Tier   string
 	Source string
+	// Actor is who made the change (see WithActor).
+	Actor string
 	// Old is the tier before the change, nil when the change created it.
 	Old *Tier
 	// New is the tier after the change, nil when the change deleted it.

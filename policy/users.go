@@ -24,9 +24,14 @@ type UserRecord struct {
 	// Account names the account the user belongs to; empty for none. A
 	// member's checks also draw on its pooled limits, and a member without
 	// a Tier is checked under the account's.
-	Account   string
-	Note      string
-	UpdatedAt time.Time
+	Account string
+	// TimeZone and BillingAnchor say where the user's own billing periods
+	// fall (see UserRecord.Cycle): an IANA time zone name and a day of 1
+	// to 31; "" and 0 keep the account's, or else the service's default.
+	TimeZone      string
+	BillingAnchor int
+	Note          string
+	UpdatedAt     time.Time
 }
 
 // Validate reports the first problem with r, or nil: an EINVALID *Error
@@ -56,6 +61,12 @@ func (r *UserRecord) ValidateFields() []FieldError {
 			errs = append(errs, FieldError{"account", strings.Replace(ErrorMessage(err), "account_id", "account", 1)})
 		}
 	}
+	if e := validTimeZone(r.TimeZone); e != nil {
+		errs = append(errs, *e)
+	}
+	if e := validBillingAnchor(r.BillingAnchor); e != nil {
+		errs = append(errs, *e)
+	}
 	if len(r.Note) > MaxNote {
 		errs = append(errs, FieldError{"note", "note must be at most 1024 bytes"})
 	} else if !utf8.ValidString(r.Note) {
@@ -65,13 +76,17 @@ func (r *UserRecord) ValidateFields() []FieldError {
 }
 
 // SameRecord reports whether a and b assign the same tier with the same
-// overrides and note; UpdatedAt is not compared.
+// overrides, billing cycle and note; UpdatedAt is not compared.
 func SameRecord(a, b *UserRecord) bool {
-	return a.UserID == b.UserID && a.Tier == b.Tier && a.Account == b.Account && a.Note == b.Note && a.Limits.Equal(&b.Limits)
+	return a.UserID == b.UserID && a.Tier == b.Tier && a.Account == b.Account && a.Note == b.Note && a.Limits.Equal(&b.Limits) &&
+		a.TimeZone == b.TimeZone && a.BillingAnchor == b.BillingAnchor
 }
 
 // sameDecisions reports whether deciding a check under a instead of b
 // could change any answer: a nil record assigns and overrides nothing.
+// TimeZone and BillingAnchor are left out while no limit counts over a
+// billing period; a limit that does must bring them in, here and in what
+// the stores confirm.
 func sameDecisions(a, b *UserRecord) bool {
 	if a == nil || b == nil {
 		return (a == nil || a.Tier == "" && a.Account == "" && a.Limits.IsZero()) && (b == nil || b.Tier == "" && b.Account == "" && b.Limits.IsZero())
@@ -86,6 +101,8 @@ type UserChange struct {
 	At     time.Time
 	UserID string
 	Source string
+	// Actor is who made the change (see WithActor).
+	Actor string
 	// Old is the record before the change, nil when the change created it.
 	Old *UserRecord
 	// New is the record after the change, nil when the change deleted it.

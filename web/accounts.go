@@ -49,6 +49,8 @@ type adminAccountForm struct {
 // adminAccountView is an account's page.
 type adminAccountView struct {
 	ID, Tier, Summary, Note, Updated string
+	// Period is the pool's current billing period in words.
+	Period string
 	// Limits are the pooled limits, a row per policy.LimitFields: the
 	// plan's, the account's override and the one that applies.
 	Limits []adminPoolLimitRow
@@ -194,6 +196,7 @@ func accountForm(id string, tiers []policy.Tier, form url.Values, errs map[strin
 			Value: form.Get(name), InputMode: limitInputMode(lf), Error: errs[name],
 			Hint: limitHint(lf, `Empty keeps the plan's pooled limit; "none" removes it for this account.`)})
 	}
+	f.Fields = append(f.Fields, billingFields("account", form, errs, "the service's default")...)
 	f.Fields = append(f.Fields, adminField{ID: "account-note", Name: "note", Label: "Note", Value: form.Get("note"),
 		Textarea: true, Wide: true, Error: errs["note"]})
 	return f
@@ -202,6 +205,7 @@ func accountForm(id string, tiers []policy.Tier, form url.Values, errs map[strin
 // accountFormValues returns acct as its edit form shows it.
 func accountFormValues(acct *policy.Account) url.Values {
 	form := url.Values{"tier": {acct.Tier}, "note": {acct.Note}}
+	setBillingValues(form, acct.TimeZone, acct.BillingAnchor)
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
 		if o := acct.Limits.Get(f); o.Set && o.Limit == nil {
@@ -218,6 +222,7 @@ func accountFormValues(acct *policy.Account) url.Values {
 func accountFromForm(id string, form url.Values) (policy.Account, map[string]string) {
 	errs := map[string]string{}
 	acct := policy.Account{AccountID: id, Tier: form.Get("tier"), Note: strings.ReplaceAll(form.Get("note"), "\r\n", "\n")}
+	acct.TimeZone, acct.BillingAnchor = billingFromForm(form, errs)
 	values := map[string]*int64{}
 	for i := range policy.LimitFields {
 		name := "limits." + policy.LimitFields[i].Name
@@ -346,6 +351,11 @@ func (a *Admin) renderAccount(c echo.Context, id string, status int, alert strin
 	view := &adminAccountView{ID: acct.AccountID, Tier: acct.Tier, Summary: policy.AccountSummary(acct), Note: acct.Note,
 		Updated: acct.UpdatedAt.UTC().Format("2006-01-02 15:04:05 UTC"), AsOf: now.UTC().Format("2006-01-02 15:04:05 UTC"),
 		CallsKept: u.CallsKept, CallsInFlight: policy.GroupDigits(u.CallsInFlight)}
+	p, err := a.svc.AccountPeriod(acct)
+	if err != nil {
+		return a.fail(c, err)
+	}
+	view.Period = periodText(p)
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
 		row := adminPoolLimitRow{Field: f.Name, Label: f.Label, Plan: f.Text(plan.Get(f)), Override: "—", Applies: f.Text(u.Limits.Get(f))}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -53,6 +54,10 @@ type Admin struct {
 	sessions   *adminSessions
 	origin     *http.CrossOriginProtection
 	upstreams  []string
+	// routes are the page's routes ("GET /admin/usage"), set by Register:
+	// what else reaches the group is Echo's 404 or 405, not a route to
+	// refuse.
+	routes map[string]bool
 }
 
 // NewAdmin returns the admin page for cfg; Register serves it.
@@ -61,7 +66,7 @@ func NewAdmin(cfg Config) *Admin {
 	if a.log == nil {
 		a.log = slog.Default()
 	}
-	a.sessions = newAdminSessions(cfg.Sessions, cfg.Gate.Fingerprint())
+	a.sessions = newAdminSessions(cfg.Sessions, cfg.Gate.Fingerprint(), cfg.Service.AdminNamed)
 	if cfg.Sessions != nil {
 		// Sessions of a former admin token would be refused one by one
 		// anyway; ending them now leaves none behind.
@@ -76,10 +81,14 @@ func NewAdmin(cfg Config) *Admin {
 // fields besides the common ones.
 type adminView struct {
 	Title string
-	Nav   string // the current section: "overview", "tiers", "usage", "accounts", "keys" or "prices"
+	Nav   string // the current section: "overview", "tiers", "usage", "accounts", "keys", "prices", "audit" or "admins"
 	CSRF  string // set when signed in; the header then shows the navigation
-	Flash string // what the last change did
-	Alert string // an error about the page as a whole
+	// Who is signed in, and in what role; the page hides the forms the
+	// role may not use (the server refuses them anyway).
+	Who, Role            string
+	CanSupport, CanAdmin bool
+	Flash                string // what the last change did
+	Alert                string // an error about the page as a whole
 
 	LoginError string             // login
 	Tiers      []adminTierRow     // tiers
@@ -96,6 +105,8 @@ type adminView struct {
 	Accounts   *adminAccountsView // accounts
 	Account    *adminAccountView  // account
 	Prices     *adminPricesView   // prices
+	Admins     *adminAdminsView   // admins
+	Audit      *adminAuditView    // audit
 	Message    string             // error
 }
 
@@ -106,26 +117,30 @@ type adminView struct {
 // whose wrong tokens are counted is e's IPExtractor's, which the API
 // server sets.
 func (a *Admin) Register(e *echo.Echo) {
-	g := e.Group("/admin", a.headers, a.sameOrigin, a.attribute)
+	// Every route of the group is judged by policy.Routes first
+	// (authorize): a page or form the table does not list is refused to
+	// everyone, and one it does needs a session of an admin of its role.
+	g := e.Group("/admin", a.headers, a.sameOrigin, a.authorize)
 	static := http.StripPrefix("/admin/static/", http.FileServerFS(Static))
 	g.GET("/static/*", echo.WrapHandler(static))
 	g.GET("/login", a.handleLoginPage)
 	g.POST("/login", a.handleLogin)
 
-	signedIn := []echo.MiddlewareFunc{a.requireSession}
-	g.GET("", a.handleTiersPage, signedIn...)
-	g.GET("/", a.redirectTo("/admin"), signedIn...)
-	g.GET("/tiers", a.redirectTo("/admin"), signedIn...)
-	g.GET("/tiers/:name", a.handleTierPage, signedIn...)
-	g.GET("/tiers/:name/delete", a.handleDeletePage, signedIn...)
-	g.GET("/usage", a.handleUsagePage, signedIn...)
-	g.GET("/overview", a.handleOverviewPage, signedIn...)
-	g.GET("/accounts", a.handleAccountsPage, signedIn...)
-	g.GET("/account", a.handleAccountPage, signedIn...)
-	g.GET("/keys", a.handleKeysPage, signedIn...)
-	g.GET("/prices", a.handlePricesPage, signedIn...)
+	g.GET("", a.handleTiersPage)
+	g.GET("/", a.redirectTo("/admin"))
+	g.GET("/tiers", a.redirectTo("/admin"))
+	g.GET("/tiers/:name", a.handleTierPage)
+	g.GET("/tiers/:name/delete", a.handleDeletePage)
+	g.GET("/usage", a.handleUsagePage)
+	g.GET("/overview", a.handleOverviewPage)
+	g.GET("/accounts", a.handleAccountsPage)
+	g.GET("/account", a.handleAccountPage)
+	g.GET("/keys", a.handleKeysPage)
+	g.GET("/prices", a.handlePricesPage)
+	g.GET("/admins", a.handleAdminsPage)
+	g.GET("/audit", a.handleAuditPage)
 
-	forms := []echo.MiddlewareFunc{a.requireSession, a.requireCSRF}
+	forms := []echo.MiddlewareFunc{a.requireCSRF}
 	g.POST("/logout", a.handleLogout, forms...)
 	g.POST("/tiers", a.handleCreateTier, forms...)
 	g.POST("/tiers/:name", a.handleSaveTier, forms...)
@@ -142,6 +157,15 @@ func (a *Admin) Register(e *echo.Echo) {
 	g.POST("/accounts/clear", a.handleClearAccount, forms...)
 	g.POST("/keys/:id/revoke", a.handleRevokeKey, forms...)
 	g.POST("/prices", a.handleSavePrices, forms...)
+	g.POST("/admins", a.handleCreateAdmin, forms...)
+	g.POST("/admins/:name/role", a.handleSetAdminRole, forms...)
+	g.POST("/admins/:name/revoke", a.handleRevokeAdmin, forms...)
+	a.routes = make(map[string]bool)
+	for _, r := range e.Routes() {
+		if strings.HasPrefix(r.Path, "/admin") {
+			a.routes[r.Method+" "+r.Path] = true
+		}
+	}
 }
 
 // headers sets the security headers of every admin response. Pages carry
@@ -154,16 +178,6 @@ func (a *Admin) headers(next echo.HandlerFunc) echo.HandlerFunc {
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Referrer-Policy", "same-origin")
 		h.Set("Cache-Control", "no-store")
-		return next(c)
-	}
-}
-
-// attribute records every change made through the admin page (to a tier,
-// a user record or an account) as such in the audit log.
-func (a *Admin) attribute(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		r := c.Request()
-		c.SetRequest(r.WithContext(policy.WithChangeSource(r.Context(), policy.SourceAdmin)))
 		return next(c)
 	}
 }
@@ -181,10 +195,41 @@ func (a *Admin) sameOrigin(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// requireSession lets through requests with a live session and sends every
-// other one to the sign-in page. Nothing is changed for a request without a
-// session, whatever its method.
-func (a *Admin) requireSession(next echo.HandlerFunc) echo.HandlerFunc {
+// adminKey is where authorize leaves the signed-in admin in a request's
+// context, for the parts of a page that hide what its role may not use.
+type adminKey struct{}
+
+// roleOf returns the role of the admin signed in for ctx's request.
+func roleOf(ctx context.Context) policy.Role {
+	a, _ := ctx.Value(adminKey{}).(policy.Admin)
+	return a.Role
+}
+
+// authorize judges every request of the page by policy.Routes: a route it
+// does not list is refused to everyone (403); an open one (sign-in, the
+// stylesheet) passes; any other needs a live session (else the sign-in
+// page) of an admin of the route's least role (else 403, naming it).
+// Nothing is changed for a request without a session, whatever its
+// method. Changes are then recorded as the admin's, made through the page.
+func (a *Admin) authorize(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		method, path := c.Request().Method, c.Path()
+		access := policy.RouteAccess(method, path)
+		need, admin := access.Role()
+		switch {
+		case access == policy.AccessOpen || !a.routes[method+" "+path]:
+			return next(c)
+		case !admin:
+			return a.renderError(c, http.StatusForbidden, "Request refused", "This page declares no role that may use it, so it is refused to everyone.")
+		}
+		return a.requireSession(need, next)(c)
+	}
+}
+
+// requireSession lets through requests with a live session of an admin of
+// at least role need, and sends every request without a session to the
+// sign-in page.
+func (a *Admin) requireSession(need policy.Role, next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		id := adminSessionID(c)
 		sess, ok, err := a.sessions.get(c.Request().Context(), id, a.svc.Now())
@@ -199,6 +244,12 @@ func (a *Admin) requireSession(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		c.Set("admin.session", sess)
 		c.Set("admin.session_id", id)
+		if sess.admin.Role < need {
+			return a.renderError(c, http.StatusForbidden, "Not for your role", policy.ErrorMessage(policy.ForbiddenError(sess.admin.Role, need)))
+		}
+		r := c.Request()
+		ctx := policy.WithChangeSource(policy.WithActor(r.Context(), sess.admin.Name), policy.SourceAdmin)
+		c.SetRequest(r.WithContext(context.WithValue(ctx, adminKey{}, sess.admin)))
 		return next(c)
 	}
 }
@@ -248,7 +299,9 @@ func adminSessionOf(c echo.Context) adminSession {
 // session's flash message, which is shown once.
 func (a *Admin) view(c echo.Context, title, nav string) adminView {
 	id, _ := c.Get("admin.session_id").(string)
-	return adminView{Title: title, Nav: nav, CSRF: adminSessionOf(c).csrf, Flash: a.sessions.takeFlash(id)}
+	who := adminSessionOf(c).admin
+	return adminView{Title: title, Nav: nav, CSRF: adminSessionOf(c).csrf, Flash: a.sessions.takeFlash(id),
+		Who: who.Name, Role: who.Role.String(), CanSupport: who.Role >= policy.RoleSupport, CanAdmin: who.Role >= policy.RoleAdmin}
 }
 
 // flash stores msg for the page the redirect after this request shows.
@@ -272,7 +325,9 @@ func (a *Admin) render(c echo.Context, status int, name string, v adminView) err
 
 // renderError shows a page that says what went wrong.
 func (a *Admin) renderError(c echo.Context, status int, title, msg string) error {
-	v := adminView{Title: title, Message: msg, CSRF: adminSessionOf(c).csrf}
+	who := adminSessionOf(c).admin
+	v := adminView{Title: title, Message: msg, CSRF: adminSessionOf(c).csrf, Who: who.Name, Role: who.Role.String(),
+		CanSupport: who.Role >= policy.RoleSupport, CanAdmin: who.Role >= policy.RoleAdmin}
 	return a.render(c, status, "error", v)
 }
 
@@ -306,17 +361,19 @@ func (a *Admin) handleLogin(c echo.Context) error {
 		v.LoginError = "Enter the admin token."
 		return a.render(c, http.StatusBadRequest, "login", v)
 	}
-	ok, secs := a.gate.Admit(c.RealIP(), token, now)
+	who, secs, err := a.gate.SignIn(c.Request().Context(), a.svc, c.RealIP(), token, now)
 	if secs > 0 {
 		c.Response().Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 		v.LoginError = fmt.Sprintf("Too many failed sign-ins from your address. Try again in %s.", humanDuration(secs))
 		return a.render(c, http.StatusTooManyRequests, "login", v)
 	}
-	if !ok {
+	if policy.ErrorCode(err) == policy.EUNAUTHORIZED {
 		v.LoginError = "Wrong admin token."
 		return a.render(c, http.StatusUnauthorized, "login", v)
+	} else if err != nil {
+		return a.fail(c, err)
 	}
-	id, sess, err := a.sessions.create(c.Request().Context(), now)
+	id, sess, err := a.sessions.create(c.Request().Context(), who, now)
 	if err != nil {
 		return a.fail(c, err)
 	}

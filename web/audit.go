@@ -17,6 +17,7 @@ type adminChangeRow struct {
 	Tier          string
 	Kind          string   // "created", "updated" or "deleted"
 	Source        string   // "api", "admin", "import" or "library"
+	Actor         string   // who: an admin's name, "bootstrap", a command's, "unknown"
 	Details       []string // what changed, one line per field
 	Old, New      string   // the tier before and after as JSON; empty for none
 }
@@ -34,6 +35,7 @@ func (a *Admin) recentChanges(ctx context.Context) ([]adminChangeRow, error) {
 			WhenISO: ch.At.UTC().Format(time.RFC3339),
 			Tier:    ch.Tier,
 			Source:  ch.Source,
+			Actor:   ch.Actor,
 			Old:     a.tierJSON(ch.Old),
 			New:     a.tierJSON(ch.New),
 		}

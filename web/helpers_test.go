@@ -55,7 +55,7 @@ func newPageEnvAt(t testing.TB, path, token string, clock *policy.TestClock) *pa
 	}
 	t.Cleanup(func() { store.Close() })
 	svc := policy.NewService(store, store, policy.WithClock(clock.Now), policy.WithStats(store, store), policy.WithUsers(store),
-		policy.WithKeys(store), policy.WithPrices(store))
+		policy.WithKeys(store), policy.WithPrices(store), policy.WithAdmins(store), policy.WithAudit(store))
 	srv := newPageServer(web.Config{Service: svc, Gate: policy.NewAdminGate(token), TierJSON: pageTierJSON, Sessions: store})
 	return &pageEnv{t: t, srv: srv, svc: svc, store: store, clock: clock}
 }

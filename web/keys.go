@@ -19,6 +19,7 @@ type adminKeys struct {
 	UserID  string // empty for the service keys
 	Service bool   // the service keys, which act for any user
 	CSRF    string // the session's, for the forms
+	CanEdit bool   // the admin's role may make and revoke keys
 	Rows    []adminKeyRow
 	Fields  []adminField // the new key's note
 }
@@ -52,7 +53,7 @@ func (a *Admin) keySection(ctx context.Context, user, note, noteErr string) (*ad
 	if err != nil {
 		return nil, err
 	}
-	k := &adminKeys{UserID: user, Service: user == ""}
+	k := &adminKeys{UserID: user, Service: user == "", CanEdit: roleOf(ctx) >= policy.RoleSupport}
 	for _, key := range keys {
 		row := adminKeyRow{ID: key.ID, Note: key.Note, Created: key.CreatedAt.UTC().Format(keyTime), CreatedISO: key.CreatedAt.UTC().Format(time.RFC3339)}
 		if key.LastUsedAt != nil {

@@ -23,6 +23,7 @@ const (
 type adminSession struct {
 	csrf    string // the token every form of this session carries
 	expires time.Time
+	admin   policy.Admin // who signed in, as stored now
 }
 
 // adminSessions keeps admin page sessions in a policy.SessionStore (the
@@ -33,31 +34,43 @@ type adminSession struct {
 type adminSessions struct {
 	store     policy.SessionStore
 	adminHash [sha256.Size]byte
+	// named returns the live named admin, read from the store on every
+	// request of its session, so that a revoked admin's session ends at
+	// once on every replica.
+	named func(ctx context.Context, name string) (policy.Admin, error)
 
 	mu      sync.Mutex
 	flashes map[[sha256.Size]byte]string
 }
 
-func newAdminSessions(store policy.SessionStore, adminHash [sha256.Size]byte) *adminSessions {
+func newAdminSessions(store policy.SessionStore, adminHash [sha256.Size]byte, named func(context.Context, string) (policy.Admin, error)) *adminSessions {
 	if store == nil {
 		store = &memSessions{}
 	}
-	return &adminSessions{store: store, adminHash: adminHash, flashes: make(map[[sha256.Size]byte]string)}
+	return &adminSessions{store: store, adminHash: adminHash, named: named, flashes: make(map[[sha256.Size]byte]string)}
 }
 
-// create starts a session lasting SessionTTL from now and returns its
-// id, to be sent in the cookie.
-func (ss *adminSessions) create(ctx context.Context, now time.Time) (id string, sess adminSession, err error) {
-	id, sess = newSecretToken(), adminSession{csrf: newSecretToken(), expires: now.Add(SessionTTL)}
-	err = ss.store.CreateSession(ctx, policy.AdminSession{
-		IDHash: sha256.Sum256([]byte(id)), AdminHash: ss.adminHash, CSRF: sess.csrf, Expires: sess.expires,
-	}, now)
+// namedHash fingerprints a named admin for its sessions: a revoked name
+// given to a new admin does not inherit the sessions of the old one.
+func namedHash(a policy.Admin) [sha256.Size]byte {
+	return sha256.Sum256([]byte("policyguard admin session\x00" + a.Name + "\x00" + a.CreatedAt.UTC().Format(time.RFC3339Nano)))
+}
+
+// create starts a session of who lasting SessionTTL from now and returns
+// its id, to be sent in the cookie.
+func (ss *adminSessions) create(ctx context.Context, who policy.Admin, now time.Time) (id string, sess adminSession, err error) {
+	id, sess = newSecretToken(), adminSession{csrf: newSecretToken(), expires: now.Add(SessionTTL), admin: who}
+	rec := policy.AdminSession{IDHash: sha256.Sum256([]byte(id)), AdminHash: ss.adminHash, CSRF: sess.csrf, Expires: sess.expires}
+	if who.Name != policy.BootstrapAdmin {
+		rec.AdminName, rec.AdminHash = who.Name, namedHash(who)
+	}
+	err = ss.store.CreateSession(ctx, rec, now)
 	return id, sess, err
 }
 
 // get returns the session with id if it exists, has not expired at now and
-// was signed in with the current admin token. It fails only when the store
-// does.
+// was signed in with the current admin token, or by a named admin who is
+// still live. It fails only when the store does.
 func (ss *adminSessions) get(ctx context.Context, id string, now time.Time) (adminSession, bool, error) {
 	if id == "" {
 		return adminSession{}, false, nil
@@ -69,10 +82,23 @@ func (ss *adminSessions) get(ctx context.Context, id string, now time.Time) (adm
 	} else if err != nil {
 		return adminSession{}, false, err
 	}
-	if !now.Before(s.Expires) || subtle.ConstantTimeCompare(s.AdminHash[:], ss.adminHash[:]) != 1 {
+	who, want := policy.Admin{Name: policy.BootstrapAdmin, Role: policy.RoleAdmin}, ss.adminHash
+	if s.AdminName != "" {
+		if ss.named == nil {
+			return adminSession{}, false, ss.store.EndSession(ctx, k)
+		}
+		who, err = ss.named(ctx, s.AdminName)
+		if policy.ErrorCode(err) == policy.ENOTFOUND {
+			return adminSession{}, false, ss.store.EndSession(ctx, k)
+		} else if err != nil {
+			return adminSession{}, false, err
+		}
+		want = namedHash(who)
+	}
+	if !now.Before(s.Expires) || subtle.ConstantTimeCompare(s.AdminHash[:], want[:]) != 1 {
 		return adminSession{}, false, ss.store.EndSession(ctx, k)
 	}
-	return adminSession{csrf: s.CSRF, expires: s.Expires}, true, nil
+	return adminSession{csrf: s.CSRF, expires: s.Expires, admin: who}, true, nil
 }
 
 // end deletes the session with id, if any, wherever it is used.
@@ -160,7 +186,7 @@ func (ms *memSessions) EndSessionsExcept(_ context.Context, adminHash [sha256.Si
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
 	for k, s := range ms.m {
-		if s.AdminHash != adminHash {
+		if s.AdminName == "" && s.AdminHash != adminHash {
 			delete(ms.m, k)
 		}
 	}

@@ -30,8 +30,12 @@ type adminRecordForm struct {
 	// Account is the account the stored record names, and AccountHref
 	// its page; empty for none.
 	Account, AccountHref string
-	Fields               []adminField
-	Changes              []string // the latest changes of the record, newest first
+	// Period is the user's current billing period in words, by the
+	// record's time zone and anchor, else its account's, else the
+	// defaults.
+	Period  string
+	Fields  []adminField
+	Changes []string // the latest changes of the record, newest first
 }
 
 // adminRecordRow is one user of the list of records.
@@ -57,6 +61,7 @@ func (a *Admin) recordForm(ctx context.Context, user string, tiers []policy.Tier
 	}
 	if form == nil { // the form shows the record as stored
 		form = url.Values{"tier": {r.Tier}, "account": {r.Account}, "note": {r.Note}}
+		setBillingValues(form, r.TimeZone, r.BillingAnchor)
 		for i := range policy.LimitFields {
 			f := &policy.LimitFields[i]
 			if o := r.Limits.Get(f); o.Set && o.Limit == nil {
@@ -80,6 +85,16 @@ func (a *Admin) recordForm(ctx context.Context, user string, tiers []policy.Tier
 		f.Fields = append(f.Fields, adminField{ID: "record-account", Name: "account", Label: "Account", Value: form.Get("account"), Error: errs["account"],
 			Hint: "The account whose pooled limits this user's checks also draw on; empty for none."})
 	}
+	keeps := "the service's default"
+	if a.svc.KeepsAccounts() {
+		keeps = "the account's, else the service's default"
+	}
+	f.Fields = append(f.Fields, billingFields("record", form, errs, keeps)...)
+	p, err := a.svc.UserPeriod(ctx, user)
+	if err != nil {
+		return nil, err
+	}
+	f.Period = periodText(p)
 	for i, name := range policy.LimitNames {
 		lf := &policy.LimitFields[i]
 		hint := "Empty keeps the tier's limit."
@@ -134,6 +149,7 @@ func (a *Admin) recordFromForm(user string, form url.Values) (policy.UserRecord,
 	errs := map[string]string{}
 	r := policy.UserRecord{UserID: user, Tier: form.Get("tier"), Account: strings.TrimSpace(form.Get("account")),
 		Note: strings.ReplaceAll(form.Get("note"), "\r\n", "\n")}
+	r.TimeZone, r.BillingAnchor = billingFromForm(form, errs)
 	values := map[string]*int64{}
 	for i, name := range policy.LimitNames {
 		raw := strings.TrimSpace(form.Get(name))

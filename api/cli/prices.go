@@ -150,7 +150,7 @@ func importPrices(ctx context.Context, env PricesEnv, dbPath, path string, from 
 	} else if v, err := svc.PricesAt(ctx, svc.Now()); err == nil {
 		before = v.Prices
 	}
-	v, err := svc.PutPrices(policy.WithChangeSource(ctx, policy.SourceImport), from, f.Prices)
+	v, err := svc.PutPrices(policy.WithActor(policy.WithChangeSource(ctx, policy.SourceImport), ActorPricesImport), from, f.Prices)
 	if err != nil {
 		return fmt.Errorf("%s: nothing imported: %s", path, policy.ErrorMessage(err))
 	}

@@ -129,7 +129,7 @@ func importTiers(ctx context.Context, open Opener, dbPath, defaultTier, path str
 		return err
 	}
 	defer closeDB()
-	changes, err := svc.Import(ctx, f.Tiers, f.Accounts, f.Users, prune)
+	changes, err := svc.Import(policy.WithActor(ctx, ActorTiersImport), f.Tiers, f.Accounts, f.Users, prune)
 	if err != nil {
 		return fmt.Errorf("%s: nothing imported: %s", path, policy.ErrorMessage(err))
 	}

@@ -27,7 +27,13 @@ type Account struct {
 	// dollars as decimal strings (see Dollars): one left out keeps the
 	// plan's, and a nil one removes it for the account.
 	Spend map[string]*string `json:"-"`
-	Note  string             `json:"note"`
+	// TimeZone (an IANA name such as "Europe/Berlin") and BillingAnchor
+	// (a day, 1 to 31) say where the pool's billing periods fall, and its
+	// members' unless their records say otherwise; empty and 0 keep the
+	// service's defaults.
+	TimeZone      string `json:"time_zone,omitempty"`
+	BillingAnchor int    `json:"billing_anchor,omitempty"`
+	Note          string `json:"note"`
 	// UpdatedAt is when the account was last changed; a put ignores it.
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
 }
@@ -113,6 +119,8 @@ type AccountUsage struct {
 	} `json:"windows"`
 	// CallsInFlight is the members' calls open now.
 	CallsInFlight int64 `json:"calls_in_flight"`
+	// Period is the pool's current billing period.
+	Period Period `json:"period"`
 }
 
 // PutAccount creates or replaces a.AccountID and returns it as stored and

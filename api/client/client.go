@@ -415,6 +415,18 @@ type Usage struct {
 	} `json:"windows"`
 	// CallsInFlight is the user's metered calls open now.
 	CallsInFlight int64 `json:"calls_in_flight"`
+	// Period is the user's current billing period: by its record's time
+	// zone and anchor, else its account's, else the service's defaults.
+	Period Period `json:"period"`
+}
+
+// Period is a billing period, from Start to End (not included), which carry
+// the offset of the time zone named TimeZone.
+type Period struct {
+	Start         time.Time `json:"start"`
+	End           time.Time `json:"end"`
+	TimeZone      string    `json:"time_zone"`
+	BillingAnchor int       `json:"billing_anchor"`
 }
 
 // UsageWindow is one window of a Usage. Limit, Remaining and Reset are set

@@ -40,9 +40,10 @@ func newEnv(t *testing.T, cfg func(*api.Config)) *env {
 	t.Cleanup(func() { store.Close() })
 	clk := policy.NewTestClock(t0)
 	c := api.Config{
-		Service: policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithUsers(store), policy.WithKeys(store), policy.WithPrices(store)),
-		Admin:   policy.NewAdminGate(adminToken),
-		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Service: policy.NewService(store, store, policy.WithClock(clk.Now), policy.WithUsers(store), policy.WithKeys(store), policy.WithPrices(store),
+			policy.WithAdmins(store), policy.WithAudit(store)),
+		Admin:  policy.NewAdminGate(adminToken),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	if cfg != nil {
 		cfg(&c)

@@ -28,7 +28,12 @@ type User struct {
 	// dollars as decimal strings (see Dollars); a nil one removes the
 	// tier's limit for the user.
 	Spend map[string]*string
-	Note  string
+	// TimeZone (an IANA name such as "Europe/Berlin") and BillingAnchor
+	// (a day, 1 to 31) say where the user's own billing periods fall;
+	// empty and 0 keep the account's, else the service's defaults.
+	TimeZone      string
+	BillingAnchor int
+	Note          string
 	// UpdatedAt is when the record was last changed; a put ignores it.
 	UpdatedAt time.Time
 }
@@ -40,12 +45,14 @@ type userWire struct {
 	Tier      *string     `json:"tier"`
 	Account   string      `json:"account,omitempty"`
 	Limits    limitValues `json:"limits"`
+	TimeZone  string      `json:"time_zone,omitempty"`
+	Anchor    int         `json:"billing_anchor,omitempty"`
 	Note      string      `json:"note"`
 	UpdatedAt *time.Time  `json:"updated_at,omitempty"`
 }
 
 func (w *userWire) user() User {
-	u := User{UserID: w.UserID, Account: w.Account, Limits: w.Limits.counts, Spend: w.Limits.spend, Note: w.Note}
+	u := User{UserID: w.UserID, Account: w.Account, Limits: w.Limits.counts, Spend: w.Limits.spend, Note: w.Note, TimeZone: w.TimeZone, BillingAnchor: w.Anchor}
 	if w.Tier != nil {
 		u.Tier = *w.Tier
 	}
@@ -63,7 +70,7 @@ func Limit(v int64) *int64 { return &v }
 // A tier or an account that does not exist is refused (400) and changes
 // nothing.
 func (c *Client) PutUser(ctx context.Context, u User) (User, bool, error) {
-	in := userWire{UserID: u.UserID, Account: u.Account, Limits: limitValues{u.Limits, u.Spend}, Note: u.Note}
+	in := userWire{UserID: u.UserID, Account: u.Account, Limits: limitValues{u.Limits, u.Spend}, Note: u.Note, TimeZone: u.TimeZone, Anchor: u.BillingAnchor}
 	if u.Tier != "" {
 		in.Tier = &u.Tier
 	}

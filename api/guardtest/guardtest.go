@@ -122,7 +122,7 @@ func New(t testing.TB, opts ...Option) *Guard {
 	}
 	svc := policy.NewService(store, store, policy.WithDefaultTier(o.defaultTier), policy.WithClock(clock.Now),
 		policy.WithCallTimeout(o.callTimeout), policy.WithUsers(store), policy.WithTrustClientTier(!o.distrustClientTier),
-		policy.WithKeys(store), policy.WithPrices(store))
+		policy.WithKeys(store), policy.WithPrices(store), policy.WithAdmins(store), policy.WithAudit(store))
 	f, err := o.readTiers()
 	if err != nil {
 		t.Fatalf("guardtest: %v", err)

@@ -249,12 +249,9 @@ func (h *modelHarness) putPrices(run *modelRun, prices map[string]refPrice) {
 }
 
 // comparePricing compares the pricing of call got with the reference's.
-func comparePricing(got *policy.Call, want *refCall, postgres bool) string {
+func comparePricing(got *policy.Call, want *refCall) string {
 	var problems []string
-	// An unpriced call's model is compared on SQLite alone: on
-	// PostgreSQL admit_batch, which decides calls without a price, does
-	// not store it.
-	if (got.Model != want.model && (want.price != nil || !postgres)) || got.PriceVersion != want.version {
+	if got.Model != want.model || got.PriceVersion != want.version {
 		problems = append(problems, fmt.Sprintf("model %q version %d, reference %q %d", got.Model, got.PriceVersion, want.model, want.version))
 	}
 	switch {

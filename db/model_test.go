@@ -1699,7 +1699,7 @@ func (h *modelHarness) finish(run *modelRun, op modelOp) {
 		got.Expired != w.expired || reported != w.reported || (w.finished && (got.Tokens != w.counted || !got.FinishedAt.Equal(w.finishedAt))) {
 		run.fatalf("%v: call %+v (reported %d), reference %+v", op, got, reported, w)
 	}
-	if problem := comparePricing(&got, &w, h.postgres); problem != "" {
+	if problem := comparePricing(&got, &w); problem != "" {
 		run.fatalf("%v: call %+v: %s", op, got, problem)
 	}
 	if w.price != nil && op.kind == opFinish {

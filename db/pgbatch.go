@@ -355,12 +355,13 @@ const (
 )
 
 // admitBatch calls admit_batch (migration 12) with the batch's arrays.
-const admitBatch = `SELECT * FROM admit_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`
+const admitBatch = `SELECT * FROM admit_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`
 
 // admitBatchOIDs are the types of admitBatch's parameters.
 var admitBatchOIDs = []uint32{pgtype.Int4ArrayOID, pgtype.Int8OID, pgtype.TextArrayOID, pgtype.Int8ArrayOID, pgtype.Int8ArrayOID,
 	pgtype.Int8ArrayOID, pgtype.BoolArrayOID, pgtype.Int2ArrayOID, pgtype.TextArrayOID, pgtype.TextArrayOID,
-	pgtype.TextArrayOID, pgtype.TextArrayOID, pgtype.Int8ArrayOID, pgtype.Int8ArrayOID, pgtype.Int8ArrayOID, pgtype.Int8ArrayOID}
+	pgtype.TextArrayOID, pgtype.TextArrayOID, pgtype.TextArrayOID, pgtype.TextArrayOID,
+	pgtype.Int8ArrayOID, pgtype.Int8ArrayOID, pgtype.Int8ArrayOID, pgtype.Int8ArrayOID}
 
 // binaryFormat asks for every parameter and column in binary.
 var binaryFormat = []int16{pgtype.BinaryFormatCode}
@@ -471,7 +472,7 @@ func pipelineExec(p *pgconn.Pipeline) error {
 func (b *pgBatch) encode(m *pgtype.Map) error {
 	a := &b.args
 	values := [...]any{a.keys, a.version, a.users, a.now, a.ceil, a.tierID, a.tierSame,
-		a.userMode, a.userTier, a.userLim, a.callID, a.callTier, a.tokens, a.tokLim, a.maxConc, a.expires}
+		a.userMode, a.userTier, a.userLim, a.callID, a.callTier, a.callModel, a.callUpstream, a.tokens, a.tokLim, a.maxConc, a.expires}
 	var ends [len(values)]int
 	buf := b.paramBuf[:0]
 	for i, v := range values {
@@ -506,6 +507,9 @@ type batchArgs struct {
 	userLim  []pgtype.Text // the record's overrides, as the users table's limits column holds them
 	callID   []pgtype.Text
 	callTier []pgtype.Text
+	// callModel and callUpstream name what an unpriced call was asked
+	// for, kept as SQLite keeps them.
+	callModel, callUpstream []pgtype.Text
 	tokens   []int64
 	tokLim   []pgtype.Int8
 	maxConc  []pgtype.Int8
@@ -531,6 +535,7 @@ func (a *batchArgs) fill(jobs []*pgJob, tiers *tierCache) {
 	a.users, a.now, a.ceil, a.tierID, a.tierSame = a.users[:0], a.now[:0], a.ceil[:0], a.tierID[:0], a.tierSame[:0]
 	a.userMode, a.userTier, a.userLim = a.userMode[:0], a.userTier[:0], a.userLim[:0]
 	a.callID, a.callTier, a.tokens, a.tokLim, a.maxConc, a.expires = a.callID[:0], a.callTier[:0], a.tokens[:0], a.tokLim[:0], a.maxConc[:0], a.expires[:0]
+	a.callModel, a.callUpstream = a.callModel[:0], a.callUpstream[:0]
 	for _, j := range jobs {
 		p := j.plan
 		a.keys = append(a.keys, userLockKey(j.user))
@@ -559,12 +564,15 @@ func (a *batchArgs) fill(jobs []*pgJob, tiers *tierCache) {
 		c := p.Call
 		if c == nil {
 			a.callID, a.callTier = append(a.callID, pgtype.Text{}), append(a.callTier, pgtype.Text{})
+			a.callModel, a.callUpstream = append(a.callModel, pgtype.Text{}), append(a.callUpstream, pgtype.Text{})
 			a.tokens, a.maxConc, a.expires = append(a.tokens, 0), append(a.maxConc, pgtype.Int8{}), append(a.expires, 0)
 			a.tokLim = append(a.tokLim, pgtype.Int8{}, pgtype.Int8{}, pgtype.Int8{})
 			continue
 		}
 		a.callID = append(a.callID, pgtype.Text{String: c.ID, Valid: true})
 		a.callTier = append(a.callTier, pgtype.Text{String: c.Tier, Valid: true})
+		a.callModel = append(a.callModel, pgtype.Text{String: c.Model, Valid: c.Model != ""})
+		a.callUpstream = append(a.callUpstream, pgtype.Text{String: c.Upstream, Valid: c.Upstream != ""})
 		a.tokens = append(a.tokens, c.Reserved)
 		a.expires = append(a.expires, c.ExpiresAt.UnixMicro())
 		for _, w := range policy.Windows {

@@ -241,6 +241,8 @@ CREATE FUNCTION admit_batch(
     p_user_lim  TEXT[],   -- the record's users.limits, as JSON
     p_call_id   TEXT[],
     p_call_tier TEXT[],
+    p_call_model TEXT[],    -- the check's model, stored though unpriced; NULL for none
+    p_call_upstream TEXT[],
     p_tokens    BIGINT[],
     p_tok_lim   BIGINT[],
     p_max_conc  BIGINT[],
@@ -418,8 +420,8 @@ BEGIN
             INSERT INTO requests (user_id, ts, seq, tier_id)
                 VALUES (u, o_rec_ts, coalesce(o_last_seq, 0) + 1, nullif(p_tier_id[i], 0));
             IF p_call_id[i] IS NOT NULL THEN
-                INSERT INTO calls (id, user_id, tier, reserved, opened_at, expires_at)
-                    VALUES (p_call_id[i], u, p_call_tier[i], p_tokens[i], t_now, p_expires[i]);
+                INSERT INTO calls (id, user_id, tier, reserved, opened_at, expires_at, model, upstream)
+                    VALUES (p_call_id[i], u, p_call_tier[i], p_tokens[i], t_now, p_expires[i], p_call_model[i], p_call_upstream[i]);
             END IF;
         END IF;
         RETURN NEXT;
@@ -435,7 +437,7 @@ DROP FUNCTION finish_call(TEXT, BIGINT, BIGINT, BIGINT, BIGINT, BIGINT, BIGINT);
 DROP FUNCTION finish_one(TEXT, BIGINT, BIGINT, BIGINT, BIGINT, BIGINT, BIGINT);
 DROP FUNCTION call_state_of(SMALLINT, calls);
 DROP TYPE call_state;
-DROP FUNCTION admit_batch(INTEGER[], BIGINT, TEXT[], BIGINT[], BIGINT[], BIGINT[], BOOLEAN[], SMALLINT[], TEXT[], TEXT[], TEXT[], TEXT[], BIGINT[], BIGINT[], BIGINT[], BIGINT[]);
+DROP FUNCTION admit_batch(INTEGER[], BIGINT, TEXT[], BIGINT[], BIGINT[], BIGINT[], BOOLEAN[], SMALLINT[], TEXT[], TEXT[], TEXT[], TEXT[], TEXT[], TEXT[], BIGINT[], BIGINT[], BIGINT[], BIGINT[]);
 -- Rows of cost alone go; every row of tokens stays.
 DELETE FROM call_tokens WHERE tokens = 0;
 DROP INDEX call_tokens_cost;

@@ -108,7 +108,7 @@ func TestREADMEOrganizationsExamples(t *testing.T) {
 	}
 	for _, want := range []string{
 		`"account":{"id":"acme","windows":{"minute":{"limit":2,"remaining":0,"reset":60}`,
-		`"windows":{"minute":{"count":2,"limit":2,"remaining":0,"reset":60,"tokens":{"used":1000}}`,
+		`"windows":{"minute":{"count":2,"limit":2,"remaining":0,"reset":60,"tokens":{"used":1000},"cost":{"used":"0"}}`,
 		`"calls_in_flight":2,"period":{"start":"`,
 		`"time_zone":"UTC","billing_anchor":1}}`,
 	} {
@@ -158,7 +158,7 @@ func TestREADMETour(t *testing.T) {
 		`Ratelimit: "minute";r=0;t=60, "hour";r=97;t=3600, "day";r=997;t=86400`,
 		`{"user_id":"bob","tier":"tour","windows":{"minute":{"count":3,"limit":3,"remaining":0,"reset":60,`,
 		`"user_id":"carol","tokens":1234,"reserved":4000,`,
-		`"tokens":{"used":1234,"limit":10000,"remaining":8766,"reset":60}}`,
+		`"tokens":{"used":1234,"limit":10000,"remaining":8766,"reset":60},"cost":{"used":"0"}}`,
 		`{"message":"unknown field \"user_id\": user_id belongs in \"context\""}`,
 		"\n200 200\n",
 	} {
@@ -190,6 +190,12 @@ func TestREADMEBudgetsExamples(t *testing.T) {
 		`"prices":[{"model":"gpt-*","input":"0.2","output":"0.8","cache_read":"0.2","cache_write":"0.2"}]}`,
 		`"entries":1,"in_force":false},{"id":1,`,
 		`"entries":2,"in_force":true}]}`,
+		// Spend limits.
+		`{"allowed":false,"reason":"per-day spend limit exceeded",`,
+		`"cost":{"limit":"0.01","used":"0.006","remaining":"0.004",`,
+		`"tokens":9000,`,
+		`"model":"gpt-4o-mini","price_version":1,"reserved_cost":"0.006","cost":"0.0018"}`,
+		`{"message":"model \"llama\" has no price: tier \"budget\" limits spend, and an unpriced call is refused, not counted as free"}`,
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the examples' output lacks %s:\n%s", want, out)

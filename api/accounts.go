@@ -1,11 +1,11 @@
 package api
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"time"
 
-	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/labstack/echo/v4"
 
@@ -16,9 +16,9 @@ import (
 // limits it overrides, null when none; a limit given as null removes the
 // plan's.
 type accountJSON struct {
-	AccountID string            `json:"account_id"`
-	Tier      string            `json:"tier"`
-	Limits    map[string]*int64 `json:"limits,format:emitnull"`
+	AccountID string          `json:"account_id"`
+	Tier      string          `json:"tier"`
+	Limits    limitValuesJSON `json:"limits"`
 	// TimeZone and BillingAnchor are what the account sets, absent where
 	// it keeps the default.
 	TimeZone      string    `json:"time_zone,omitzero"`
@@ -80,17 +80,19 @@ func readAccount(data []byte, pathID string) (policy.Account, error) {
 	return a, a.Validate()
 }
 
-// readLimitValues reads an object of limit fields, each an integer or
-// null; prefix names the object in messages.
+// readLimitValues reads an object of limit fields, each null or a value
+// as readLimitValue reads it; prefix names the object in messages.
 func readLimitValues(raw map[string]jsontext.Value, prefix string) (map[string]*int64, error) {
 	values := make(map[string]*int64, len(raw))
 	for name, v := range raw {
-		if _, ok := policy.LimitFieldNamed(name); !ok {
+		f, ok := policy.LimitFieldNamed(name)
+		if !ok {
 			return nil, policy.Errorf(policy.EINVALID, "unknown field %s in %s", policy.Quote(name), prefix)
 		}
-		var n *int64
-		if json.Unmarshal(v, &n) != nil || n != nil && (*n < 0 || *n > policy.MaxLimit) {
-			return nil, policy.Errorf(policy.EINVALID, "%s.%s must be null or an integer from 0 to %d", prefix, name, policy.MaxLimit)
+		field := prefix + "." + name
+		n, err := readLimitValue(f, field, v, fmt.Sprintf("%s must be null or an integer from 0 to %d", field, policy.MaxLimit))
+		if err != nil {
+			return nil, err
 		}
 		values[name] = n
 	}
@@ -174,7 +176,7 @@ func (s *Server) handleDeleteAccount(c echo.Context) error {
 type accountUsageResponse struct {
 	AccountID     string              `json:"account_id"`
 	Tier          string              `json:"tier"`
-	Limits        map[string]*int64   `json:"limits"`
+	Limits        limitValuesJSON     `json:"limits"`
 	Windows       usageWindowsReponse `json:"windows"`
 	CallsInFlight int64               `json:"calls_in_flight"`
 	// Period is the pool's current billing period, for information.

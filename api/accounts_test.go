@@ -523,7 +523,7 @@ func TestAccountUsage(t *testing.T) {
 	if u := e.accountUsage("acme"); u.Windows["day"].Tokens.Used != 120+200 || u.CallsInFlight != 1 {
 		t.Errorf("the pool after ann's finish: %d tokens, %d calls in flight; want 320 and 1", u.Windows["day"].Tokens.Used, u.CallsInFlight)
 	}
-	if rec := e.do(http.MethodGet, "/v1/usage/ann", "", true); !strings.Contains(rec.Body.String(), `"day":{"count":1,"tokens":{"used":120}}`) || !strings.Contains(rec.Body.String(), `"calls_in_flight":0`) {
+	if rec := e.do(http.MethodGet, "/v1/usage/ann", "", true); !strings.Contains(rec.Body.String(), `"day":{"count":1,"tokens":{"used":120},"cost":{"used":"0"}}`) || !strings.Contains(rec.Body.String(), `"calls_in_flight":0`) {
 		t.Errorf("ann's own usage: %s", rec.Body)
 	}
 	// A finish again changes nothing, in either history.
@@ -555,7 +555,7 @@ func TestAccountUsage(t *testing.T) {
 	if u := e.accountUsage("acme"); u.Windows["day"].Count != 0 || u.Windows["day"].Tokens.Used != 0 || u.CallsInFlight != 0 {
 		t.Errorf("the pool after DELETE: %+v", u)
 	}
-	if rec := e.do(http.MethodGet, "/v1/usage/bob", "", true); !strings.Contains(rec.Body.String(), `"day":{"count":1,"tokens":{"used":50}}`) {
+	if rec := e.do(http.MethodGet, "/v1/usage/bob", "", true); !strings.Contains(rec.Body.String(), `"day":{"count":1,"tokens":{"used":50},"cost":{"used":"0"}}`) {
 		t.Errorf("bob's own usage after the pool was forgotten: %s", rec.Body)
 	}
 	for _, tc := range []struct {

@@ -78,7 +78,7 @@ func TestLessonCheckOverHTTP(t *testing.T) {
 	}
 	// Only admitted requests were recorded.
 	rec = e.do(http.MethodGet, "/v1/usage/alice", "", true)
-	if !strings.Contains(rec.Body.String(), `"minute":{"count":3,"tokens":{"used":0}}`) {
+	if !strings.Contains(rec.Body.String(), `"minute":{"count":3,"tokens":{"used":0},"cost":{"used":"0"}}`) {
 		t.Fatalf("usage = %s", rec.Body)
 	}
 }
@@ -137,10 +137,10 @@ func TestCheckStatuses(t *testing.T) {
 	// None of the refused or failed requests above were recorded: only the
 	// four admitted anonymous ones.
 	rec := e.do(http.MethodGet, "/v1/usage/anonymous", "", true)
-	if !strings.Contains(rec.Body.String(), `"day":{"count":4,"tokens":{"used":0}}`) {
+	if !strings.Contains(rec.Body.String(), `"day":{"count":4,"tokens":{"used":0},"cost":{"used":"0"}}`) {
 		t.Fatalf("anonymous usage = %s", rec.Body)
 	}
-	if rec := e.do(http.MethodGet, "/v1/usage/f", "", true); !strings.Contains(rec.Body.String(), `"day":{"count":0,"tokens":{"used":0}}`) {
+	if rec := e.do(http.MethodGet, "/v1/usage/f", "", true); !strings.Contains(rec.Body.String(), `"day":{"count":0,"tokens":{"used":0},"cost":{"used":"0"}}`) {
 		t.Fatalf("a 403 consumed quota: %s", rec.Body)
 	}
 }
@@ -153,7 +153,7 @@ func TestDryRunRecordsNothing(t *testing.T) {
 			t.Fatalf("dry run: %d %s", rec.Code, rec.Body)
 		}
 	}
-	if rec := e.do(http.MethodGet, "/v1/usage/d", "", true); !strings.Contains(rec.Body.String(), `"day":{"count":0,"tokens":{"used":0}}`) {
+	if rec := e.do(http.MethodGet, "/v1/usage/d", "", true); !strings.Contains(rec.Body.String(), `"day":{"count":0,"tokens":{"used":0},"cost":{"used":"0"}}`) {
 		t.Fatalf("dry run recorded: %s", rec.Body)
 	}
 }
@@ -378,11 +378,11 @@ func TestUsageAPI(t *testing.T) {
 	}
 	path := "/v1/usage/u%201%2F%C3%A9"
 	rec := e.do("GET", path, "", true)
-	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"user_id":"u 1/é","windows":{"minute":{"count":3,"tokens":{"used":0}},"hour":{"count":3,"tokens":{"used":0}},"day":{"count":3,"tokens":{"used":0}}},"calls_in_flight":0`) {
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"user_id":"u 1/é","windows":{"minute":{"count":3,"tokens":{"used":0},"cost":{"used":"0"}},"hour":{"count":3,"tokens":{"used":0},"cost":{"used":"0"}},"day":{"count":3,"tokens":{"used":0},"cost":{"used":"0"}}},"calls_in_flight":0`) {
 		t.Fatalf("usage: %d %s", rec.Code, rec.Body)
 	}
 	rec = e.do("GET", path+"?tier=free", "", true)
-	if !strings.Contains(rec.Body.String(), `"minute":{"count":3,"limit":15,"remaining":12,"reset":30,"tokens":{"used":0}}`) {
+	if !strings.Contains(rec.Body.String(), `"minute":{"count":3,"limit":15,"remaining":12,"reset":30,"tokens":{"used":0},"cost":{"used":"0"}}`) {
 		t.Fatalf("usage with tier: %s", rec.Body)
 	}
 	if rec := e.do("GET", path+"?tier=gold", "", true); rec.Code != 400 || !strings.Contains(rec.Body.String(), "unknown tier") {
@@ -391,7 +391,7 @@ func TestUsageAPI(t *testing.T) {
 	if rec := e.do("DELETE", path, "", true); rec.Code != 204 {
 		t.Fatalf("forget: %d", rec.Code)
 	}
-	if rec := e.do("GET", path, "", true); !strings.Contains(rec.Body.String(), `"day":{"count":0,"tokens":{"used":0}}`) {
+	if rec := e.do("GET", path, "", true); !strings.Contains(rec.Body.String(), `"day":{"count":0,"tokens":{"used":0},"cost":{"used":"0"}}`) {
 		t.Fatalf("after forget: %s", rec.Body)
 	}
 	if rec := e.do("GET", "/v1/usage/"+strings.Repeat("u", 257), "", true); rec.Code != 400 {

@@ -17,6 +17,18 @@ type finishRequest struct {
 	// Tokens is kept raw, as a check's is, so that every value that is not
 	// an integer from 0 to MaxLimit gets one message.
 	Tokens jsontext.Value `json:"tokens"`
+	// Usage splits the tokens by the price each is billed at, so the call
+	// is priced exactly; tokens alone are priced at the model's highest
+	// price.
+	Usage *usageRequest `json:"usage"`
+}
+
+// usageRequest is a finish's usage: every count optional, 0 when missing.
+type usageRequest struct {
+	InputTokens      int64 `json:"input_tokens"`
+	OutputTokens     int64 `json:"output_tokens"`
+	CacheReadTokens  int64 `json:"cache_read_tokens"`
+	CacheWriteTokens int64 `json:"cache_write_tokens"`
 }
 
 // callResponse is the answer of the call routes: finish fills Tokens and
@@ -32,6 +44,13 @@ type callResponse struct {
 	// Expired reports whether the service finished the call at its expiry
 	// because no finish came before.
 	Expired bool `json:"expired"`
+	// Model is the model the check named, null for none.
+	Model *string `json:"model"`
+	// PriceVersion, ReservedCost and Cost are null for an unpriced call,
+	// Cost also while the call is open; amounts are decimal dollars.
+	PriceVersion *int64  `json:"price_version"`
+	ReservedCost *string `json:"reserved_cost"`
+	Cost         *string `json:"cost"`
 }
 
 func callToJSON(c policy.Call) callResponse {
@@ -40,6 +59,17 @@ func callToJSON(c policy.Call) callResponse {
 	if !c.Open() {
 		tokens, at := c.Tokens, c.FinishedAt.UTC()
 		r.Tokens, r.FinishedAt = &tokens, &at
+	}
+	if c.Model != "" {
+		r.Model = &c.Model
+	}
+	if c.Price != nil {
+		version, reserved := c.PriceVersion, c.ReservedCost.String()
+		r.PriceVersion, r.ReservedCost = &version, &reserved
+		if !c.Open() {
+			cost := c.Cost.String()
+			r.Cost = &cost
+		}
 	}
 	return r
 }
@@ -53,7 +83,7 @@ func (s *Server) handleFinishCall(c echo.Context) error {
 	if err != nil {
 		return err // the body limit's 413, or a broken connection
 	}
-	var tokens *int64
+	var report policy.Report
 	// An empty body finishes the call with its reservation.
 	if len(bytes.TrimLeft(data, " \t\r\n")) > 0 {
 		var body finishRequest
@@ -65,11 +95,15 @@ func (s *Server) handleFinishCall(c echo.Context) error {
 			if err != nil {
 				return err
 			}
-			tokens = &n
+			report.Tokens = &n
+		}
+		if u := body.Usage; u != nil {
+			report.Usage = &policy.TokenUsage{Input: u.InputTokens, Output: u.OutputTokens,
+				CacheRead: u.CacheReadTokens, CacheWrite: u.CacheWriteTokens}
 		}
 	}
 	before := s.svc.Now()
-	call, err := s.svc.FinishCall(c.Request().Context(), id, tokens)
+	call, err := s.svc.FinishCall(c.Request().Context(), id, report)
 	s.metrics.observeFinish(&call, err, before)
 	if err != nil {
 		return err

@@ -88,7 +88,7 @@ func TestMeteredCallsAPI(t *testing.T) {
 		{name: "finish: no count after a count", method: "POST", path: "/v1/calls/{c1}/finish", status: 409, want: `message`},
 		{name: "keepalive: finished call", method: "POST", path: "/v1/calls/{c1}/keepalive", status: 409, want: `message`},
 		{name: "keepalive: unknown call", method: "POST", path: "/v1/calls/nosuchcall/keepalive", status: 404, want: `not found`},
-		{name: "keepalive: open call", method: "POST", path: "/v1/calls/{c2}/keepalive", status: 200, want: `"call_id":"{c2}","user_id":"mu","reserved":300,"opened_at":"2026-03-01T12:00:00Z","expires_at":"2026-03-01T12:10:10Z","expired":false}`},
+		{name: "keepalive: open call", method: "POST", path: "/v1/calls/{c2}/keepalive", status: 200, want: `"call_id":"{c2}","user_id":"mu","reserved":300,"opened_at":"2026-03-01T12:00:00Z","expires_at":"2026-03-01T12:10:10Z","expired":false,"model":null,"price_version":null,"reserved_cost":null,"cost":null}`},
 		{name: "check: what the next check sees", method: "POST", path: "/v1/check", body: `{"context":{"user_id":"mu","user_tier":"meter"},"tokens":500}`, status: 200,
 			want: `"tokens":{"limit":1000,"used":1000,"remaining":0,"reset":60}}`, save: "c3",
 			header: map[string]string{"X-RateLimit-Limit-Tokens": "1000", "X-RateLimit-Remaining-Tokens": "0", "X-RateLimit-Reset-Tokens": "60"}},
@@ -100,11 +100,11 @@ func TestMeteredCallsAPI(t *testing.T) {
 
 		// Usage and forgetting.
 		{name: "usage: tokens used and calls in flight", method: "GET", path: "/v1/usage/mu", status: 200,
-			want: `"minute":{"count":3,"tokens":{"used":1000}},"hour":{"count":3,"tokens":{"used":1000}},"day":{"count":3,"tokens":{"used":1000}}},"calls_in_flight":1,"period":{`},
+			want: `"minute":{"count":3,"tokens":{"used":1000},"cost":{"used":"0"}},"hour":{"count":3,"tokens":{"used":1000},"cost":{"used":"0"}},"day":{"count":3,"tokens":{"used":1000},"cost":{"used":"0"}}},"calls_in_flight":1,"period":{`},
 		{name: "usage: with the tier", method: "GET", path: "/v1/usage/mu?tier=meter", status: 200,
-			want: `"minute":{"count":3,"limit":100,"remaining":97,"reset":45,"tokens":{"used":1000,"limit":1000,"remaining":0,"reset":55}},"hour":{"count":3,"limit":1000,"remaining":997,"reset":3585,"tokens":{"used":1000,"limit":5000,"remaining":4000,"reset":3595}},"day":{"count":3,"limit":1000,"remaining":997,"reset":86385,"tokens":{"used":1000}}}`},
+			want: `"minute":{"count":3,"limit":100,"remaining":97,"reset":45,"tokens":{"used":1000,"limit":1000,"remaining":0,"reset":55},"cost":{"used":"0"}},"hour":{"count":3,"limit":1000,"remaining":997,"reset":3585,"tokens":{"used":1000,"limit":5000,"remaining":4000,"reset":3595},"cost":{"used":"0"}},"day":{"count":3,"limit":1000,"remaining":997,"reset":86385,"tokens":{"used":1000},"cost":{"used":"0"}}}`},
 		{name: "forget", method: "DELETE", path: "/v1/usage/mu", status: 204},
-		{name: "usage: calls forgotten", method: "GET", path: "/v1/usage/mu", status: 200, want: `"tokens":{"used":0}}},"calls_in_flight":0,"period":{`},
+		{name: "usage: calls forgotten", method: "GET", path: "/v1/usage/mu", status: 200, want: `"tokens":{"used":0},"cost":{"used":"0"}}},"calls_in_flight":0,"period":{`},
 		{name: "finish: forgotten call", method: "POST", path: "/v1/calls/{c3}/finish", status: 404, want: `not found`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -26,6 +26,9 @@ type checkRequest struct {
 	// DryRun is kept raw for the same reason: only true and false are
 	// read.
 	DryRun jsontext.Value `json:"dry_run"`
+	// Model names the model the call is for, which prices it: required
+	// when the tier limits spend.
+	Model string `json:"model"`
 	// Unknown collects the top-level members no field takes, as an
 	// object; they are refused. It stays nil, and costs nothing, for a
 	// body that has none.
@@ -97,6 +100,7 @@ func readCheck(c echo.Context) (policy.Request, bool, error) {
 		Feature:   body.Context.Feature,
 		Account:   body.Context.AccountID,
 		Tokens:    tokens,
+		Model:     body.Model,
 	}, dryRun, nil
 }
 
@@ -148,7 +152,7 @@ func unknownCheckMember(unknown jsontext.Value) error {
 			return policy.Errorf(policy.EINVALID, `unknown field %s: %s belongs in "context"`, policy.Quote(name), known)
 		}
 	}
-	return policy.Errorf(policy.EINVALID, `unknown field %s: a check body holds only input_text, context, tokens and dry_run; anything else goes in "context"`, policy.Quote(name))
+	return policy.Errorf(policy.EINVALID, `unknown field %s: a check body holds only input_text, context, tokens, model and dry_run; anything else goes in "context"`, policy.Quote(name))
 }
 
 // checkTokens reads the tokens of a check body: absent is 0, and anything

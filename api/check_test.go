@@ -12,7 +12,7 @@ import (
 // What stays open is context: an agent sends its whole context there.
 func TestCheckBodyMistakes(t *testing.T) {
 	e := newGuardEnv(t, api.Config{})
-	const other = `: a check body holds only input_text, context, tokens and dry_run; anything else goes in "context"`
+	const other = `: a check body holds only input_text, context, tokens, model and dry_run; anything else goes in "context"`
 	for _, tc := range []struct {
 		name, path, body string
 		status           int
@@ -26,7 +26,8 @@ func TestCheckBodyMistakes(t *testing.T) {
 		{"feature at the top level", "", `{"input_text":"hi","feature":"search"}`, 400, `unknown field "feature": feature belongs in "context"`},
 		{"names match whatever their case", "", `{"User_ID":"x"}`, 400, `unknown field "User_ID": user_id belongs in "context"`},
 		{"upper case", "", `{"FEATURE":"search","context":{}}`, 400, `unknown field "FEATURE": feature belongs in "context"`},
-		{"the first unknown member is named", "", `{"model":"m","user_id":"x"}`, 400, `unknown field "model"` + other},
+		{"the first unknown member is named", "", `{"session":"m","user_id":"x"}`, 400, `unknown field "session"` + other},
+		{"model is a string", "", `{"model":4}`, 400, `model must be a string, not number`},
 		{"any other member", "", `{"session":{"id":1},"context":{"user_id":"x"}}`, 400, `unknown field "session"` + other},
 		{"a delimiter is not a case", "", `{"user-id":"x"}`, 400, `unknown field "user-id"` + other},
 		{"a misspelt field", "", `{"input":"hi"}`, 400, `unknown field "input"` + other},

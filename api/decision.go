@@ -28,6 +28,7 @@ func decisionStatus(d *policy.Decision) int {
 func setDecisionHeaders(h http.Header, d *policy.Decision) {
 	setRateLimitHeaders(h, d.Windows, d.MinReset(policy.KindRequests))
 	setTokenHeaders(h, d.Windows, d.MinReset(policy.KindTokens))
+	setCostHeaders(h, d.Windows, d.MinReset(policy.KindCost))
 	if d.Account != nil && d.Windows != nil {
 		setAccountHeaders(h, d)
 	}
@@ -87,6 +88,7 @@ func appendDecision(b []byte, d *policy.Decision) []byte {
 		b = append(b, `,"reset":`...)
 		b = strconv.AppendInt(b, ws.Reset, 10)
 		b = appendTokens(b, ws.Tokens)
+		b = appendCost(b, ws.Cost)
 		b = append(b, '}')
 	}
 	b = append(b, `},"call_id":`...)
@@ -130,6 +132,7 @@ func appendAccount(b []byte, a *policy.AccountState) []byte {
 		b = append(b, `,"reset":`...)
 		b = strconv.AppendInt(b, ws.Reset, 10)
 		b = appendTokens(b, ws.Tokens)
+		b = appendCost(b, ws.Cost)
 		b = append(b, '}')
 	}
 	b = append(b, '}')
@@ -150,6 +153,23 @@ func appendTokens(b []byte, t *policy.TokenState) []byte {
 	b = append(b, `,"remaining":`...)
 	b = strconv.AppendInt(b, t.Remaining, 10)
 	b = append(b, `,"reset":`...)
+	b = strconv.AppendInt(b, t.Reset, 10)
+	return append(b, '}')
+}
+
+// appendCost appends a window's cost member, when the window's spend is
+// limited: as the tokens member, with amounts in decimal dollars.
+func appendCost(b []byte, t *policy.TokenState) []byte {
+	if t == nil || !t.Limited {
+		return b
+	}
+	b = append(b, `,"cost":{"limit":"`...)
+	b = policy.Money(t.Limit).Append(b)
+	b = append(b, `","used":"`...)
+	b = policy.Money(t.Used).Append(b)
+	b = append(b, `","remaining":"`...)
+	b = policy.Money(t.Remaining).Append(b)
+	b = append(b, `","reset":`...)
 	b = strconv.AppendInt(b, t.Reset, 10)
 	return append(b, '}')
 }

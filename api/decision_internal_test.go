@@ -53,6 +53,7 @@ type accountWindowResponse struct {
 	Remaining *int64          `json:"remaining"`
 	Reset     int64           `json:"reset"`
 	Tokens    *tokensResponse `json:"tokens,omitzero"`
+	Cost      *costResponse   `json:"cost,omitzero"`
 }
 
 // concurrencyResponse is a user's calls in flight against max_concurrent.
@@ -67,6 +68,15 @@ type tokensResponse struct {
 	Used      int64 `json:"used"`
 	Remaining int64 `json:"remaining"`
 	Reset     int64 `json:"reset"`
+}
+
+// costResponse is one window's spend under a spend limit, in decimal
+// dollars.
+type costResponse struct {
+	Limit     string `json:"limit"`
+	Used      string `json:"used"`
+	Remaining string `json:"remaining"`
+	Reset     int64  `json:"reset"`
 }
 
 // shadowResponse is how a tier's shadow limits decided a check.
@@ -87,6 +97,8 @@ type windowResponse struct {
 	Reset     int64 `json:"reset"`
 	// Tokens is set for a window whose tokens the tier limits.
 	Tokens *tokensResponse `json:"tokens,omitzero"`
+	// Cost is set for a window whose spend the tier limits.
+	Cost *costResponse `json:"cost,omitzero"`
 }
 
 // decisionBody returns the body of a check answer for d.
@@ -117,7 +129,8 @@ func decisionBody(d *policy.Decision) decisionResponse {
 		res.Account = &accountResponse{ID: a.ID}
 		window := func(w policy.Window) accountWindowResponse {
 			ws := a.Windows[w]
-			r := accountWindowResponse{Reset: ws.Reset, Tokens: windowOf(ws).Tokens}
+			own := windowOf(ws)
+			r := accountWindowResponse{Reset: ws.Reset, Tokens: own.Tokens, Cost: own.Cost}
 			if a.Limited(w) {
 				r.Limit, r.Remaining = &ws.Limit, &ws.Remaining
 			}
@@ -142,6 +155,10 @@ func windowOf(w policy.WindowState) windowResponse {
 	if t := w.Tokens; t != nil && t.Limited {
 		r.Tokens = &tokensResponse{Limit: t.Limit, Used: t.Used, Remaining: t.Remaining, Reset: t.Reset}
 	}
+	if t := w.Cost; t != nil && t.Limited {
+		r.Cost = &costResponse{Limit: policy.Money(t.Limit).String(), Used: policy.Money(t.Used).String(),
+			Remaining: policy.Money(t.Remaining).String(), Reset: t.Reset}
+	}
 	return r
 }
 
@@ -155,8 +172,12 @@ func decisionSamples() []policy.Decision {
 			if tokens && i != 1 { // the hour's tokens unlimited
 				ws[i].Tokens = &policy.TokenState{Limited: true, Limit: 1000, Used: 250, Remaining: 750, Reset: int64(i)}
 			}
+			if tokens && i != 0 { // $20, $1.25 spent; the minute's spend unlimited
+				ws[i].Cost = &policy.TokenState{Limited: true, Limit: 20e12, Used: 1.25e12, Remaining: 18.75e12, Reset: int64(7 * i)}
+			}
 		}
 		ws[1].Tokens = &policy.TokenState{} // set but not limited: left out
+		ws[0].Cost = &policy.TokenState{Used: 5}
 		return &ws
 	}
 	return []policy.Decision{
@@ -204,6 +225,7 @@ func pooled(id string, metered bool) *policy.AccountState {
 	if metered {
 		a.Windows[policy.Day].Tokens = &policy.TokenState{Limited: true, Limit: 2000000, Used: 1200, Remaining: 1998800, Reset: 17}
 		a.Windows[policy.Minute].Tokens = &policy.TokenState{Used: 1200} // counted but not limited: left out
+		a.Windows[policy.Hour].Cost = &policy.TokenState{Limited: true, Limit: 100e12, Used: 150_000, Remaining: 100e12 - 150_000, Reset: 3}
 		a.Concurrency = &policy.ConcurrencyState{Limit: 10, InFlight: 3}
 	}
 	return a

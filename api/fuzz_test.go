@@ -96,7 +96,7 @@ type checkBodyReading struct {
 // referenceCheckBody reads a check body with encoding/json, whose names
 // match fields as strings.EqualFold does, and fails where the service must
 // not decide: a body that is not an object, a top-level member other than
-// input_text, context, tokens and dry_run, tokens inside context, or a
+// input_text, context, tokens, model and dry_run, tokens inside context, or a
 // dry_run other than true or false. It does not repeat the library's
 // other refusals (duplicate names, bad UTF-8, types, ...).
 func referenceCheckBody(body []byte) (checkBodyReading, error) {
@@ -106,7 +106,7 @@ func referenceCheckBody(body []byte) (checkBodyReading, error) {
 	}
 	var r checkBodyReading
 	for name, v := range top {
-		i := slices.IndexFunc([]string{"input_text", "context", "tokens", "dry_run"}, func(f string) bool { return strings.EqualFold(name, f) })
+		i := slices.IndexFunc([]string{"input_text", "context", "tokens", "dry_run", "model"}, func(f string) bool { return strings.EqualFold(name, f) })
 		switch {
 		case i < 0:
 			return r, fmt.Errorf("has the top-level member %q", name)

@@ -21,6 +21,10 @@ const (
 	headerXLimitTokens     = "X-Ratelimit-Limit-Tokens"     // X-RateLimit-Limit-Tokens
 	headerXRemainingTokens = "X-Ratelimit-Remaining-Tokens" // X-RateLimit-Remaining-Tokens
 	headerXResetTokens     = "X-Ratelimit-Reset-Tokens"     // X-RateLimit-Reset-Tokens
+
+	headerXLimitCost     = "X-Ratelimit-Limit-Cost"     // X-RateLimit-Limit-Cost
+	headerXRemainingCost = "X-Ratelimit-Remaining-Cost" // X-RateLimit-Remaining-Cost
+	headerXResetCost     = "X-Ratelimit-Reset-Cost"     // X-RateLimit-Reset-Cost
 )
 
 // setRateLimitHeaders writes the rate-limit fields of a check answer from the
@@ -158,6 +162,26 @@ func setTokenHeaders(h http.Header, windows *[len(policy.Windows)]policy.WindowS
 	h[headerXResetTokens] = []string{strconv.FormatInt(max(tightest.Reset, minReset), 10)}
 }
 
+// setCostHeaders writes, on an answer of a tier that limits spend, the
+// spend fields in the shape of the token ones, for the tightest spend
+// window (policy.TightestCost): the limit and the remaining in decimal
+// dollars, the reset as the tokens' is and at least minReset, the check's
+// wait when a spend window refused it. RateLimit and RateLimit-Policy
+// carry no spend, as they carry no tokens: their quota units are
+// requests. Without spend limits it writes nothing.
+func setCostHeaders(h http.Header, windows *[len(policy.Windows)]policy.WindowState, minReset int64) {
+	if windows == nil {
+		return
+	}
+	tightest := policy.TightestCost(windows)
+	if tightest == nil {
+		return
+	}
+	h[headerXLimitCost] = []string{policy.Money(tightest.Limit).String()}
+	h[headerXRemainingCost] = []string{policy.Money(tightest.Remaining).String()}
+	h[headerXResetCost] = []string{strconv.FormatInt(max(tightest.Reset, minReset), 10)}
+}
+
 // accountPolicyPrefix begins the names of an account's quota policies in
 // RateLimit-Policy and RateLimit: "account-minute", "account-hour",
 // "account-day".
@@ -167,7 +191,7 @@ const accountPolicyPrefix = "account-"
 // setTokenHeaders wrote for a member's check the account's pooled limits:
 // a quota policy per window the pool limits, named apart from the user's,
 // in RateLimit-Policy and RateLimit; and X-RateLimit-* (and the token
-// fields) for the tighter of the user's windows and the pool's.
+// and spend fields) for the tighter of the user's windows and the pool's.
 func setAccountHeaders(h http.Header, d *policy.Decision) {
 	a := d.Account
 	var buf [512]byte
@@ -217,4 +241,5 @@ func setAccountHeaders(h http.Header, d *policy.Decision) {
 	h[headerXRemaining] = vals[3:4:4]
 	h[headerXReset] = vals[4:5:5]
 	setTokenHeaders(h, ws, d.MinReset(policy.KindTokens))
+	setCostHeaders(h, ws, d.MinReset(policy.KindCost))
 }

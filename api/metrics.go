@@ -50,6 +50,8 @@ type Metrics struct {
 	callsFinished prometheus.Counter
 	callsExpired  prometheus.Counter
 	tokensSettled prometheus.Counter
+	spend         *prometheus.CounterVec
+	spendOverrun  *prometheus.CounterVec
 	inFlight      atomic.Pointer[func(context.Context) (int64, error)]
 	shadow        *prometheus.CounterVec
 	shadowCounts  sync.Map // shadowKey -> prometheus.Counter
@@ -133,6 +135,14 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 		Name: "policyguard_tokens_settled_total",
 		Help: "Tokens counted by calls their caller finished before they expired: the count reported, or the reservation when none was.",
 	})
+	m.spend = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "policyguard_spend_dollars_total",
+		Help: "US dollars counted by priced calls their caller finished before they expired, by tier: the usage or tokens reported, at the price in force when each was admitted.",
+	}, []string{"tier"})
+	m.spendOverrun = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "policyguard_spend_overrun_dollars_total",
+		Help: "US dollars that priced calls finished by their caller cost above what their check reserved, by tier: the one way spend passes a spend limit.",
+	}, []string{"tier"})
 	inFlight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "policyguard_calls_in_flight",
 		Help: "Calls open now, over every user: read from storage at each scrape; NaN when no store was given (SetCallsInFlight) or it failed.",
@@ -170,7 +180,7 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 		Help: "Upstream exchanges (streams, mostly) whose client went away before the end, which the gateway read on for at most -gateway-drain to learn the usage, by upstream and what settled them: usage (the upstream's count) or reservation (none came in time).",
 	}, []string{"upstream", "settled"})
 	reg.MustRegister(m.checks, duration, m.rowsStored, m.rowsDeleted, storageErrors, m.failOpen,
-		m.callsOpened, m.callsFinished, m.callsExpired, m.tokensSettled, inFlight, m.shadow,
+		m.callsOpened, m.callsFinished, m.callsExpired, m.tokensSettled, m.spend, m.spendOverrun, inFlight, m.shadow,
 		m.gatewayRequests, m.gatewayTokens, m.upstreamLatency, m.gatewayDrained)
 	return m
 }
@@ -240,7 +250,7 @@ func (m *Metrics) callsInFlight() float64 {
 }
 
 // observeFinish counts one finish of call: those that found the call open,
-// with its tokens, or expired. before is the service clock as the finish
+// with its tokens and, when priced, its cost and overrun; or expired. before is the service clock as the finish
 // began: a call finished before it was finished by an earlier request,
 // and this one is a retry. (A retry at the very microsecond of the first
 // finish, which only a stopped test clock allows, counts again.)
@@ -252,8 +262,18 @@ func (m *Metrics) observeFinish(call *policy.Call, err error, before time.Time) 
 	case !call.FinishedAt.Before(before.Truncate(policy.Resolution)):
 		m.callsFinished.Inc()
 		m.tokensSettled.Add(float64(call.Tokens))
+		if call.Price != nil {
+			m.spend.WithLabelValues(call.Tier).Add(dollars(call.Cost))
+			m.spendOverrun.WithLabelValues(call.Tier).Add(dollars(call.Overrun()))
+		}
 	}
 }
+
+// dollars returns m in dollars, as metrics count them: a float64, which
+// keeps every picodollar of amounts below about $9,000 (2^53 of them) and
+// is the closest double beyond. Only the metrics round; the service counts
+// Money.
+func dollars(m policy.Money) float64 { return float64(m) / 1e12 }
 
 // Handler returns the handler of GET /metrics for the registry the metrics
 // are in.
@@ -369,7 +389,8 @@ var rateLimiterName = (*policy.RateLimiter)(nil).Name()
 // check: the request windows, then the limits of metered tiers, then any
 // of an account's pooled limits (the reason policy.CountAccount, as the
 // stats count it).
-var refusalWindows = [...]string{"minute", "hour", "day", "concurrency", "tokens_minute", "tokens_hour", "tokens_day", policy.CountAccount}
+var refusalWindows = [...]string{"minute", "hour", "day", "concurrency", "tokens_minute", "tokens_hour", "tokens_day",
+	"spend_minute", "spend_hour", "spend_day", policy.CountAccount}
 
 // accountRefusal is the index of policy.CountAccount in refusalWindows.
 const accountRefusal = int8(len(refusalWindows) - 1)
@@ -391,10 +412,13 @@ func blockedWindow(d *policy.Decision) int8 {
 	if d.Reason == policy.ConcurrencyReason {
 		return 3
 	}
-	if d.Concurrency != nil || d.Windows[policy.Minute].Tokens != nil || d.Windows[policy.Hour].Tokens != nil || d.Windows[policy.Day].Tokens != nil {
+	if k, ok := d.RefusedBy(); ok && (k == policy.KindTokens || k == policy.KindCost) {
 		for i, w := range policy.Windows {
-			if d.Reason == w.TokenReason() {
+			switch d.Reason {
+			case w.TokenReason():
 				return int8(4 + i)
+			case w.SpendReason():
+				return int8(7 + i)
 			}
 		}
 	}

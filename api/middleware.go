@@ -49,8 +49,9 @@ type GuardConfig struct {
 // guardDecisionKey is where Guard leaves the decision in the echo.Context.
 const guardDecisionKey = "policyguard.decision"
 
-// guardTokensKey is where ReportTokens leaves the handler's count.
-const guardTokensKey = "policyguard.tokens"
+// guardReportKey is where ReportTokens and ReportUsage leave the
+// handler's policy.Report.
+const guardReportKey = "policyguard.report"
 
 // finishTimeout bounds the finish of a guarded call, which runs after the
 // request's own context may have ended.
@@ -66,8 +67,9 @@ const finishTimeout = 5 * time.Second
 //
 // Under a tier that meters calls, an admitted request opens a call that
 // Guard finishes when the handler returns, whether it returned an error or
-// panicked: with the tokens the handler reported through ReportTokens, or
-// else with the reservation (Request.Tokens). A dry run opens no call.
+// panicked: with what the handler reported through ReportTokens or
+// ReportUsage, or else with the reservation (Request.Tokens). A dry run
+// opens no call.
 //
 // Guard panics if Service or Request is missing, as a mistake in the
 // program rather than in a request. The middleware is safe for concurrent
@@ -115,19 +117,16 @@ func Guard(cfg GuardConfig) echo.MiddlewareFunc {
 	}
 }
 
-// finishGuarded finishes the call Guard opened for c's request with the
-// count the handler reported, or its reservation. It runs even when the
+// finishGuarded finishes the call Guard opened for c's request with what
+// the handler reported, or its reservation. It runs even when the
 // handler panicked or the client went away, so the slot is freed at once
 // instead of at the call's expiry.
 func finishGuarded(cfg GuardConfig, c echo.Context, id string) {
-	var tokens *int64
-	if n, ok := c.Get(guardTokensKey).(int64); ok {
-		tokens = &n
-	}
+	report, _ := c.Get(guardReportKey).(policy.Report)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), finishTimeout)
 	defer cancel()
 	before := cfg.Service.Now()
-	call, err := cfg.Service.FinishCall(ctx, id, tokens)
+	call, err := cfg.Service.FinishCall(ctx, id, report)
 	if cfg.Metrics != nil {
 		cfg.Metrics.observeFinish(&call, err, before)
 	}
@@ -137,10 +136,18 @@ func finishGuarded(cfg GuardConfig, c echo.Context, id string) {
 }
 
 // ReportTokens tells Guard how many tokens the guarded handler's model call
-// used, for the finish of its call: the last count reported counts. A
-// handler that reports none leaves its reservation as used. It does nothing
-// for a request Guard opened no call for.
-func ReportTokens(c echo.Context, n int64) { c.Set(guardTokensKey, n) }
+// used, for the finish of its call: the last count reported (here or by
+// ReportUsage) counts. Under a spend limit they cost the model's highest
+// per-token price. A handler that reports none leaves its reservation as
+// used. It does nothing for a request Guard opened no call for.
+func ReportTokens(c echo.Context, n int64) { c.Set(guardReportKey, policy.Report{Tokens: &n}) }
+
+// ReportUsage is ReportTokens with the tokens split by the price each is
+// billed at, as the model's provider reports them, so that a priced call
+// costs exactly what they do.
+func ReportUsage(c echo.Context, u policy.TokenUsage) {
+	c.Set(guardReportKey, policy.Report{Usage: &u})
+}
 
 // GuardDecision returns the decision Guard made for c's request, and false
 // when Guard did not decide it (skipped, or undecided and let through).

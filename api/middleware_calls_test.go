@@ -22,8 +22,8 @@ func int64p(v int64) *int64 { return &v }
 
 // meteredApp is an Echo app whose routes Guard guards under a tier with
 // max_concurrent 1 and 1000 tokens a minute, each reserving the tokens of
-// its X-Tokens header. Its handler reports X-Used tokens when set, and
-// then fails or panics as X-End says.
+// its X-Tokens header. Its handler reports X-Used tokens when set (or
+// usage, "input,output"), and then fails or panics as X-End says.
 func meteredApp(t *testing.T) (*echo.Echo, *policy.Service) {
 	t.Helper()
 	ctx := context.Background()
@@ -52,8 +52,14 @@ func meteredApp(t *testing.T) (*echo.Echo, *policy.Service) {
 	})
 	app.GET("/model", func(c echo.Context) error {
 		if used := c.Request().Header.Get("X-Used"); used != "" {
-			n, _ := strconv.ParseInt(used, 10, 64)
-			api.ReportTokens(c, n)
+			if in, out, split := strings.Cut(used, ","); split {
+				i, _ := strconv.ParseInt(in, 10, 64)
+				o, _ := strconv.ParseInt(out, 10, 64)
+				api.ReportUsage(c, policy.TokenUsage{Input: i, Output: o})
+			} else {
+				n, _ := strconv.ParseInt(used, 10, 64)
+				api.ReportTokens(c, n)
+			}
 		}
 		switch c.Request().Header.Get("X-End") {
 		case "error":
@@ -85,6 +91,7 @@ func TestGuardFinishesCalls(t *testing.T) {
 		counted                    int64 // the tokens the finished call counts
 	}{
 		{"reported count", "300", "120", "", 200, 120},
+		{"reported usage", "300", "100,25", "", 200, 125},
 		{"no count: the reservation", "200", "", "", 200, 200},
 		{"handler error", "100", "40", "error", 500, 40},
 		{"handler error without a count", "50", "", "error", 500, 50},
@@ -127,7 +134,7 @@ func TestGuardRefusesOverMaxConcurrent(t *testing.T) {
 	if rec.Code != 429 || !strings.Contains(rec.Body.String(), `"reason":"concurrent call limit exceeded"`) || !strings.Contains(rec.Body.String(), `"call_id":null`) {
 		t.Fatalf("while the slot is held: %d %s", rec.Code, rec.Body)
 	}
-	if _, err := svc.FinishCall(context.Background(), d.CallID, nil); err != nil {
+	if _, err := svc.FinishCall(context.Background(), d.CallID, policy.Report{}); err != nil {
 		t.Fatal(err)
 	}
 	rec = httptest.NewRecorder()

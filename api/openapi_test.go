@@ -437,6 +437,13 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 		t.Fatalf("finish: %d %s", rec.Code, rec.Body)
 	}
 	finished, kept := e.openCall("om", "metered", 100), e.openCall("om", "metered", 100)
+	// On a server of its own, a tier with a spend limit of $0.03 a day:
+	// two calls of $0.02 do not fit together.
+	es := newEnv(t)
+	es.putPrices(spendPrices)
+	es.putTier("spend", `{"requests_per_minute":100,"requests_per_hour":1000,"requests_per_day":1000,"burst_allowance":0,"cost_per_day":"0.03"}`)
+	spent := es.openCallBody(`{"context":{"user_id":"os","user_tier":"spend"},"tokens":2000,"model":"gpt-test"}`)
+	servers["spend"] = es.srv
 	keyRec := e.do("POST", "/v1/keys", `{"user_id":"ok"}`, true)
 	if keyRec.Code != 201 {
 		t.Fatalf("make a key: %d %s", keyRec.Code, keyRec.Body)
@@ -466,6 +473,12 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 		{"POST", "/v1/check", "/v1/check", `{"context":{"user_id":"om","user_tier":"metered"},"tokens":10}`, false, 429, nil, ""}, // 2 calls open
 		{"POST", "/v1/check", "/v1/check", `{"context":{"user_id":"om2","user_tier":"metered"},"tokens":10}`, false, 200, nil, ""},
 		{"POST", "/v1/check", "/v1/check", `{"context":{"user_id":"om2","user_tier":"metered"},"tokens":1.5}`, false, 400, nil, ""},
+		{"POST", "/v1/check", "/v1/check", `{"context":{"user_id":"os","user_tier":"spend"},"tokens":2000,"model":"gpt-test"}`, false, 429, nil, "spend"},
+		{"POST", "/v1/check", "/v1/check", `{"context":{"user_id":"os","user_tier":"spend"},"tokens":2000,"model":"gpt-none"}`, false, 400, nil, "spend"},
+		{"POST", "/v1/check", "/v1/check", `{"context":{"user_id":"os2","user_tier":"spend"},"tokens":2000,"model":"gpt-test"}`, false, 200, nil, "spend"},
+		{"POST", "/v1/calls/{call_id}/keepalive", "/v1/calls/" + spent + "/keepalive", ``, false, 200, nil, "spend"},
+		{"POST", "/v1/calls/{call_id}/finish", "/v1/calls/" + spent + "/finish", `{"usage":{"input_tokens":100,"output_tokens":50,"cache_read_tokens":10,"cache_write_tokens":0}}`, false, 200, nil, "spend"},
+		{"GET", "/v1/usage/{user_id}", "/v1/usage/os?tier=spend", "", true, 200, nil, "spend"},
 		{"POST", "/v1/calls/{call_id}/finish", "/v1/calls/" + finished + "/finish", `{"tokens":42}`, false, 200, nil, ""},
 		{"POST", "/v1/calls/{call_id}/finish", "/v1/calls/" + finished + "/finish", `{"tokens":42}`, false, 200, nil, ""},
 		{"POST", "/v1/calls/{call_id}/finish", "/v1/calls/" + finished + "/finish", `{"tokens":43}`, false, 409, nil, ""},

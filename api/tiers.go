@@ -175,9 +175,9 @@ func writeMember(enc *jsontext.Encoder, name string, v any, opts ...json.Options
 }
 
 // writeLimits writes the limits of s that want reports (nil: every one)
-// as members named as their rows of policy.LimitFields, in its order: a
-// required limit, unless pooled, as a number (0 when unset); any other as
-// a number or null for none.
+// as members named as their rows of policy.LimitFields, in its order, each
+// value as limitToken writes it: a required limit, unless pooled, 0 when
+// unset; any other null for none.
 func writeLimits(enc *jsontext.Encoder, s *policy.LimitSet, want func(*policy.LimitField) bool, pooled bool) error {
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
@@ -187,9 +187,9 @@ func writeLimits(enc *jsontext.Encoder, s *policy.LimitSet, want func(*policy.Li
 		tok := jsontext.Null
 		switch v := s[i]; {
 		case v != nil:
-			tok = jsontext.Int(*v)
+			tok = limitToken(f, *v)
 		case !f.Optional && !pooled:
-			tok = jsontext.Int(0)
+			tok = limitToken(f, 0)
 		}
 		if err := enc.WriteToken(jsontext.String(f.Name)); err != nil {
 			return err
@@ -216,12 +216,22 @@ func writeLimitsObject(enc *jsontext.Encoder, s *policy.LimitSet, want func(*pol
 // readLimit reads the value of the member name into s when name is a limit
 // of policy.LimitFields that want reports (nil: every one); ok is false
 // when it is not. A required limit, unless pooled, is read as an int64, so
-// that null reaches the caller's unmarshaler for one (see decodeTier);
-// any other as a *int64, null for none.
+// that null reaches the caller's unmarshaler for one (see decodeTier); a
+// spend limit as a spendJSON, a decimal string of dollars; any other as a
+// *int64, null for none.
 func readLimit(dec *jsontext.Decoder, s *policy.LimitSet, name string, want func(*policy.LimitField) bool, pooled bool) (ok bool, err error) {
 	f, ok := policy.LimitFieldNamed(name)
 	if !ok || want != nil && !want(f) {
 		return false, nil
+	}
+	if f.Kind == policy.KindCost {
+		var p *spendJSON
+		err = json.UnmarshalDecode(dec, &p)
+		s[f.ID()] = nil
+		if p != nil {
+			s[f.ID()] = p.v
+		}
+		return true, err
 	}
 	if f.Optional || pooled {
 		var p *int64
@@ -349,6 +359,18 @@ func decodeTier(data []byte, problems map[string][]string, present map[string]bo
 				return dec.SkipValue()
 			}
 			return limit(dec, v)
+		}),
+		// A spend limit's problem is noted as the others' are.
+		json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *spendJSON) error {
+			field := fieldPath(dec)
+			present[field] = true
+			if err := v.UnmarshalJSONFrom(dec); err != nil {
+				if policy.ErrorCode(err) != policy.EINVALID {
+					return err
+				}
+				problems[field] = append(problems[field], policy.ErrorMessage(err))
+			}
+			return nil
 		}),
 		json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *string) error { return str(dec, v) }),
 		json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *[]string) error { return strs(dec, v) }),

@@ -34,10 +34,18 @@ func TestTierWireWalksTheTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	body := string(b)
+	// wire is v, a value of f, as the wire writes it: a spend limit in
+	// dollars, a decimal string.
+	wire := func(f *policy.LimitField, v int) string {
+		if f.Kind == policy.KindCost {
+			return `"` + policy.Money(v).String() + `"`
+		}
+		return strconv.Itoa(v)
+	}
 	at := strings.Index(body, `"name":"t"`)
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
-		member := `"` + f.Name + `":` + strconv.Itoa(i+1) + `,`
+		member := `"` + f.Name + `":` + wire(f, i+1) + `,`
 		next := strings.Index(body, member)
 		if next < at {
 			t.Errorf("%s: %s missing or out of the table's order in %s", f.Name, member, body)
@@ -49,7 +57,7 @@ func TestTierWireWalksTheTable(t *testing.T) {
 			want bool
 		}{{`"shadow":{`, 101 + i, f.InRequestLimits()}, {`"account":{`, 201 + i, true}} {
 			obj := body[strings.Index(body, in.obj):]
-			if got := strings.Contains(obj, `"`+f.Name+`":`+strconv.Itoa(in.v)); got != in.want {
+			if got := strings.Contains(obj, `"`+f.Name+`":`+wire(f, in.v)); got != in.want {
 				t.Errorf("%s: in %s %v, want %v: %s", f.Name, in.obj, got, in.want, body)
 			}
 		}

@@ -48,6 +48,16 @@ type usageWindow struct {
 	// Tokens is the window's tokens: used always; the rest when the tier
 	// named limits them.
 	Tokens usageTokens `json:"tokens"`
+	// Cost is the window's spend in decimal dollars, as Tokens; nil when
+	// the store keeps no calls.
+	Cost *usageCost `json:"cost,omitzero"`
+}
+
+type usageCost struct {
+	Used      string  `json:"used"`
+	Limit     *string `json:"limit,omitempty"`
+	Remaining *string `json:"remaining,omitempty"`
+	Reset     *int64  `json:"reset,omitempty"`
 }
 
 type usageTokens struct {
@@ -93,6 +103,13 @@ func usageWindowsOf(windows *[len(policy.Windows)]policy.WindowState, limited fu
 			u.Tokens.Used = t.Used
 			if t.Limited {
 				u.Tokens.Limit, u.Tokens.Remaining, u.Tokens.Reset = &t.Limit, &t.Remaining, &t.Reset
+			}
+		}
+		if t := ws.Cost; t != nil {
+			u.Cost = &usageCost{Used: policy.Money(t.Used).String()}
+			if t.Limited {
+				limit, remaining := policy.Money(t.Limit).String(), policy.Money(t.Remaining).String()
+				u.Cost.Limit, u.Cost.Remaining, u.Cost.Reset = &limit, &remaining, &t.Reset
 			}
 		}
 		return u

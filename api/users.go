@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -25,10 +26,10 @@ const (
 // limits, null when there are none; a token limit or max_concurrent given
 // as null removes the tier's limit for the user.
 type userJSON struct {
-	UserID  string            `json:"user_id"`
-	Tier    *string           `json:"tier"`
-	Account *string           `json:"account,omitempty"`
-	Limits  map[string]*int64 `json:"limits,format:emitnull"`
+	UserID  string          `json:"user_id"`
+	Tier    *string         `json:"tier"`
+	Account *string         `json:"account,omitempty"`
+	Limits  limitValuesJSON `json:"limits"`
 	// TimeZone and BillingAnchor are what the record sets, absent where it
 	// keeps the default: an answer sent back as it is then pins nothing.
 	TimeZone      string    `json:"time_zone,omitzero"`
@@ -129,9 +130,10 @@ func readUser(data []byte, pathID string) (policy.UserRecord, error) {
 		if !ok {
 			continue
 		}
-		var v *int64
-		if json.Unmarshal(raw, &v) != nil {
-			return policy.UserRecord{UserID: id}, policy.Errorf(policy.EINVALID, "limits.%s must be an integer from 0 to %d", name, policy.MaxLimit)
+		f, _ := policy.LimitFieldNamed(name)
+		v, err := readLimitValue(f, "limits."+name, raw, fmt.Sprintf("limits.%s must be an integer from 0 to %d", name, policy.MaxLimit))
+		if err != nil {
+			return policy.UserRecord{UserID: id}, err
 		}
 		values[name] = v
 	}

@@ -251,7 +251,7 @@ func TestPooledLimitHoldsUnderParallelMembers(t *testing.T) {
 						for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
 						}
 						open.Add(-1)
-						if _, err := svc.FinishCall(ctx, d.CallID, new(tokens/2)); err != nil {
+						if _, err := svc.FinishCall(ctx, d.CallID, policy.Report{Tokens: new(tokens / 2)}); err != nil {
 							t.Error(err)
 						}
 					}
@@ -333,7 +333,7 @@ func TestPooledChecksOfReplicasNeverDeadlock(t *testing.T) {
 				admitted[u]++
 				mu.Unlock()
 				if i%2 == 0 {
-					if _, err := svc.FinishCall(ctx, d.CallID, nil); err != nil {
+					if _, err := svc.FinishCall(ctx, d.CallID, policy.Report{}); err != nil {
 						t.Errorf("finish %s's call: %v", u, err)
 						return
 					}
@@ -437,14 +437,14 @@ func TestPoolCopyOfACallIsNoCallers(t *testing.T) {
 			t.Fatalf("first call: %+v, %v", d, err)
 		}
 		copyID := policy.PoolCallID(d.CallID)
-		if _, err := svc.FinishCall(ctx, copyID, new(int64(0))); policy.ErrorCode(err) != policy.ENOTFOUND {
+		if _, err := svc.FinishCall(ctx, copyID, policy.Report{Tokens: new(int64(0))}); policy.ErrorCode(err) != policy.ENOTFOUND {
 			t.Errorf("finish the account's copy: %v, want not found", err)
 		}
 		if _, err := svc.KeepAlive(ctx, copyID); policy.ErrorCode(err) != policy.ENOTFOUND {
 			t.Errorf("keep the account's copy alive: %v, want not found", err)
 		}
 		// The store refuses it too, whoever asks.
-		if _, err := s.FinishCall(ctx, copyID, new(int64(0)), now); policy.ErrorCode(err) != policy.ENOTFOUND {
+		if _, err := s.FinishCall(ctx, copyID, policy.Report{Tokens: new(int64(0))}, now); policy.ErrorCode(err) != policy.ENOTFOUND {
 			t.Errorf("the store finishes the account's copy: %v, want not found", err)
 		}
 		if _, err := s.KeepAlive(ctx, copyID, now, now.Add(time.Minute)); policy.ErrorCode(err) != policy.ENOTFOUND {
@@ -457,7 +457,7 @@ func TestPoolCopyOfACallIsNoCallers(t *testing.T) {
 		if c, err := svc.KeepAlive(ctx, d.CallID); err != nil || c.Account != "acme" {
 			t.Fatalf("keep the call alive: %+v, %v", c, err)
 		}
-		if _, err := svc.FinishCall(ctx, d.CallID, new(int64(3))); err != nil {
+		if _, err := svc.FinishCall(ctx, d.CallID, policy.Report{Tokens: new(int64(3))}); err != nil {
 			t.Fatal(err)
 		}
 		u, err := svc.AccountUsage(ctx, "acme")
@@ -520,7 +520,7 @@ func TestFinishConflictingPoolCopyKeepsNothing(t *testing.T) {
 		if _, err := raw.Exec(`UPDATE calls SET finished_at = opened_at, tokens = 7, reported = 7 WHERE id = '` + copyID + `'`); err != nil {
 			t.Fatal(err)
 		}
-		_, err = s.FinishCall(ctx, d.CallID, new(int64(3)), now)
+		_, err = s.FinishCall(ctx, d.CallID, policy.Report{Tokens: new(int64(3))}, now)
 		if policy.ErrorCode(err) != policy.ECONFLICT || !strings.Contains(err.Error(), copyID) {
 			t.Fatalf("finish: %v, want a conflict naming %q", err, copyID)
 		}

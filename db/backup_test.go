@@ -42,7 +42,7 @@ func TestBackupUnderLoadKeepsEveryAnsweredWrite(t *testing.T) {
 		t.Fatalf("open a call: %+v %v", finished, err)
 	}
 	used := int64(25)
-	if _, err := svc.FinishCall(ctx, finished.CallID, &used); err != nil {
+	if _, err := svc.FinishCall(ctx, finished.CallID, policy.Report{Tokens: &used}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -128,7 +128,7 @@ func TestBackupUnderLoadKeepsEveryAnsweredWrite(t *testing.T) {
 	if rep.CallsInFlight != 1 || rep.Windows[policy.Day].Count != 2 || rep.Windows[policy.Day].Tokens == nil || rep.Windows[policy.Day].Tokens.Used != 70+25 {
 		t.Errorf("vip's usage in the copy: %d in flight, %d requests, tokens %+v; want 1, 2 and 95 used", rep.CallsInFlight, rep.Windows[policy.Day].Count, rep.Windows[policy.Day].Tokens)
 	}
-	if _, err := csvc.FinishCall(ctx, open.CallID, nil); err != nil {
+	if _, err := csvc.FinishCall(ctx, open.CallID, policy.Report{}); err != nil {
 		t.Errorf("the open call in the copy: %v", err)
 	}
 }

@@ -129,7 +129,7 @@ func BenchmarkCallPostgres(b *testing.B) {
 			return false
 		}
 		mid := time.Now()
-		if _, err := svc.FinishCall(ctx, d.CallID, &used); err != nil {
+		if _, err := svc.FinishCall(ctx, d.CallID, policy.Report{Tokens: &used}); err != nil {
 			b.Error(err)
 			return false
 		}

@@ -16,31 +16,40 @@ import (
 // the open calls are read through the index calls_open, which holds them
 // alone (see migration 17).
 var callQueries = map[query]string{
-	qTokLast:       `SELECT ts, total FROM call_tokens WHERE user_id = ? ORDER BY ts DESC, total DESC LIMIT 1`,
-	qTokFirstAfter: `SELECT ts, total - tokens FROM call_tokens WHERE user_id = ? AND ts > ? ORDER BY ts, total LIMIT 1`,
+	// A user's rows are ordered by (ts, total, cost_total), their key:
+	// each row adds to one running total at least (see migration 24).
+	qTokLast:       `SELECT ts, total, cost_total FROM call_tokens WHERE user_id = ? ORDER BY ts DESC, total DESC, cost_total DESC LIMIT 1`,
+	qTokFirstAfter: `SELECT ts, total - tokens, tokens, cost_total - cost, cost FROM call_tokens WHERE user_id = ? AND ts > ? ORDER BY ts, total, cost_total LIMIT 1`,
 	// The same for three cutoffs, in one statement.
-	qTokFirstAfter3: `SELECT 0, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?2 ORDER BY ts, total LIMIT 1) a
-		UNION ALL SELECT 1, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?3 ORDER BY ts, total LIMIT 1) b
-		UNION ALL SELECT 2, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?4 ORDER BY ts, total LIMIT 1) c`,
+	qTokFirstAfter3: `SELECT 0, ts, total - tokens, tokens, cost_total - cost, cost FROM (SELECT ts, total, tokens, cost_total, cost FROM call_tokens WHERE user_id = ?1 AND ts > ?2 ORDER BY ts, total, cost_total LIMIT 1) a
+		UNION ALL SELECT 1, ts, total - tokens, tokens, cost_total - cost, cost FROM (SELECT ts, total, tokens, cost_total, cost FROM call_tokens WHERE user_id = ?1 AND ts > ?3 ORDER BY ts, total, cost_total LIMIT 1) b
+		UNION ALL SELECT 2, ts, total - tokens, tokens, cost_total - cost, cost FROM (SELECT ts, total, tokens, cost_total, cost FROM call_tokens WHERE user_id = ?1 AND ts > ?4 ORDER BY ts, total, cost_total LIMIT 1) c`,
 	// The same, reading ahead: at most readahead rows after each cutoff,
 	// for the writer's token cursors.
-	qTokRowsAfter3: `SELECT 0, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?2 ORDER BY ts, total LIMIT 8) a
-		UNION ALL SELECT 1, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?3 ORDER BY ts, total LIMIT 8) b
-		UNION ALL SELECT 2, ts, total - tokens FROM (SELECT ts, total, tokens FROM call_tokens WHERE user_id = ?1 AND ts > ?4 ORDER BY ts, total LIMIT 8) c`,
-	qTokReaching: `SELECT ts FROM call_tokens WHERE user_id = ? AND total >= ? ORDER BY total LIMIT 1`,
-	qTokInsert:   `INSERT INTO call_tokens (user_id, ts, tokens, total) VALUES (?, ?, ?, ?)`,
-	qTokForget:   `DELETE FROM call_tokens WHERE user_id = ?`,
-	qTokNextUser: `SELECT user_id FROM call_tokens WHERE user_id > ? ORDER BY user_id LIMIT 1`,
-	qTokPrune:    `DELETE FROM call_tokens WHERE user_id = ? AND ts <= ?`,
-	qOpenCalls: `SELECT count(*), CAST(coalesce(sum(reserved), 0) AS BIGINT), coalesce(min(expires_at), 0)
+	qTokRowsAfter3: `SELECT 0, ts, total - tokens, tokens, cost_total - cost, cost FROM (SELECT ts, total, tokens, cost_total, cost FROM call_tokens WHERE user_id = ?1 AND ts > ?2 ORDER BY ts, total, cost_total LIMIT 8) a
+		UNION ALL SELECT 1, ts, total - tokens, tokens, cost_total - cost, cost FROM (SELECT ts, total, tokens, cost_total, cost FROM call_tokens WHERE user_id = ?1 AND ts > ?3 ORDER BY ts, total, cost_total LIMIT 8) b
+		UNION ALL SELECT 2, ts, total - tokens, tokens, cost_total - cost, cost FROM (SELECT ts, total, tokens, cost_total, cost FROM call_tokens WHERE user_id = ?1 AND ts > ?4 ORDER BY ts, total, cost_total LIMIT 8) c`,
+	qTokReaching: `SELECT ts FROM call_tokens WHERE user_id = ? AND total >= ? ORDER BY total, cost_total LIMIT 1`,
+	// The spend's: through call_tokens_cost, which holds the rows that
+	// cost something, whose cost_total strictly increases.
+	qCostReaching: `SELECT ts FROM call_tokens WHERE user_id = ? AND cost > 0 AND cost_total >= ? ORDER BY cost_total LIMIT 1`,
+	qTokInsert:    `INSERT INTO call_tokens (user_id, ts, tokens, total, cost, cost_total) VALUES (?, ?, ?, ?, ?, ?)`,
+	qTokForget:    `DELETE FROM call_tokens WHERE user_id = ?`,
+	qTokNextUser:  `SELECT user_id FROM call_tokens WHERE user_id > ? ORDER BY user_id LIMIT 1`,
+	qTokPrune:     `DELETE FROM call_tokens WHERE user_id = ? AND ts <= ?`,
+	qOpenCalls: `SELECT count(*), CAST(coalesce(sum(reserved), 0) AS BIGINT), CAST(coalesce(sum(reserved_cost), 0) AS BIGINT), coalesce(min(expires_at), 0)
 		FROM calls WHERE user_id = ? AND finished_at IS NULL`,
 	qNextExpiry: `SELECT expires_at FROM calls WHERE user_id = ? AND finished_at IS NULL ORDER BY expires_at LIMIT 1`,
-	qExpiredCalls: `SELECT id, reserved, expires_at FROM calls
+	qExpiredCalls: `SELECT id, reserved, reserved_cost, expires_at FROM calls
 		WHERE user_id = ? AND finished_at IS NULL AND expires_at <= ? ORDER BY expires_at, id`,
-	qCallInsert:    `INSERT INTO calls (id, user_id, tier, reserved, opened_at, expires_at, account) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-	qCallGet:       `SELECT user_id, tier, reserved, opened_at, expires_at, finished_at, tokens, reported, expired, account FROM calls WHERE id = ?`,
-	qCallSettle:    `UPDATE calls SET finished_at = ?, tokens = reserved, expired = 1 WHERE id = ?`,
-	qCallFinish:    `UPDATE calls SET finished_at = ?, tokens = ?, reported = ? WHERE id = ?`,
+	qCallInsert: `INSERT INTO calls (id, user_id, tier, reserved, opened_at, expires_at, account,
+		model, upstream, price_version, price_model, price_upstream, price_input, price_output, price_cache_read, price_cache_write, reserved_cost)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	qCallGet: `SELECT user_id, tier, reserved, opened_at, expires_at, finished_at, tokens, reported, expired, account,
+		model, upstream, price_version, price_model, price_upstream, price_input, price_output, price_cache_read, price_cache_write,
+		reserved_cost, cost, reported_cost FROM calls WHERE id = ?`,
+	qCallSettle:    `UPDATE calls SET finished_at = ?, tokens = reserved, cost = reserved_cost, expired = 1 WHERE id = ?`,
+	qCallFinish:    `UPDATE calls SET finished_at = ?, tokens = ?, reported = ?, cost = ?, reported_cost = ? WHERE id = ?`,
 	qCallKeepAlive: `UPDATE calls SET expires_at = ? WHERE id = ?`,
 	// Every call of a user: the open ones, a range of calls_open, and the
 	// finished ones, a range of calls_finished_user.
@@ -68,7 +77,9 @@ const noExpiry = math.MaxInt64
 type ledgerState struct {
 	anyRow            bool
 	lastTS, lastTotal int64
-	open, reserved    int64
+	lastCost          int64 // the newest running total of cost
+	open              int64
+	reserved          policy.Amounts
 	nextExpiry        int64 // the earliest expires_at of an open call, noExpiry when none
 	// openCalls, when listed, are all the open calls in settling order
 	// (expiry, then id), so that settling and finishing need no query to
@@ -88,7 +99,7 @@ type tokCursor struct {
 	valid, all bool
 	n          int
 	cutoff     int64
-	rows       [readahead]struct{ ts, before int64 }
+	rows       [readahead]tokFirst
 }
 
 // first returns the oldest row after c, stepping the cursor over the rows
@@ -113,7 +124,9 @@ func (k *tokCursor) first(c int64) (f tokFirst, ok bool) {
 	if k.n == 0 {
 		return tokFirst{cutoff: c}, true
 	}
-	return tokFirst{cutoff: c, ts: k.rows[0].ts, before: k.rows[0].before, found: true}, true
+	f = k.rows[0]
+	f.cutoff, f.found = c, true
+	return f, true
 }
 
 // appended records that r was added after every other row.
@@ -125,21 +138,22 @@ func (k *tokCursor) appended(r tokRow) {
 		k.all = false
 		return
 	}
-	k.rows[k.n].ts, k.rows[k.n].before = r.ts, r.total-r.tokens
+	k.rows[k.n] = tokFirst{ts: r.ts, before: r.total - r.tokens, tokens: r.tokens, costBefore: r.costTotal - r.cost, cost: r.cost}
 	k.n++
 }
 
 // maxListedCalls is the most open calls of one user the writer lists.
 const maxListedCalls = 1024
 
-// tokRow is one row of finished tokens.
-type tokRow struct{ ts, tokens, total int64 }
+// tokRow is one row of finished tokens and cost.
+type tokRow struct{ ts, tokens, total, cost, costTotal int64 }
 
-// tokFirst is the oldest row of finished tokens after cutoff and the
-// running total before it.
+// tokFirst is the oldest row of finished amounts after cutoff: its
+// tokens and cost, and the running totals before it.
 type tokFirst struct {
-	cutoff, ts, before int64
-	found              bool
+	cutoff, ts, before, tokens int64
+	costBefore, cost           int64
+	found                      bool
 }
 
 // ledger implements policy.Ledger for one user at one instant, on the
@@ -164,7 +178,7 @@ var (
 // loadLedger reads user's ledger state.
 func loadLedger(q rowQuerier, user string) (ledgerState, error) {
 	st := ledgerState{nextExpiry: noExpiry}
-	err := q.queryRow(qTokLast, user).Scan(&st.lastTS, &st.lastTotal)
+	err := q.queryRow(qTokLast, user).Scan(&st.lastTS, &st.lastTotal, &st.lastCost)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 	case err != nil:
@@ -173,7 +187,7 @@ func loadLedger(q rowQuerier, user string) (ledgerState, error) {
 		st.anyRow = true
 	}
 	var next int64
-	if err := q.queryRow(qOpenCalls, user).Scan(&st.open, &st.reserved, &next); err != nil {
+	if err := q.queryRow(qOpenCalls, user).Scan(&st.open, &st.reserved[policy.MeasureTokens], &st.reserved[policy.MeasureCost], &next); err != nil {
 		return st, unavailable(err)
 	}
 	if st.open > 0 {
@@ -187,6 +201,7 @@ func loadLedger(q rowQuerier, user string) (ledgerState, error) {
 type expiredCall struct {
 	id                  string
 	reserved, expiresAt int64
+	reservedCost        int64
 }
 
 // expiredCalls returns user's open calls that expired at or before now, in
@@ -200,7 +215,7 @@ func expiredCalls(q rowQuerier, user string, now int64) ([]expiredCall, error) {
 	var out []expiredCall
 	for rows.Next() {
 		var c expiredCall
-		if err := rows.Scan(&c.id, &c.reserved, &c.expiresAt); err != nil {
+		if err := rows.Scan(&c.id, &c.reserved, &c.reservedCost, &c.expiresAt); err != nil {
 			return nil, unavailable(err)
 		}
 		out = append(out, c)
@@ -218,14 +233,15 @@ func (st *ledgerState) countAt(t int64) int64 {
 	return t
 }
 
-// add counts tokens finished at t and returns the row to store, ok false
-// when there are none to store.
-func (st *ledgerState) add(t, tokens int64) (r tokRow, ok bool) {
-	if tokens <= 0 {
+// add counts tokens and cost finished at t and returns the row to store,
+// ok false when there is nothing to store.
+func (st *ledgerState) add(t, tokens, cost int64) (r tokRow, ok bool) {
+	if tokens <= 0 && cost <= 0 {
 		return r, false
 	}
-	r = tokRow{ts: st.countAt(t), tokens: tokens, total: st.lastTotal + tokens}
-	st.anyRow, st.lastTS, st.lastTotal = true, r.ts, r.total
+	tokens, cost = max(tokens, 0), max(cost, 0)
+	r = tokRow{ts: st.countAt(t), tokens: tokens, total: st.lastTotal + tokens, cost: cost, costTotal: st.lastCost + cost}
+	st.anyRow, st.lastTS, st.lastTotal, st.lastCost = true, r.ts, r.total, r.costTotal
 	for i := range st.windows {
 		st.windows[i].appended(r)
 	}
@@ -270,8 +286,9 @@ func (h *history) Calls(now time.Time) (policy.Ledger, error) {
 		next := st // where the rows settling them would go
 		for _, c := range expired {
 			l.st.open--
-			l.st.reserved -= c.reserved
-			if r, ok := next.add(c.expiresAt, c.reserved); ok {
+			l.st.reserved[policy.MeasureTokens] -= c.reserved
+			l.st.reserved[policy.MeasureCost] -= c.reservedCost
+			if r, ok := next.add(c.expiresAt, c.reserved, c.reservedCost); ok {
 				l.virt = append(l.virt, r)
 			}
 		}
@@ -302,7 +319,7 @@ func (l *ledger) prefetch(now int64) error {
 	for rows.Next() {
 		var i int
 		var f tokFirst
-		if err := rows.Scan(&i, &f.ts, &f.before); err != nil {
+		if err := rows.Scan(&i, &f.ts, &f.before, &f.tokens, &f.costBefore, &f.cost); err != nil {
 			return unavailable(err)
 		}
 		if i < 0 || i >= len(c) {
@@ -341,15 +358,15 @@ func (l *ledger) fillCursors(c *[len(policy.Windows)]int64) error {
 	}
 	for rows.Next() {
 		var i int
-		var ts, before int64
-		if err := rows.Scan(&i, &ts, &before); err != nil {
+		var f tokFirst
+		if err := rows.Scan(&i, &f.ts, &f.before, &f.tokens, &f.costBefore, &f.cost); err != nil {
 			return unavailable(err)
 		}
 		if i < 0 || i >= len(c) || ws[i].n == readahead {
 			return fmt.Errorf("calls of %q: row for cutoff %d", l.user, i)
 		}
 		k := &ws[i]
-		k.rows[k.n].ts, k.rows[k.n].before = ts, before
+		k.rows[k.n] = f
 		k.n++
 	}
 	if err := rows.Err(); err != nil {
@@ -377,7 +394,7 @@ func (l *ledger) first(cutoff int64) (tokFirst, error) {
 		}
 	}
 	f := tokFirst{cutoff: cutoff}
-	if err := l.q.queryRow(qTokFirstAfter, l.user, cutoff).Scan(&f.ts, &f.before); err != nil {
+	if err := l.q.queryRow(qTokFirstAfter, l.user, cutoff).Scan(&f.ts, &f.before, &f.tokens, &f.costBefore, &f.cost); err != nil {
 		return f, unavailable(err)
 	}
 	f.found = true
@@ -389,40 +406,53 @@ func (l *ledger) first(cutoff int64) (tokFirst, error) {
 }
 
 // InFlight implements policy.Ledger.
-func (l *ledger) InFlight() (calls, reserved int64, err error) { return l.st.open, l.st.reserved, nil }
+func (l *ledger) InFlight() (calls int64, reserved policy.Amounts, err error) {
+	return l.st.open, l.st.reserved, nil
+}
 
-// TokensAfter implements policy.Ledger: the newest running total minus the
-// one before the oldest row after t.
-func (l *ledger) TokensAfter(t time.Time) (int64, error) {
+// After implements policy.Ledger: the newest running totals minus the
+// ones before the oldest row after t.
+func (l *ledger) After(t time.Time) (policy.Amounts, error) {
 	cutoff := t.UnixMicro()
 	f, err := l.first(cutoff)
 	if err != nil {
-		return 0, err
+		return policy.Amounts{}, err
 	}
-	var n int64
+	var n policy.Amounts
 	if f.found {
-		n = l.st.lastTotal - f.before
+		n[policy.MeasureTokens] = l.st.lastTotal - f.before
+		n[policy.MeasureCost] = l.st.lastCost - f.costBefore
 	}
 	for _, r := range l.virt {
 		if r.ts > cutoff {
-			n += r.tokens
+			n[policy.MeasureTokens] += r.tokens
+			n[policy.MeasureCost] += r.cost
 		}
 	}
 	return n, nil
 }
 
-// OldestAfter implements policy.Ledger.
-func (l *ledger) OldestAfter(t time.Time) (time.Time, bool, error) {
+// OldestAfter implements policy.Ledger. The oldest row after t holds
+// tokens or cost or both; when it holds none of m, the oldest that does
+// is one seek of the running total of m.
+func (l *ledger) OldestAfter(m policy.Measure, t time.Time) (time.Time, bool, error) {
 	cutoff := t.UnixMicro()
 	f, err := l.first(cutoff)
 	if err != nil {
 		return time.Time{}, false, err
 	}
 	if f.found {
-		return time.UnixMicro(f.ts), true, nil
+		switch {
+		case m == policy.MeasureTokens && f.tokens > 0, m == policy.MeasureCost && f.cost > 0:
+			return time.UnixMicro(f.ts), true, nil
+		case m == policy.MeasureTokens && l.st.lastTotal > f.before:
+			return l.reaching(qTokReaching, f.before+1)
+		case m == policy.MeasureCost && l.st.lastCost > f.costBefore:
+			return l.reaching(qCostReaching, f.costBefore+1)
+		}
 	}
 	for _, r := range l.virt {
-		if r.ts > cutoff {
+		if r.ts > cutoff && (m == policy.MeasureTokens && r.tokens > 0 || m == policy.MeasureCost && r.cost > 0) {
 			return time.UnixMicro(r.ts), true, nil
 		}
 	}
@@ -430,16 +460,27 @@ func (l *ledger) OldestAfter(t time.Time) (time.Time, bool, error) {
 }
 
 // SettledAt implements policy.Ledger: the oldest row whose running total
-// reaches the newest total minus n, one seek on (user_id, total).
-func (l *ledger) SettledAt(n int64) (time.Time, bool, error) {
-	last := l.st.lastTotal
+// of m reaches the newest total minus n, one seek on (user_id, total), or
+// on call_tokens_cost.
+func (l *ledger) SettledAt(m policy.Measure, n int64) (time.Time, bool, error) {
+	last, stored := l.st.lastTotal, l.st.lastTotal
+	if m == policy.MeasureCost {
+		last, stored = l.st.lastCost, l.st.lastCost
+	}
 	if k := len(l.virt); k > 0 {
 		last = l.virt[k-1].total
+		if m == policy.MeasureCost {
+			last = l.virt[k-1].costTotal
+		}
 	}
 	target := last - n
-	if target > l.st.lastTotal {
+	if target > stored {
 		for _, r := range l.virt {
-			if r.total >= target {
+			total, amount := r.total, r.tokens
+			if m == policy.MeasureCost {
+				total, amount = r.costTotal, r.cost
+			}
+			if amount > 0 && total >= target {
 				return time.UnixMicro(r.ts), true, nil
 			}
 		}
@@ -447,8 +488,18 @@ func (l *ledger) SettledAt(n int64) (time.Time, bool, error) {
 	if !l.st.anyRow {
 		return time.Time{}, false, nil
 	}
+	q := qTokReaching
+	if m == policy.MeasureCost {
+		q = qCostReaching
+	}
+	return l.reaching(q, target)
+}
+
+// reaching returns the time of the oldest row whose running total, of
+// the measure q seeks, is at least target.
+func (l *ledger) reaching(q query, target int64) (time.Time, bool, error) {
 	var ts int64
-	err := l.q.queryRow(qTokReaching, l.user, target).Scan(&ts)
+	err := l.q.queryRow(q, l.user, target).Scan(&ts)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return time.Time{}, false, nil

@@ -71,7 +71,7 @@ func (f *meteredFixture) call(ctx context.Context, tier string, finish bool) err
 		return fmt.Errorf("check: %+v %v", d, err)
 	}
 	if finish && d.CallID != "" {
-		_, err = f.svc.FinishCall(ctx, d.CallID, i64(80))
+		_, err = f.svc.FinishCall(ctx, d.CallID, policy.Report{Tokens: i64(80)})
 	}
 	return err
 }

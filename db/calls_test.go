@@ -53,7 +53,7 @@ func (e *meteredEnv) check(user, tier string, tokens int64) policy.Decision {
 }
 
 func (e *meteredEnv) finish(id string, tokens *int64) (policy.Call, error) {
-	return e.svc.FinishCall(context.Background(), id, tokens)
+	return e.svc.FinishCall(context.Background(), id, policy.Report{Tokens: tokens})
 }
 
 // TestMeteredCallsWalk walks one user through token limits, concurrency,
@@ -299,7 +299,7 @@ func TestConcurrentChecksNeverExceedTokens(t *testing.T) {
 					if d.Allowed() {
 						admitted.Add(1)
 						if i%2 == 0 {
-							if _, err := e.svc.FinishCall(ctx, d.CallID, i64(tokens/2)); err != nil {
+							if _, err := e.svc.FinishCall(ctx, d.CallID, policy.Report{Tokens: i64(tokens / 2)}); err != nil {
 								t.Error(err)
 							}
 						}

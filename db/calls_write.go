@@ -108,9 +108,9 @@ func (tx *writeTx) settle(st *userState, user string, now int64) (*ledgerState, 
 	}
 	for _, c := range expired {
 		at := l.countAt(c.expiresAt)
-		if r, ok := l.add(c.expiresAt, c.reserved); ok {
-			if _, err := tx.exec(qTokInsert, user, r.ts, r.tokens, r.total); err != nil {
-				return nil, unavailable(err)
+		if r, ok := l.add(c.expiresAt, c.reserved, c.reservedCost); ok {
+			if err := tx.insertRow(user, r); err != nil {
+				return nil, err
 			}
 		}
 		if _, err := tx.exec(qCallSettle, at, c.id); err != nil {
@@ -119,12 +119,21 @@ func (tx *writeTx) settle(st *userState, user string, now int64) (*ledgerState, 
 	}
 	for _, c := range expired {
 		l.open--
-		l.reserved -= c.reserved
+		l.reserved[policy.MeasureTokens] -= c.reserved
+		l.reserved[policy.MeasureCost] -= c.reservedCost
 	}
 	if !l.listed && l.open == 0 {
 		l.listed, l.openCalls = true, nil
 	}
 	return l, tx.nextExpiry(l, user)
+}
+
+// insertRow stores r, a row of user's finished amounts.
+func (tx *writeTx) insertRow(user string, r tokRow) error {
+	if _, err := tx.exec(qTokInsert, user, r.ts, r.tokens, r.total, r.cost, r.costTotal); err != nil {
+		return unavailable(err)
+	}
+	return nil
 }
 
 // nextExpiry finds the earliest expiry of user's open calls: in the list
@@ -156,18 +165,41 @@ func (tx *writeTx) openCall(h *history, c *policy.Call) error {
 		return err
 	}
 	exp := c.ExpiresAt.UnixMicro()
-	var account any // NULL for none
-	if c.Account != "" {
-		account = c.Account
-	}
-	if _, err := tx.exec(qCallInsert, c.ID, h.user, c.Tier, c.Reserved, c.OpenedAt.UnixMicro(), exp, account); err != nil {
+	p := pricedRowOf(c)
+	if _, err := tx.exec(qCallInsert, c.ID, h.user, c.Tier, c.Reserved, c.OpenedAt.UnixMicro(), exp, nullText(c.Account),
+		nullText(c.Model), nullText(c.Upstream), p.version, p.model, p.upstream, p.input, p.output, p.cacheRead, p.cacheWrite,
+		int64(c.ReservedCost)); err != nil {
 		return unavailable(err)
 	}
 	l.open++
-	l.reserved += c.Reserved
+	l.reserved[policy.MeasureTokens] += c.Reserved
+	l.reserved[policy.MeasureCost] += int64(c.ReservedCost)
 	l.nextExpiry = min(l.nextExpiry, exp)
-	l.listOpen(expiredCall{id: c.ID, reserved: c.Reserved, expiresAt: exp})
+	l.listOpen(expiredCall{id: c.ID, reserved: c.Reserved, reservedCost: int64(c.ReservedCost), expiresAt: exp})
 	return nil
+}
+
+// nullText is s, or NULL when empty.
+func nullText(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+
+// pricedRow is how a call is priced, as its row of calls keeps it: every
+// column NULL for a call without a price.
+type pricedRow struct {
+	version                              sql.NullInt64
+	model, upstream                      sql.NullString
+	input, output, cacheRead, cacheWrite sql.NullInt64
+}
+
+// pricedRowOf returns c's pricing as its row keeps it.
+func pricedRowOf(c *policy.Call) pricedRow {
+	p := c.Price
+	if p == nil {
+		return pricedRow{}
+	}
+	n := func(m policy.Money) sql.NullInt64 { return sql.NullInt64{Int64: int64(m), Valid: true} }
+	return pricedRow{version: sql.NullInt64{Int64: c.PriceVersion, Valid: true},
+		model: sql.NullString{String: p.Model, Valid: true}, upstream: sql.NullString{String: p.Upstream, Valid: true},
+		input: n(p.Input), output: n(p.Output), cacheRead: n(p.CacheRead), cacheWrite: n(p.CacheWrite)}
 }
 
 // callRow is a row of calls.
@@ -177,12 +209,23 @@ type callRow struct {
 	finishedAt, tokens, reported  sql.NullInt64
 	expired                       bool
 	account                       sql.NullString // whose pool the call also counts in
+	model, upstream               sql.NullString
+	price                         pricedRow
+	reservedCost                  int64
+	cost, reportedCost            sql.NullInt64
+}
+
+// pricingDest returns where a scan of the columns of calls from model to
+// reported_cost goes, in their order.
+func (r *callRow) pricingDest() []any {
+	return []any{&r.model, &r.upstream, &r.price.version, &r.price.model, &r.price.upstream,
+		&r.price.input, &r.price.output, &r.price.cacheRead, &r.price.cacheWrite, &r.reservedCost, &r.cost, &r.reportedCost}
 }
 
 func getCall(q rowQuerier, id string) (callRow, error) {
 	var r callRow
-	err := q.queryRow(qCallGet, id).Scan(&r.user, &r.tier, &r.reserved, &r.openedAt, &r.expiresAt,
-		&r.finishedAt, &r.tokens, &r.reported, &r.expired, &r.account)
+	err := q.queryRow(qCallGet, id).Scan(append([]any{&r.user, &r.tier, &r.reserved, &r.openedAt, &r.expiresAt,
+		&r.finishedAt, &r.tokens, &r.reported, &r.expired, &r.account}, r.pricingDest()...)...)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return r, policy.Errorf(policy.ENOTFOUND, "call %q not found", id)
@@ -232,35 +275,53 @@ func (r *callRow) call(id string) policy.Call {
 		OpenedAt:  time.UnixMicro(r.openedAt).UTC(),
 		ExpiresAt: time.UnixMicro(r.expiresAt).UTC(),
 		Expired:   r.expired,
+		Model:     r.model.String, Upstream: r.upstream.String,
+		ReservedCost: policy.Money(r.reservedCost),
+	}
+	if p := &r.price; p.input.Valid {
+		c.PriceVersion = p.version.Int64
+		c.Price = &policy.Price{Model: p.model.String, Upstream: p.upstream.String,
+			Input: policy.Money(p.input.Int64), Output: policy.Money(p.output.Int64),
+			CacheRead: policy.Money(p.cacheRead.Int64), CacheWrite: policy.Money(p.cacheWrite.Int64)}
 	}
 	if r.finishedAt.Valid {
 		c.FinishedAt = time.UnixMicro(r.finishedAt.Int64).UTC()
 		c.Tokens = r.tokens.Int64
+		c.Cost = policy.Money(r.cost.Int64)
 	}
 	if r.reported.Valid {
 		n := r.reported.Int64
 		c.Reported = &n
+		c.ReportedCost = policy.Money(r.reportedCost.Int64)
 	}
 	return c
 }
 
 // FinishCall implements policy.RequestStore.
-func (s *Store) FinishCall(ctx context.Context, id string, tokens *int64, now time.Time) (policy.Call, error) {
+func (s *Store) FinishCall(ctx context.Context, id string, rep policy.Report, now time.Time) (policy.Call, error) {
 	if pw, ok := s.writer.(*pgWriter); ok {
-		refused := func(r callRow) error {
-			return policy.Errorf(policy.ECONFLICT, "call %q already finished with %d tokens", id, r.reported.Int64)
+		refused := func(r callRow) error { return finishedAlready(id, &r) }
+		// finish_one prices the report as policy.Call.Settle does.
+		var tokens any // NULL: the reservation
+		var usage [4]any
+		switch u := rep.Usage; {
+		case u != nil:
+			tokens, usage = u.Total(), [4]any{u.Input, u.Output, u.CacheRead, u.CacheWrite}
+		case rep.Tokens != nil:
+			tokens = *rep.Tokens
 		}
-		return pw.callStatement(ctx, id, refused, `SELECT * FROM finish_call($1, $2, $3)`, id, tokens, now.UnixMicro())
+		return pw.callStatement(ctx, id, refused, `SELECT * FROM finish_call($1, $2, $3, $4, $5, $6, $7)`,
+			id, tokens, usage[0], usage[1], usage[2], usage[3], now.UnixMicro())
 	}
 	var c policy.Call
 	err := s.writer.do(ctx, func(tx *writeTx) error {
 		var err error
-		if c, err = tx.finishCall(id, tokens, now.UnixMicro(), tx.callerCall); err != nil || c.Account == "" {
+		if c, err = tx.finishCall(id, rep, now.UnixMicro(), tx.callerCall); err != nil || c.Account == "" {
 			return err
 		}
 		// The same call in its account's pool, whose lock lockedCall
 		// took: finished with it, unless the pool was forgotten.
-		_, err = tx.finishCall(policy.PoolCallID(id), tokens, now.UnixMicro(), tx.lockedCall)
+		_, err = tx.finishCall(policy.PoolCallID(id), rep, now.UnixMicro(), tx.lockedCall)
 		if policy.ErrorCode(err) == policy.ENOTFOUND {
 			err = nil
 		}
@@ -294,11 +355,13 @@ func (w *pgWriter) callStatement(ctx context.Context, id string, refused func(ca
 	var status int16
 	var r callRow
 	var user, tier sql.NullString
-	var reserved, openedAt, expiresAt, expired sql.NullInt64
-	err := w.db.QueryRowContext(ctx, query, args...).Scan(&status,
-		&user, &tier, &reserved, &openedAt, &expiresAt, &r.finishedAt, &r.tokens, &r.reported, &expired, &r.account)
+	var reserved, openedAt, expiresAt, expired, reservedCost sql.NullInt64
+	dest := append([]any{&status, &user, &tier, &reserved, &openedAt, &expiresAt, &r.finishedAt, &r.tokens, &r.reported, &expired, &r.account},
+		r.pricingDest()...)
+	dest[len(dest)-3] = &reservedCost // NULL with no call
+	err := w.db.QueryRowContext(ctx, query, args...).Scan(dest...)
 	r.user, r.tier, r.reserved, r.openedAt, r.expiresAt = user.String, tier.String, reserved.Int64, openedAt.Int64, expiresAt.Int64
-	r.expired = expired.Int64 != 0
+	r.expired, r.reservedCost = expired.Int64 != 0, reservedCost.Int64
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "PG409": // a pool's copy finished otherwise
@@ -313,22 +376,30 @@ func (w *pgWriter) callStatement(ctx context.Context, id string, refused func(ca
 	return r.call(id), nil
 }
 
+// finishedAlready is the error of a finish that contradicts the one its
+// call had.
+func finishedAlready(id string, r *callRow) error {
+	if r.price.input.Valid {
+		return policy.Errorf(policy.ECONFLICT, "call %q already finished with %d tokens costing $%s", id, r.reported.Int64, policy.Money(r.reportedCost.Int64))
+	}
+	return policy.Errorf(policy.ECONFLICT, "call %q already finished with %d tokens", id, r.reported.Int64)
+}
+
 // finishCall finishes the call named id, read (and locked) by read.
-func (tx *writeTx) finishCall(id string, tokens *int64, now int64, read func(id string) (callRow, error)) (policy.Call, error) {
+func (tx *writeTx) finishCall(id string, rep policy.Report, now int64, read func(id string) (callRow, error)) (policy.Call, error) {
 	r, err := read(id)
 	if err != nil {
 		return policy.Call{}, err
 	}
-	count := r.reserved
-	if tokens != nil {
-		count = *tokens
-	}
+	c := r.call(id)
+	count, money := c.Settle(rep)
+	cost := int64(money)
 	if r.reported.Valid {
 		// Finished by its caller already: a retry, or a contradiction.
-		if r.reported.Int64 != count {
-			return policy.Call{}, policy.Errorf(policy.ECONFLICT, "call %q already finished with %d tokens", id, r.reported.Int64)
+		if r.reported.Int64 != count || r.reportedCost.Int64 != cost {
+			return policy.Call{}, finishedAlready(id, &r)
 		}
-		return r.call(id), nil
+		return c, nil
 	}
 	st, err := tx.userOf(r.user)
 	if err != nil {
@@ -344,27 +415,31 @@ func (tx *writeTx) finishCall(id string, tokens *int64, now int64, read func(id 
 		}
 	}
 	r.reported = sql.NullInt64{Int64: count, Valid: true}
-	var add int64
+	r.reportedCost = sql.NullInt64{Int64: cost, Valid: true}
+	var add, addCost int64
 	wasOpen := !r.finishedAt.Valid
 	if r.finishedAt.Valid {
 		// Expired before its caller finished it: the reservation is
-		// counted; only a count above it adds, now.
-		add = max(count-r.reserved, 0)
+		// counted; only tokens or cost above it add, now.
+		add, addCost = max(count-r.reserved, 0), max(cost-r.reservedCost, 0)
 		r.tokens.Int64 = max(r.reserved, count)
+		r.cost.Int64 = max(r.reservedCost, cost)
 	} else {
-		add = count
+		add, addCost = count, cost
 		r.finishedAt = sql.NullInt64{Int64: l.countAt(now), Valid: true}
 		r.tokens = sql.NullInt64{Int64: count, Valid: true}
+		r.cost = sql.NullInt64{Int64: cost, Valid: true}
 		l.open--
-		l.reserved -= r.reserved
-		l.unlistOpen(expiredCall{id: id, reserved: r.reserved, expiresAt: r.expiresAt})
+		l.reserved[policy.MeasureTokens] -= r.reserved
+		l.reserved[policy.MeasureCost] -= r.reservedCost
+		l.unlistOpen(expiredCall{id: id, reserved: r.reserved, reservedCost: r.reservedCost, expiresAt: r.expiresAt})
 	}
-	if row, ok := l.add(now, add); ok {
-		if _, err := tx.exec(qTokInsert, r.user, row.ts, row.tokens, row.total); err != nil {
-			return policy.Call{}, unavailable(err)
+	if row, ok := l.add(now, add, addCost); ok {
+		if err := tx.insertRow(r.user, row); err != nil {
+			return policy.Call{}, err
 		}
 	}
-	if _, err := tx.exec(qCallFinish, r.finishedAt.Int64, r.tokens.Int64, count, id); err != nil {
+	if _, err := tx.exec(qCallFinish, r.finishedAt.Int64, r.tokens.Int64, count, r.cost.Int64, cost, id); err != nil {
 		return policy.Call{}, unavailable(err)
 	}
 	if wasOpen && r.expiresAt == l.nextExpiry {
@@ -490,7 +565,7 @@ func pruneTokensStep(tx *writeTx, cursor string, cutoff int64) (deleted int64, n
 		}
 		bound, partial := cutoff, false
 		var nth int64
-		err = tx.queryRowSQL(`SELECT ts FROM call_tokens WHERE user_id = ? AND ts <= ? ORDER BY ts, total LIMIT 1 OFFSET ?`,
+		err = tx.queryRowSQL(`SELECT ts FROM call_tokens WHERE user_id = ? AND ts <= ? ORDER BY ts, total, cost_total LIMIT 1 OFFSET ?`,
 			user, cutoff, pruneBatch-deleted-1).Scan(&nth)
 		switch {
 		case err == nil:

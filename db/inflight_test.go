@@ -27,7 +27,7 @@ func TestCallsInFlight(t *testing.T) {
 		call("a", "a1", t0)
 		call("a", "a2", t0.Add(time.Second))
 		call("b", "b1", t0.Add(2*time.Second))
-		if _, err := s.FinishCall(ctx, "a2", nil, t0.Add(3*time.Second)); err != nil {
+		if _, err := s.FinishCall(ctx, "a2", policy.Report{}, t0.Add(3*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		for _, tc := range []struct {

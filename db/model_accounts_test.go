@@ -37,13 +37,13 @@ func modelKeys() []string {
 // keeps the plan's, -1 removes it). The zero value is no account.
 type refAccount struct {
 	tier string
-	over [8]int64
+	over [refNumLimits]int64
 }
 
 // refPool is what a member's check draws on besides its own limits.
 type refPool struct {
 	id, tier string
-	limits   [8]int64 // the plan's with the account's overrides; -1 for none
+	limits   [refNumLimits]int64 // the plan's with the account's overrides; -1 for none
 }
 
 // key returns the key of the pool's history.
@@ -61,8 +61,8 @@ func (m *refModel) hasAccount(id string) bool {
 
 // poolLimits returns the pooled limits of a: its plan's account object
 // (none when it has none) with its overrides.
-func (m *refModel) poolLimits(a refAccount) [8]int64 {
-	v := [8]int64{-1, -1, -1, -1, -1, -1, -1, -1}
+func (m *refModel) poolLimits(a refAccount) [refNumLimits]int64 {
+	v := refNoLimits()
 	if p := m.tiers[a.tier].pool; p != nil {
 		v = *p
 	}
@@ -77,7 +77,7 @@ func (m *refModel) poolLimits(a refAccount) [8]int64 {
 // poolTier returns pooled limits v as the limits the pool's history is
 // decided under: a request window without a limit has refNoPoolLimit, a
 // burst without one adds nothing.
-func poolTier(v [8]int64) refLimits {
+func poolTier(v [refNumLimits]int64) refLimits {
 	req := func(x int64) int64 {
 		if x < 0 {
 			return refNoPoolLimit
@@ -85,13 +85,13 @@ func poolTier(v [8]int64) refLimits {
 		return x
 	}
 	return refLimits{perMinute: req(v[0]), perHour: req(v[1]), perDay: req(v[2]), burst: max(v[3], 0),
-		tokens: [3]int64{v[4], v[5], v[6]}, maxConcurrent: v[7]}
+		tokens: [3]int64{v[4], v[5], v[6]}, maxConcurrent: v[7], cost: [3]int64{v[8], v[9], v[10]}}
 }
 
 // poolBinds reports whether pooled limits v can all bind: within the
-// requests and within the tokens, no set window below a shorter one.
-func poolBinds(v [8]int64) bool {
-	for _, kind := range [][]int64{v[0:3], v[4:7]} {
+// requests, the tokens and the spend, no set window below a shorter one.
+func poolBinds(v [refNumLimits]int64) bool {
+	for _, kind := range [][]int64{v[0:3], v[4:7], v[8:11]} {
 		shorter := int64(-1)
 		for _, w := range kind {
 			if w < 0 {
@@ -107,7 +107,7 @@ func poolBinds(v [8]int64) bool {
 }
 
 // policyPool returns v as a tier's account object.
-func policyPool(v [8]int64) policy.LimitSet {
+func policyPool(v [refNumLimits]int64) policy.LimitSet {
 	var p policy.LimitSet
 	for i, x := range v {
 		if x >= 0 {
@@ -117,9 +117,9 @@ func policyPool(v [8]int64) policy.LimitSet {
 	return p
 }
 
-// policyPoolOverrides returns an account's overrides as its record holds
-// them.
-func policyPoolOverrides(over [8]int64) policy.Overrides {
+// policyOverrides returns a record's overrides (a user's or an
+// account's) as it holds them.
+func policyOverrides(over [refNumLimits]int64) policy.Overrides {
 	var o policy.Overrides
 	for i, x := range over {
 		switch {
@@ -136,19 +136,23 @@ func policyPoolOverrides(over [8]int64) policy.Overrides {
 // pool decodes a tier's account object: none a third of the time, and
 // each limit unset half the time; a little larger than a user's, so that
 // both levels refuse in turn.
-func (r *opReader) pool() *[8]int64 {
+func (r *opReader) pool() *[refNumLimits]int64 {
 	if r.next()%3 == 0 {
 		return nil
 	}
-	var p [8]int64
+	var p [refNumLimits]int64
 	for i, most := range [8]byte{10, 20, 30, 4, 80, 150, 250, 6} {
 		p[i] = -1
 		if b := r.next(); b%2 == 1 {
 			p[i] = int64(b / 2 % most)
 		}
 	}
+	for i, most := range [3]int64{30, 60, 120} {
+		p[8+i] = r.costLimit(most)
+	}
 	ascending(&p[0], &p[1], &p[2])
 	ascending(&p[4], &p[5], &p[6])
+	ascending(&p[8], &p[9], &p[10])
 	return &p
 }
 
@@ -159,6 +163,8 @@ func (r *opReader) account() refAccount {
 	for i := range a.over {
 		a.over[i] = refInherit
 		switch b := r.next(); {
+		case b%4 == 1 && i >= 8:
+			a.over[i] = int64(b/4%12) * 3 * refCostUnit
 		case b%4 == 1:
 			a.over[i] = int64(b / 4 % 12)
 		case b%8 == 2:
@@ -219,7 +225,7 @@ func (h *modelHarness) setAccount(run *modelRun, op modelOp) {
 	}
 	a := op.acct
 	_, had := h.ref.accounts[id]
-	_, created, err := svc.PutAccount(ctx, policy.Account{AccountID: id, Tier: a.tier, Limits: policyPoolOverrides(a.over)})
+	_, created, err := svc.PutAccount(ctx, policy.Account{AccountID: id, Tier: a.tier, Limits: policyOverrides(a.over)})
 	switch {
 	case !poolBinds(h.ref.poolLimits(a)):
 		if policy.ErrorCode(err) != policy.EINVALID || !strings.Contains(policy.ErrorMessage(err), " would refuse first") {
@@ -258,13 +264,8 @@ func comparePool(run *modelRun, what string, got *policy.AccountState, want *ref
 		if w.Count != ws.count || w.Limit != ws.limit || w.Remaining != ws.remaining || w.Reset != ws.reset {
 			run.fatalf("%s: account %s window %+v, reference %+v", what, refWindows[i].name, w, ws)
 		}
-		wt := want.tokens[i]
-		switch {
-		case !wt.limited && w.Tokens != nil:
-			run.fatalf("%s: account %s window has tokens %+v, reference none", what, refWindows[i].name, *w.Tokens)
-		case wt.limited && (w.Tokens == nil || *w.Tokens != policy.TokenState{Limited: true, Limit: wt.limit, Used: wt.used, Remaining: wt.remaining, Reset: wt.reset}):
-			run.fatalf("%s: account %s window tokens %+v, reference %+v", what, refWindows[i].name, w.Tokens, wt)
-		}
+		compareStates(run, what+": account", i, "tokens", w.Tokens, want.tokens[i], false)
+		compareStates(run, what+": account", i, "cost", w.Cost, want.cost[i], false)
 		if limited := want.limits[i] >= 0; got.Limited(policy.Windows[i]) != limited {
 			run.fatalf("%s: account limits the %s: %v, reference %v", what, refWindows[i].name, !limited, limited)
 		}
@@ -349,9 +350,11 @@ func (h *modelHarness) compareAccounts(run *modelRun) {
 		}
 		for i, w := range refWindows {
 			n := int64(len(inWindow(h.ref.hist[key], w, now)))
-			finished, _ := view.tokensAfter(key, now.Add(-w.length))
-			if got := u.Windows[i]; got.Count != n || got.Tokens == nil || got.Tokens.Used != finished+reserved {
-				run.fatalf("account %q: %s window %+v (tokens %+v), reference %d requests, %d tokens used", id, w.name, got, got.Tokens, n, finished+reserved)
+			tokens, _ := view.after(key, refTokensMeasure, now.Add(-w.length))
+			cost, _ := view.after(key, refCostMeasure, now.Add(-w.length))
+			tokens, cost = tokens+reserved[refTokensMeasure], cost+reserved[refCostMeasure]
+			if got := u.Windows[i]; got.Count != n || got.Tokens == nil || got.Tokens.Used != tokens || got.Cost == nil || got.Cost.Used != cost {
+				run.fatalf("account %q: %s window %+v (tokens %+v, cost %+v), reference %d requests, %d tokens and %d cost used", id, w.name, got, got.Tokens, got.Cost, n, tokens, cost)
 			}
 		}
 	}

@@ -21,9 +21,11 @@ import (
 // The model test runs random sequences of operations against the real
 // service on a SQLite file and against refModel, a reference written here
 // from the README's rules alone: a list of timestamps per user, and per
-// account's pool (see model_accounts_test.go), counted by scanning. The
-// reference shares no code with policy.Evaluate or the store, so a mistake
-// in either shows up as a disagreement.
+// account's pool (see model_accounts_test.go), counted by scanning, and
+// the tokens and cost of their calls, priced by its own list of the price
+// table's versions (see model_spend_test.go). The reference shares no code
+// with policy.Evaluate, policy's pricing or the store, so a mistake in
+// any shows up as a disagreement.
 
 var (
 	modelSeqs = flag.Int("model.seqs", 150, "random operation sequences TestModel runs against the store (a tenth under -race)")
@@ -38,11 +40,15 @@ type refWindow struct {
 
 var refWindows = [3]refWindow{{"minute", time.Minute}, {"hour", time.Hour}, {"day", 24 * time.Hour}}
 
-// refLimits are a tier's limits. tokens and maxConcurrent are -1 when
-// unset.
+// refNumLimits is the number of limits: of policy.LimitNames.
+const refNumLimits = 11
+
+// refLimits are a tier's limits. tokens, cost (spend limits, in
+// picodollars) and maxConcurrent are -1 when unset.
 type refLimits struct {
 	perMinute, burst, perHour, perDay int64
 	tokens                            [3]int64
+	cost                              [3]int64
 	maxConcurrent                     int64
 	// shadow, when set, is shadow limits: per minute, burst, per hour, per
 	// day. A user's overrides never change them.
@@ -50,12 +56,26 @@ type refLimits struct {
 	// pool, when set, is the tier's account object: the pooled limits of
 	// an account on this plan, in the order of policy.LimitNames, -1 for
 	// none.
-	pool *[8]int64
+	pool *[refNumLimits]int64
 }
 
 // metered reports whether a check the tier admits opens a call.
 func (l refLimits) metered() bool {
-	return l.tokens != [3]int64{-1, -1, -1} || l.maxConcurrent >= 0
+	return l.tokens != [3]int64{-1, -1, -1} || l.cost != [3]int64{-1, -1, -1} || l.maxConcurrent >= 0
+}
+
+// The measures a call counts: its tokens and its cost.
+const (
+	refTokensMeasure = iota
+	refCostMeasure
+)
+
+// measure returns l's limits of measure ms (-1 for none).
+func (l refLimits) measure(ms int) [3]int64 {
+	if ms == refCostMeasure {
+		return l.cost
+	}
+	return l.tokens
 }
 
 // ceilings returns the ceiling of each window: the burst widens only the
@@ -71,7 +91,7 @@ func (l refLimits) ceilings() [3]int64 {
 // the user belongs to ("" for none).
 type refUser struct {
 	tier    string
-	over    [8]int64
+	over    [refNumLimits]int64
 	account string
 }
 
@@ -113,12 +133,27 @@ func (m *refModel) resolve(user, tier, account string, trusted bool, defaultTier
 	if !ok {
 		return tier, l, pool, ""
 	}
-	for i, p := range []*int64{&l.perMinute, &l.perHour, &l.perDay, &l.burst, &l.tokens[0], &l.tokens[1], &l.tokens[2], &l.maxConcurrent} {
+	for i, p := range l.fields() {
 		if u.over[i] != refInherit {
 			*p = u.over[i]
 		}
 	}
 	return tier, l, pool, ""
+}
+
+// fields returns pointers to l's limits in the order of
+// policy.LimitNames.
+func (l *refLimits) fields() [refNumLimits]*int64 {
+	return [refNumLimits]*int64{&l.perMinute, &l.perHour, &l.perDay, &l.burst, &l.tokens[0], &l.tokens[1], &l.tokens[2], &l.maxConcurrent,
+		&l.cost[0], &l.cost[1], &l.cost[2]}
+}
+
+// values returns l's limits in the order of policy.LimitNames.
+func (l refLimits) values() (v [refNumLimits]int64) {
+	for i, p := range l.fields() {
+		v[i] = *p
+	}
+	return v
 }
 
 // refRecord is one admitted request, the ceilings it was admitted under
@@ -141,12 +176,14 @@ type refModel struct {
 	// and each account's pool by policy.AccountKey: every request of its
 	// members admitted while they belonged to it.
 	hist map[string][]refRecord
-	// The calls, and each user's (or pool's) finished tokens in the
-	// order counted. A member's call is in its pool too, as
+	// The calls, and each user's (or pool's) finished tokens and cost in
+	// the order counted. A member's call is in its pool too, as
 	// policy.PoolCallID(id).
 	calls   map[string]*refCall
 	tokens  map[string][]refTokens
 	timeout time.Duration
+	// prices are the versions of the price table.
+	prices *refPrices
 	// overridden counts the users previews replayed under their overrides.
 	overridden int
 }
@@ -162,12 +199,27 @@ type refCall struct {
 	counted    int64
 	reported   int64 // -1 until its caller finished it
 	expired    bool
+	// How it is priced, at admission for its whole life; and its cost,
+	// as counted, reserved and reported, as its tokens are.
+	model                            string
+	price                            *refPrice
+	version                          int64
+	reservedCost, cost, reportedCost int64
 }
 
-// refTokens is tokens counted at an instant.
+// refTokens is tokens and their cost counted at an instant.
 type refTokens struct {
-	at time.Time
-	n  int64
+	at   time.Time
+	n    int64
+	cost int64
+}
+
+// amount returns r's amount of measure ms.
+func (r refTokens) amount(ms int) int64 {
+	if ms == refCostMeasure {
+		return r.cost
+	}
+	return r.n
 }
 
 type refWindowState struct{ count, limit, remaining, reset int64 }
@@ -185,6 +237,7 @@ type refDecision struct {
 	retryAfter int64
 	windows    [3]refWindowState
 	tokens     [3]refTokenState
+	cost       [3]refTokenState
 	metered    bool
 	// inFlight is the calls in flight after the check, when the tier sets
 	// max_concurrent.
@@ -206,9 +259,10 @@ type refDecision struct {
 // user's windows are the user's.
 type refPoolState struct {
 	id      string
-	limits  [8]int64 // as policy.LimitNames; -1 for none
+	limits  [refNumLimits]int64 // as policy.LimitNames; -1 for none
 	windows [3]refWindowState
 	tokens  [3]refTokenState
+	cost    [3]refTokenState
 	// maxConcurrent is -1 when the pool sets none.
 	maxConcurrent, inFlight int64
 }
@@ -239,10 +293,10 @@ func (m *refModel) countAt(user string, t time.Time) time.Time {
 	return t
 }
 
-// count adds n tokens of user finished at t.
-func (m *refModel) count(user string, t time.Time, n int64) {
-	if n > 0 {
-		m.tokens[user] = append(m.tokens[user], refTokens{m.countAt(user, t), n})
+// count adds n tokens costing cost of user finished at t.
+func (m *refModel) count(user string, t time.Time, n, cost int64) {
+	if n > 0 || cost > 0 {
+		m.tokens[user] = append(m.tokens[user], refTokens{m.countAt(user, t), n, cost})
 	}
 }
 
@@ -262,9 +316,9 @@ func (m *refModel) expire(user string, now time.Time) {
 		return strings.Compare(a.id, b.id)
 	})
 	for _, c := range due {
-		c.finished, c.expired, c.counted = true, true, c.reserved
+		c.finished, c.expired, c.counted, c.cost = true, true, c.reserved, c.reservedCost
 		c.finishedAt = m.countAt(user, c.expires)
-		m.count(user, c.expires, c.reserved)
+		m.count(user, c.expires, c.reserved, c.reservedCost)
 	}
 }
 
@@ -283,26 +337,28 @@ func (m *refModel) clone() *refModel {
 	return &c
 }
 
-// inFlight returns user's open calls and their reservations.
-func (m *refModel) inFlight(user string) (n, reserved int64) {
+// inFlight returns user's open calls and what they reserve of each
+// measure.
+func (m *refModel) inFlight(user string) (n int64, reserved [2]int64) {
 	for _, c := range m.calls {
 		if c.user == user && !c.finished {
 			n++
-			reserved += c.reserved
+			reserved[refTokensMeasure] += c.reserved
+			reserved[refCostMeasure] += c.reservedCost
 		}
 	}
 	return n, reserved
 }
 
-// tokensAfter returns user's tokens counted strictly after t, and the
-// oldest time among them.
-func (m *refModel) tokensAfter(user string, t time.Time) (n int64, oldest time.Time) {
+// after returns user's amount of measure ms counted strictly after t,
+// and the oldest time among the rows that count some.
+func (m *refModel) after(user string, ms int, t time.Time) (n int64, oldest time.Time) {
 	for _, r := range m.tokens[user] {
-		if r.at.After(t) {
+		if a := r.amount(ms); a > 0 && r.at.After(t) {
 			if n == 0 {
 				oldest = r.at
 			}
-			n += r.n
+			n += a
 		}
 	}
 	return n, oldest
@@ -345,8 +401,11 @@ func inWindow(recs []refRecord, w refWindow, now time.Time) []time.Time {
 // is refused for the user's reason, unless only the pool refuses, or both
 // do and the pool's wait is the longer; when both refuse, retry_after is
 // the longer wait.
-func (m *refModel) check(user, tier string, l refLimits, pool *refPool, tokens int64, now time.Time, dryRun bool, id string) refDecision {
+//
+// The call reserves tokens and their cost as pr prices them.
+func (m *refModel) check(user, tier string, l refLimits, pool *refPool, tokens int64, pr refPricing, now time.Time, dryRun bool, id string) refDecision {
 	now = now.Truncate(time.Microsecond) // timestamps are stored in microseconds
+	want := [2]int64{tokens, pr.reserved}
 	metered := l.metered()
 	var pl refLimits
 	if pool != nil {
@@ -363,10 +422,10 @@ func (m *refModel) check(user, tier string, l refLimits, pool *refPool, tokens i
 			view.expire(pool.key(), now)
 		}
 	}
-	d := view.verdict(user, l, tokens, now, metered)
+	d := view.verdict(user, l, want, now, metered)
 	admitted := d.allowed
 	if pool != nil {
-		p := view.verdict(pool.key(), pl, tokens, now, metered)
+		p := view.verdict(pool.key(), pl, want, now, metered)
 		admitted = d.allowed && p.allowed
 		d.ownRefused, d.poolRefused = !d.allowed, !p.allowed
 		if !p.allowed && (d.allowed || p.retryAfter > d.retryAfter) {
@@ -375,32 +434,35 @@ func (m *refModel) check(user, tier string, l refLimits, pool *refPool, tokens i
 		d.allowed = admitted
 		d.zeroBlocked = d.zeroBlocked || p.zeroBlocked
 		s := refPoolState{id: pool.id, limits: pool.limits, maxConcurrent: pl.maxConcurrent}
-		s.windows, s.tokens, s.inFlight = view.state(pool.key(), pl, tokens, now, admitted)
+		s.windows, s.tokens, s.cost, s.inFlight = view.state(pool.key(), pl, want, now, admitted)
 		d.account = &s
 	}
-	d.windows, d.tokens, d.inFlight = view.state(user, l, tokens, now, admitted)
+	d.windows, d.tokens, d.cost, d.inFlight = view.state(user, l, want, now, admitted)
 	if admitted && !dryRun {
 		m.record(user, tier, l.ceilings(), now)
+		call := refCall{id: id, user: user, reserved: tokens, expires: now.Add(m.timeout), reported: -1,
+			model: pr.model, price: pr.price, version: pr.version, reservedCost: pr.reserved}
 		if metered {
-			m.calls[id] = &refCall{id: id, user: user, reserved: tokens, expires: now.Add(m.timeout), reported: -1}
+			m.calls[id] = &call
 		}
 		if pool != nil {
 			m.record(pool.key(), pool.tier, pl.ceilings(), now)
 			if metered {
-				m.calls[id].account = pool.id
-				pid := policy.PoolCallID(id)
-				m.calls[pid] = &refCall{id: pid, user: pool.key(), reserved: tokens, expires: now.Add(m.timeout), reported: -1}
+				call.account = pool.id
+				pc := call
+				pc.id, pc.user, pc.account = policy.PoolCallID(id), pool.key(), ""
+				m.calls[pc.id] = &pc
 			}
 		}
 	}
 	return d
 }
 
-// verdict decides a check of tokens at now against the history of key (a
-// user's or a pool's) under l: whether it admits it, why not and when to
-// retry. Expired calls were finished already. metered says the check
-// meters calls, which l may not.
-func (m *refModel) verdict(key string, l refLimits, tokens int64, now time.Time, metered bool) refDecision {
+// verdict decides a check reserving want (tokens and cost) at now against
+// the history of key (a user's or a pool's) under l: whether it admits
+// it, why not and when to retry. Expired calls were finished already.
+// metered says the check meters calls, which l may not.
+func (m *refModel) verdict(key string, l refLimits, want [2]int64, now time.Time, metered bool) refDecision {
 	c := l.ceilings()
 	recs := m.hist[key]
 	d := refDecision{allowed: true, metered: metered, maxConcurrent: l.maxConcurrent}
@@ -442,44 +504,52 @@ func (m *refModel) verdict(key string, l refLimits, tokens int64, now time.Time,
 		refuse("concurrent call limit exceeded", 1)
 		d.zeroBlocked = true
 	}
-	for i, w := range refWindows {
-		limit := l.tokens[i]
-		finished, _ := m.tokensAfter(key, now.Add(-w.length))
-		if limit < 0 || finished+reserved+tokens <= limit {
-			continue
-		}
-		// Wait until the tokens finished after some counted instant
-		// fit beside the reservations: the oldest such instant, plus
-		// the window.
-		budget := limit - reserved - tokens
-		if budget < 0 {
-			refuse("per-"+w.name+" token limit exceeded", refCeilSeconds(w.length))
-			d.zeroBlocked = true
-			continue
-		}
-		for _, r := range m.tokens[key] {
-			if after, _ := m.tokensAfter(key, r.at); after <= budget {
-				refuse("per-"+w.name+" token limit exceeded", refCeilSeconds(r.at.Add(w.length).Sub(now)))
-				break
+	// Tokens, then spend, each window by window.
+	for ms, what := range [2]string{" token", " spend"} {
+		for i, w := range refWindows {
+			limit := l.measure(ms)[i]
+			finished, _ := m.after(key, ms, now.Add(-w.length))
+			if limit < 0 || finished+reserved[ms]+want[ms] <= limit {
+				continue
+			}
+			reason := "per-" + w.name + what + " limit exceeded"
+			// Wait until the amount finished after some instant that
+			// counted some fits beside the reservations: the oldest such
+			// instant, plus the window.
+			budget := limit - reserved[ms] - want[ms]
+			if budget < 0 {
+				refuse(reason, refCeilSeconds(w.length))
+				d.zeroBlocked = true
+				continue
+			}
+			for _, r := range m.tokens[key] {
+				if r.amount(ms) == 0 {
+					continue
+				}
+				if after, _ := m.after(key, ms, r.at); after <= budget {
+					refuse(reason, refCeilSeconds(r.at.Add(w.length).Sub(now)))
+					break
+				}
 			}
 		}
 	}
 	return d
 }
 
-// state returns the windows of key's history under l after a check of
-// tokens at now, admitted or not: its requests, tokens and calls in
-// flight, counting the check's own only when admitted.
-func (m *refModel) state(key string, l refLimits, tokens int64, now time.Time, admitted bool) (windows [3]refWindowState, tok [3]refTokenState, inFlight int64) {
+// state returns the windows of key's history under l after a check
+// reserving want at now, admitted or not: its requests, tokens, cost and
+// calls in flight, counting the check's own only when admitted.
+func (m *refModel) state(key string, l refLimits, want [2]int64, now time.Time, admitted bool) (windows [3]refWindowState, tok, cost [3]refTokenState, inFlight int64) {
 	c := l.ceilings()
 	after := m.hist[key]
-	var mine, calls int64
+	var mine [2]int64
+	var calls int64
 	if admitted {
 		// Recorded at now, as the lesson records time.time(), whatever
 		// else was recorded then; at the newest timestamp when the clock
 		// stepped back before it.
 		after = append(slices.Clone(after), refRecord{at: recordAt(after, now)})
-		mine, calls = tokens, 1
+		mine, calls = want, 1
 	}
 	for i, w := range refWindows {
 		in := inWindow(after, w, now)
@@ -492,19 +562,22 @@ func (m *refModel) state(key string, l refLimits, tokens int64, now time.Time, a
 	}
 	open, reserved := m.inFlight(key)
 	inFlight = open + calls
-	for i, w := range refWindows {
-		if l.tokens[i] < 0 {
-			continue
+	for ms, states := range [2]*[3]refTokenState{&tok, &cost} {
+		for i, w := range refWindows {
+			limit := l.measure(ms)[i]
+			if limit < 0 {
+				continue
+			}
+			finished, oldest := m.after(key, ms, now.Add(-w.length))
+			s := refTokenState{limited: true, limit: limit, used: finished + reserved[ms] + mine[ms]}
+			s.remaining = max(s.limit-s.used, 0)
+			if finished > 0 {
+				s.reset = refCeilSeconds(oldest.Add(w.length).Sub(now))
+			}
+			states[i] = s
 		}
-		finished, oldest := m.tokensAfter(key, now.Add(-w.length))
-		s := refTokenState{limited: true, limit: l.tokens[i], used: finished + reserved + mine}
-		s.remaining = max(s.limit-s.used, 0)
-		if finished > 0 {
-			s.reset = refCeilSeconds(oldest.Add(w.length).Sub(now))
-		}
-		tok[i] = s
 	}
-	return windows, tok, inFlight
+	return windows, tok, cost, inFlight
 }
 
 // recordAt is when a request admitted at now is recorded after recs: at
@@ -531,15 +604,15 @@ type refFinish struct {
 	call refCall
 }
 
-// finish finishes call id with tokens (-1: its reservation) at now; a
-// member's call, in its pool too (unless the pool was forgotten).
-func (m *refModel) finish(id string, tokens int64, now time.Time) refFinish {
+// finish finishes call id with what r reports at now; a member's call,
+// in its pool too (unless the pool was forgotten).
+func (m *refModel) finish(id string, r refReport, now time.Time) refFinish {
 	if c, ok := m.calls[id]; ok && policy.IsAccountKey(c.user) {
 		return refFinish{code: policy.ENOTFOUND} // the pool's copy is no caller's
 	}
-	f := m.finishOne(id, tokens, now)
+	f := m.finishOne(id, r, now)
 	if f.code == "" && f.call.account != "" {
-		if pf := m.finishOne(policy.PoolCallID(id), tokens, now); pf.code != "" && pf.code != policy.ENOTFOUND {
+		if pf := m.finishOne(policy.PoolCallID(id), r, now); pf.code != "" && pf.code != policy.ENOTFOUND {
 			panic(fmt.Sprintf("the pool's copy of %s: %s", id, pf.code)) // the reference contradicts itself
 		}
 	}
@@ -547,31 +620,30 @@ func (m *refModel) finish(id string, tokens int64, now time.Time) refFinish {
 }
 
 // finishOne finishes call id in its own history alone.
-func (m *refModel) finishOne(id string, tokens int64, now time.Time) refFinish {
+func (m *refModel) finishOne(id string, r refReport, now time.Time) refFinish {
 	now = now.Truncate(time.Microsecond)
 	c, ok := m.calls[id]
 	if !ok {
 		return refFinish{code: policy.ENOTFOUND}
 	}
-	n := tokens
-	if n < 0 {
-		n = c.reserved
-	}
+	n, cost := c.settle(r)
 	if c.reported >= 0 {
-		if c.reported != n {
+		// A retry says what the finish said, tokens and cost alike.
+		if c.reported != n || c.reportedCost != cost {
 			return refFinish{code: policy.ECONFLICT}
 		}
 		return refFinish{call: *c}
 	}
 	m.expire(c.user, now)
-	c.reported = n
+	c.reported, c.reportedCost = n, cost
 	if c.finished {
-		// Expired first: only a count above the reservation adds, now.
-		m.count(c.user, now, n-c.reserved)
-		c.counted = max(c.reserved, n)
+		// Expired first: only tokens or cost above the reservation add,
+		// now.
+		m.count(c.user, now, max(n-c.reserved, 0), max(cost-c.reservedCost, 0))
+		c.counted, c.cost = max(c.reserved, n), max(c.reservedCost, cost)
 	} else {
-		c.finished, c.finishedAt, c.counted = true, m.countAt(c.user, now), n
-		m.count(c.user, now, n)
+		c.finished, c.finishedAt, c.counted, c.cost = true, m.countAt(c.user, now), n, cost
+		m.count(c.user, now, n, cost)
 	}
 	return refFinish{call: *c}
 }
@@ -644,6 +716,8 @@ const (
 	// opMove writes a user's record as it stands with only its account
 	// changed: a user joining, leaving or changing account.
 	opMove
+	// opPutPrices puts a new version of the price table, in force now.
+	opPutPrices
 )
 
 type modelOp struct {
@@ -664,6 +738,17 @@ type modelOp struct {
 	// writes.
 	accountID string
 	acct      refAccount
+	// model is the model a check names; split, a check's reservation
+	// split by kind (nil for none); prices, what put-prices puts.
+	model  string
+	split  *[4]int64
+	prices map[string]refPrice
+	// A finish's tokens are its call's reservation plus tokens when
+	// near; cuts, when set, split them by kind as its usage, reported
+	// with their total beside it when both.
+	near bool
+	cuts *[4]byte
+	both bool
 }
 
 // Users and tiers of the model. A user id with SQL in it and one with
@@ -676,9 +761,11 @@ var (
 func (o modelOp) String() string {
 	switch o.kind {
 	case opCheck:
-		return fmt.Sprintf("check(%s, %s, account %q, tokens %d, distrust %v)", modelUsers[o.user], modelTiers[o.tier], o.accountID, o.tokens, o.distrust)
+		return fmt.Sprintf("check(%s, %s, account %q, tokens %d%s, model %q, distrust %v)", modelUsers[o.user], modelTiers[o.tier], o.accountID, o.tokens, o.splitString(), o.model, o.distrust)
 	case opDryRun:
-		return fmt.Sprintf("dry-run(%s, %s, account %q, tokens %d, distrust %v)", modelUsers[o.user], modelTiers[o.tier], o.accountID, o.tokens, o.distrust)
+		return fmt.Sprintf("dry-run(%s, %s, account %q, tokens %d%s, model %q, distrust %v)", modelUsers[o.user], modelTiers[o.tier], o.accountID, o.tokens, o.splitString(), o.model, o.distrust)
+	case opPutPrices:
+		return fmt.Sprintf("put-prices(%v)", o.prices)
 	case opSetUser:
 		return fmt.Sprintf("set-user(%s, tier %q, overrides %v, account %q, by another store %v)", modelUsers[o.user], o.user2.tier, o.user2.over, o.user2.account, o.other)
 	case opDeleteUser:
@@ -690,7 +777,14 @@ func (o modelOp) String() string {
 	case opDeleteAccount:
 		return fmt.Sprintf("delete-account(%q, by another store %v)", o.accountID, o.other)
 	case opFinish:
-		return fmt.Sprintf("finish(call %d, tokens %d)", o.call, o.tokens)
+		tokens := fmt.Sprint(o.tokens)
+		if o.near {
+			tokens = fmt.Sprintf("reserved%+d", o.tokens)
+		}
+		if o.cuts != nil {
+			return fmt.Sprintf("finish(call %d, usage of %s tokens cut at %v, with its total %v)", o.call, tokens, *o.cuts, o.both)
+		}
+		return fmt.Sprintf("finish(call %d, tokens %s)", o.call, tokens)
 	case opKeepAlive:
 		return fmt.Sprintf("keepalive(call %d)", o.call)
 	case opAdvance:
@@ -705,13 +799,21 @@ func (o modelOp) String() string {
 		if l.pool != nil {
 			pool = fmt.Sprint(*l.pool)
 		}
-		return fmt.Sprintf("set-tier(%s, minute %d + burst %d, hour %d, day %d, tokens %v, max_concurrent %d, shadow %s, account %s)",
-			modelTiers[o.tier], l.perMinute, l.burst, l.perHour, l.perDay, l.tokens, l.maxConcurrent, shadow, pool)
+		return fmt.Sprintf("set-tier(%s, minute %d + burst %d, hour %d, day %d, tokens %v, cost %v, max_concurrent %d, shadow %s, account %s)",
+			modelTiers[o.tier], l.perMinute, l.burst, l.perHour, l.perDay, l.tokens, l.cost, l.maxConcurrent, shadow, pool)
 	case opForget:
 		return fmt.Sprintf("forget(%q)", modelKeys()[o.user])
 	default:
 		return "prune(now - 24h)"
 	}
+}
+
+// splitString says a check's reservation split, when it has one.
+func (o modelOp) splitString() string {
+	if o.split == nil {
+		return ""
+	}
+	return fmt.Sprintf(" split %v", *o.split)
 }
 
 // exactSteps are clock steps that land exactly on (or a microsecond beside)
@@ -759,6 +861,10 @@ func (r *opReader) limits() refLimits {
 	if b := r.next(); b%2 == 1 {
 		l.maxConcurrent = int64(b / 2 % 4)
 	}
+	// Spend limits, each set a quarter of the time: a few calls' worth.
+	for i, most := range [3]int64{20, 40, 80} {
+		l.cost[i] = r.costLimit(most)
+	}
 	// Shadow limits a third of the time, as small as the real ones.
 	if b := r.next(); b%3 == 0 {
 		l.shadow = &[4]int64{int64(r.next() % 6), int64(r.next() % 4), int64(r.next() % 14), int64(r.next() % 24)}
@@ -768,6 +874,7 @@ func (r *opReader) limits() refLimits {
 	// the shorter windows' of its kind that are set.
 	ascending(&l.perMinute, &l.perHour, &l.perDay)
 	ascending(&l.tokens[0], &l.tokens[1], &l.tokens[2])
+	ascending(&l.cost[0], &l.cost[1], &l.cost[2])
 	if l.shadow != nil {
 		ascending(&l.shadow[0], &l.shadow[2], &l.shadow[3])
 	}
@@ -794,18 +901,19 @@ func ascending(windows ...*int64) {
 // binds reports whether the limits of a record, over[i] in the order of
 // policy.LimitNames, can all bind on tier l (nil for a record that
 // assigns none, whose overrides are compared among themselves): within
-// the requests and within the tokens, no set window below a shorter one.
-func binds(l *refLimits, over [8]int64) bool {
-	v := [8]int64{-1, -1, -1, -1, -1, -1, -1, -1}
+// the requests, the tokens and the spend, no set window below a shorter
+// one.
+func binds(l *refLimits, over [refNumLimits]int64) bool {
+	v := refNoLimits()
 	if l != nil {
-		v = [8]int64{l.perMinute, l.perHour, l.perDay, l.burst, l.tokens[0], l.tokens[1], l.tokens[2], l.maxConcurrent}
+		v = l.values()
 	}
 	for i, o := range over {
 		if o != refInherit {
 			v[i] = o
 		}
 	}
-	for _, kind := range [][]int64{v[0:3], v[4:7]} {
+	for _, kind := range [][]int64{v[0:3], v[4:7], v[8:11]} {
 		shorter := int64(-1)
 		for _, w := range kind {
 			if w < 0 {
@@ -830,10 +938,12 @@ func (r *opReader) user() refUser {
 	for i := range u.over {
 		u.over[i] = refInherit
 		switch b := r.next(); {
+		case b%4 == 1 && i >= 8:
+			u.over[i] = int64(b/4%8) * 3 * refCostUnit
 		case b%4 == 1:
 			u.over[i] = int64(b / 4 % 8)
 		case b%8 == 2 && i >= 4:
-			u.over[i] = -1 // no limit: only the token limits and max_concurrent
+			u.over[i] = -1 // no limit: only the optional limits
 		}
 	}
 	u.account = r.accountName()
@@ -890,17 +1000,25 @@ func decodeOps(data []byte) (initial [len(modelTiers)]refLimits, plans [len(mode
 	for i := range plans {
 		plans[i] = modelTiers[int(r.next())%len(modelTiers)]
 	}
+	// A sequence begins with a version of the price table of its own.
+	ops = append(ops, modelOp{kind: opPutPrices, prices: r.priceVersion()})
 	for len(r.data) > 0 {
 		b := r.next()
-		switch b % 26 {
+		switch b % 27 {
 		case 0, 1, 2, 3, 4, 5, 6, 7:
 			kind := opCheck
-			if b%26 == 7 {
+			if b%27 == 7 {
 				kind = opDryRun
 			}
 			user, tier := int(r.next()), int(r.next())
-			ops = append(ops, modelOp{kind: kind, user: user % len(modelUsers), tier: tier % len(modelTiers), tokens: r.tokens(), distrust: tier>>2%4 == 0,
-				accountID: r.accountName()})
+			op := modelOp{kind: kind, user: user % len(modelUsers), tier: tier % len(modelTiers), tokens: r.tokens(), distrust: tier>>2%4 == 0,
+				accountID: r.accountName(), model: r.model()}
+			if r.next()%2 == 0 {
+				op.split = r.split(op.tokens) // the reservation priced kind by kind
+			}
+			ops = append(ops, op)
+		case 26:
+			ops = append(ops, modelOp{kind: opPutPrices, prices: r.priceVersion()})
 		case 20:
 			ops = append(ops, modelOp{kind: opSetUser, user: int(r.next()) % len(modelUsers), user2: r.user(), other: r.next()%2 == 1})
 		case 21:
@@ -927,6 +1045,17 @@ func decodeOps(data []byte) (initial [len(modelTiers)]refLimits, plans [len(mode
 			op := modelOp{kind: opFinish, call: int(r.next()), tokens: -1}
 			if b := r.next(); b%3 != 0 {
 				op.tokens = int64(b / 3 % 50)
+				if op.tokens >= 25 {
+					// Around the reservation: from 10 tokens below it to
+					// 14 above, where a cheaper reservation's cost is
+					// passed by fewer tokens.
+					op.near, op.tokens = true, op.tokens-35
+				}
+				// The tokens by kind now and then, with their total or
+				// without.
+				if c := r.next(); c%3 != 0 {
+					op.cuts, op.both = &[4]byte{r.next(), r.next(), r.next(), r.next()}, c%3 == 2
+				}
 			}
 			ops = append(ops, op)
 		default:
@@ -955,6 +1084,11 @@ type modelHarness struct {
 	lagging map[string]bool
 	// stats counts what the sequences exercised, by outcome.
 	stats map[string]int
+	// prices are the versions of the price table the store holds, put by
+	// every sequence so far.
+	prices refPrices
+	// postgres is set on PostgreSQL.
+	postgres bool
 }
 
 // modelCallTimeout is the call timeout of the model's service: short, so
@@ -991,10 +1125,10 @@ func newModelHarness(tb testing.TB, dsn string) *modelHarness {
 	if err := db.MergePoolsEvery(store, 5); err != nil {
 		tb.Fatal(err)
 	}
-	h := &modelHarness{store: store, stats: map[string]int{}, lagging: map[string]bool{}}
+	h := &modelHarness{store: store, stats: map[string]int{}, lagging: map[string]bool{}, postgres: strings.HasPrefix(dsn, "postgres")}
 	clock := policy.WithClock(func() time.Time { return h.now })
-	h.svc = policy.NewService(store, store, clock, policy.WithCallTimeout(modelCallTimeout), policy.WithUsers(store))
-	h.distrusting = policy.NewService(store, store, clock, policy.WithCallTimeout(modelCallTimeout), policy.WithUsers(store),
+	h.svc = policy.NewService(store, store, clock, policy.WithCallTimeout(modelCallTimeout), policy.WithUsers(store), policy.WithPrices(store))
+	h.distrusting = policy.NewService(store, store, clock, policy.WithCallTimeout(modelCallTimeout), policy.WithUsers(store), policy.WithPrices(store),
 		policy.WithTrustClientTier(false), policy.WithDefaultTier(modelTiers[0]))
 	other, err := db.Open(context.Background(), dsn, db.WithSynchronous(db.SyncNormal))
 	if err != nil {
@@ -1031,7 +1165,7 @@ func (h *modelHarness) run(tb testing.TB, name string, data []byte) {
 
 	h.now = t0
 	h.ref = &refModel{tiers: map[string]refLimits{}, users: map[string]refUser{}, accounts: map[string]refAccount{},
-		hist: map[string][]refRecord{}, calls: map[string]*refCall{}, tokens: map[string][]refTokens{}, timeout: modelCallTimeout}
+		hist: map[string][]refRecord{}, calls: map[string]*refCall{}, tokens: map[string][]refTokens{}, timeout: modelCallTimeout, prices: &h.prices}
 	h.callIDs = h.callIDs[:0]
 	clear(h.lagging)
 	for _, u := range modelUsers {
@@ -1051,7 +1185,10 @@ func (h *modelHarness) run(tb testing.TB, name string, data []byte) {
 		if err := h.svc.ForgetAccount(ctx, id); err != nil {
 			tb.Fatal(err)
 		}
-		a := refAccount{tier: plans[i], over: [8]int64{refInherit, refInherit, refInherit, refInherit, refInherit, refInherit, refInherit, refInherit}}
+		a := refAccount{tier: plans[i]}
+		for j := range a.over {
+			a.over[j] = refInherit
+		}
 		if _, _, err := h.svc.PutAccount(ctx, policy.Account{AccountID: id, Tier: a.tier}); err != nil {
 			tb.Fatal(err)
 		}
@@ -1062,7 +1199,9 @@ func (h *modelHarness) run(tb testing.TB, name string, data []byte) {
 		run.at = i
 		switch op.kind {
 		case opCheck, opDryRun:
-			h.check(run, modelUsers[op.user], modelTiers[op.tier], op.accountID, op.tokens, op.kind == opDryRun, op.distrust)
+			h.check(run, op)
+		case opPutPrices:
+			h.putPrices(run, op.prices)
 		case opSetUser, opDeleteUser:
 			h.setUser(run, op)
 		case opMove:
@@ -1259,7 +1398,11 @@ func (h *modelHarness) setTier(run *modelRun, name string, l refLimits) {
 		p := policyPool(*l.pool)
 		pool = &p
 	}
-	_, _, err := h.svc.PutTier(context.Background(), policy.Tier{Name: name, Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(l.perMinute)), policy.BurstAllowance: new(int64(l.burst)), policy.RequestsPerHour: new(int64(l.perHour)), policy.RequestsPerDay: new(int64(l.perDay)), policy.TokensPerMinute: opt(l.tokens[0]), policy.TokensPerHour: opt(l.tokens[1]), policy.TokensPerDay: opt(l.tokens[2]), policy.MaxConcurrent: opt(l.maxConcurrent)}, Shadow: shadowOf(l), Account: pool})
+	var limits policy.LimitSet
+	for i, v := range l.values() {
+		limits[i] = opt(v)
+	}
+	_, _, err := h.svc.PutTier(context.Background(), policy.Tier{Name: name, Limits: limits, Shadow: shadowOf(l), Account: pool})
 	if err != nil {
 		run.fatalf("put tier: %v", err)
 	}
@@ -1300,22 +1443,8 @@ func (h *modelHarness) setUser(run *modelRun, op modelOp) {
 	}
 	r := policy.UserRecord{UserID: user, Tier: op.user2.tier, Account: op.user2.account}
 	over := op.user2.over
-	req := func(v int64) *int64 {
-		if v == refInherit {
-			return nil
-		}
-		return &v
-	}
-	opt := func(v int64) policy.Override {
-		switch v {
-		case refInherit:
-			return policy.Override{}
-		case -1:
-			return policy.Unlimited
-		}
-		return policy.To(v)
-	}
-	r.Limits = policy.Overrides{policy.RequestsPerMinute: policy.Override{Set: req(over[0]) != nil, Limit: req(over[0])}, policy.RequestsPerHour: policy.Override{Set: req(over[1]) != nil, Limit: req(over[1])}, policy.RequestsPerDay: policy.Override{Set: req(over[2]) != nil, Limit: req(over[2])}, policy.BurstAllowance: policy.Override{Set: req(over[3]) != nil, Limit: req(over[3])}, policy.TokensPerMinute: opt(over[4]), policy.TokensPerHour: opt(over[5]), policy.TokensPerDay: opt(over[6]), policy.MaxConcurrent: opt(over[7])}
+	// -1 (no limit) is drawn only for the optional limits.
+	r.Limits = policyOverrides(over)
 	var tier *refLimits
 	if l, ok := h.ref.tiers[op.user2.tier]; ok {
 		tier = &l
@@ -1352,28 +1481,46 @@ func (h *modelHarness) lag(user string, other bool) {
 	}
 }
 
-// check runs one check on both sides, compares every field of the answers
-// and asserts the promises directly.
-func (h *modelHarness) check(run *modelRun, user, tier, account string, tokens int64, dryRun, distrust bool) {
+// check runs one check (or dry run) on both sides, compares every field
+// of the answers and asserts the promises directly.
+func (h *modelHarness) check(run *modelRun, op modelOp) {
 	run.tb.Helper()
 	ctx := context.Background()
+	user, tier, account, tokens, dryRun := modelUsers[op.user], modelTiers[op.tier], op.accountID, op.tokens, op.kind == opDryRun
 	svc := h.svc
-	if distrust {
+	if op.distrust {
 		svc = h.distrusting
 	}
-	req := policy.Request{UserID: user, Tier: tier, Account: account, Tokens: tokens}
+	req := policy.Request{UserID: user, Tier: tier, Account: account, Tokens: tokens, Model: op.model}
+	if s := op.split; s != nil {
+		req.Reserve = &policy.TokenUsage{Input: s[0], Output: s[1], CacheRead: s[2], CacheWrite: s[3]}
+	}
 	got, err := svc.Check(ctx, req, dryRun)
 	// A check reads its user's record as stored whenever memory lags.
 	delete(h.lagging, user)
-	name, limits, pool, code := h.ref.resolve(user, tier, account, !distrust, modelTiers[0])
+	name, limits, pool, code := h.ref.resolve(user, tier, account, !op.distrust, modelTiers[0])
+	pr := h.prices.pricing(op.model, h.now, tokens, op.split)
+	// Under a spend limit, a call of no model, or of one the version in
+	// force does not price, is refused, never counted as free.
+	unpriced := code == "" && pr.price == nil && limitsSpend(limits, pool)
+	if unpriced {
+		code = policy.EINVALID
+	}
 	if code != "" || err != nil {
 		if policy.ErrorCode(err) != code {
-			run.fatalf("check: %v, reference error code %q", err, code)
+			run.fatalf("check: %v, reference error code %q (unpriced: %v)", err, code, unpriced)
 		}
-		h.stats["check refused: unknown account"]++
+		if u, ok := policy.IsUnpriced(err); ok != unpriced || ok && u.Model != op.model {
+			run.fatalf("check: %v, reference refuses model %q as unpriced: %v", err, op.model, unpriced)
+		}
+		if unpriced {
+			h.stats[fmt.Sprintf("check refused: unpriced (model %q)", op.model)]++
+		} else {
+			h.stats["check refused: unknown account"]++
+		}
 		return
 	}
-	want := h.ref.check(user, name, limits, pool, tokens, h.now, dryRun, got.CallID)
+	want := h.ref.check(user, name, limits, pool, tokens, pr, h.now, dryRun, got.CallID)
 	h.compare(run, "check", got, want)
 	if got.Tier != name {
 		run.fatalf("check: decided under %q, reference %q", got.Tier, name)
@@ -1427,7 +1574,15 @@ func (h *modelHarness) check(run *modelRun, user, tier, account string, tokens i
 			h.checkPoolCeilings(run, pool.id, poolTier(pool.limits), now)
 		}
 	}
-	if !got.Allowed() && !want.zeroBlocked {
+	if pr.price != nil {
+		h.stats[fmt.Sprintf("priced check allowed=%v spend limited=%v", got.Allowed(), limitsSpend(limits, pool))]++
+	}
+	probes := []time.Time{h.now.Add(time.Duration(got.RetryAfter) * time.Second), h.now.Add(time.Duration(got.RetryAfter-1) * time.Second)}
+	if !got.Allowed() && !want.zeroBlocked && slices.ContainsFunc(probes, func(t time.Time) bool { return h.prices.inForce(t) != h.prices.inForce(h.now) }) {
+		// Another version of the price table is in force then (the clock
+		// stepped back before it was put): not the same request.
+		h.stats["refusal's retry_after not probed: another price version then"]++
+	} else if !got.Allowed() && !want.zeroBlocked {
 		// Advancing the clock by retry_after admits the same request when
 		// nothing else changed, and a second less does not: the answer is
 		// neither early nor late. Probed with dry runs, which change nothing.
@@ -1441,7 +1596,7 @@ func (h *modelHarness) check(run *modelRun, user, tier, account string, tokens i
 		if !probe.Allowed() {
 			run.fatalf("refused with retry_after %d, but refused again %ds later: %q", got.RetryAfter, got.RetryAfter, probe.Reason)
 		}
-		h.compare(run, "probe at retry_after", probe, h.ref.check(user, name, limits, pool, tokens, h.now, true, ""))
+		h.compare(run, "probe at retry_after", probe, h.ref.check(user, name, limits, pool, tokens, pr, h.now, true, ""))
 		if got.RetryAfter >= 1 {
 			h.now = saved.Add(time.Duration(got.RetryAfter-1) * time.Second)
 			early, err := svc.Check(ctx, req, true)
@@ -1472,16 +1627,8 @@ func (h *modelHarness) compare(run *modelRun, what string, got policy.Decision, 
 		if w.Count != ws.count || w.Limit != ws.limit || w.Remaining != ws.remaining || w.Reset != ws.reset {
 			run.fatalf("%s: %s window %+v, reference %+v", what, refWindows[i].name, w, ws)
 		}
-		wt := want.tokens[i]
-		switch {
-		case !wt.limited && w.Tokens != nil:
-			run.fatalf("%s: %s window has tokens %+v, reference none", what, refWindows[i].name, *w.Tokens)
-		case wt.limited && (w.Tokens == nil || *w.Tokens != policy.TokenState{Limited: true, Limit: wt.limit, Used: wt.used, Remaining: wt.remaining, Reset: wt.reset}):
-			run.fatalf("%s: %s window tokens %+v, reference %+v", what, refWindows[i].name, w.Tokens, wt)
-		}
-		if wt.limited && wt.used > wt.limit && want.allowed {
-			run.fatalf("%s: admitted with %d tokens used in the %s, limit %d", what, wt.used, refWindows[i].name, wt.limit)
-		}
+		compareStates(run, what, i, "tokens", w.Tokens, want.tokens[i], want.allowed)
+		compareStates(run, what, i, "cost", w.Cost, want.cost[i], want.allowed)
 	}
 	switch {
 	case want.shadow == nil && got.Shadow != nil:
@@ -1514,12 +1661,27 @@ func (h *modelHarness) finish(run *modelRun, op modelOp) {
 		want = h.ref.keepAlive(id, h.now)
 		got, err = h.svc.KeepAlive(ctx, id)
 	} else {
-		var tokens *int64
-		if op.tokens >= 0 {
-			tokens = &op.tokens
+		tokens := op.tokens
+		if op.near {
+			var reserved int64
+			if c, ok := h.ref.calls[id]; ok {
+				reserved = c.reserved
+			}
+			tokens = max(reserved+op.tokens, 0)
 		}
-		want = h.ref.finish(id, op.tokens, h.now)
-		got, err = h.svc.FinishCall(ctx, id, tokens)
+		r := refReport{tokens: tokens}
+		if op.cuts != nil {
+			r.usage = splitOf(tokens, *op.cuts)
+		}
+		var rep policy.Report
+		if tokens >= 0 && (r.usage == nil || op.both) {
+			rep.Tokens = &tokens
+		}
+		if u := r.usage; u != nil {
+			rep.Usage = &policy.TokenUsage{Input: u[0], Output: u[1], CacheRead: u[2], CacheWrite: u[3]}
+		}
+		want = h.ref.finish(id, r, h.now)
+		got, err = h.svc.FinishCall(ctx, id, rep)
 	}
 	h.stats[fmt.Sprintf("%v %q expired=%v", op.kind, want.code, want.call.expired)]++
 	if code := policy.ErrorCode(err); code != want.code {
@@ -1536,6 +1698,15 @@ func (h *modelHarness) finish(run *modelRun, op modelOp) {
 	if got.ID != id || got.Account != w.account || got.Reserved != w.reserved || !got.ExpiresAt.Equal(w.expires) || got.Open() == w.finished ||
 		got.Expired != w.expired || reported != w.reported || (w.finished && (got.Tokens != w.counted || !got.FinishedAt.Equal(w.finishedAt))) {
 		run.fatalf("%v: call %+v (reported %d), reference %+v", op, got, reported, w)
+	}
+	if problem := comparePricing(&got, &w); problem != "" {
+		run.fatalf("%v: call %+v: %s", op, got, problem)
+	}
+	if w.price != nil && op.kind == opFinish {
+		h.stats[fmt.Sprintf("priced finish: expired %v, cost above its reservation %v, tokens above it %v", w.expired, w.reportedCost > w.reservedCost, w.reported > w.reserved)]++
+		if v := h.prices.inForce(h.now); v == nil || v.id != w.version {
+			h.stats["priced finish under another price version than its admission's"]++
+		}
 	}
 }
 
@@ -1580,9 +1751,11 @@ func (h *modelHarness) compareHistories(run *modelRun) {
 			run.fatalf("user %q: %d calls in flight, reference %d", user, u.CallsInFlight, open)
 		}
 		for i, w := range refWindows {
-			finished, _ := view.tokensAfter(user, h.now.Truncate(time.Microsecond).Add(-w.length))
-			if got := u.Windows[i].Tokens; got == nil || got.Used != finished+reserved {
-				run.fatalf("user %q: %s tokens %+v, reference used %d", user, w.name, got, finished+reserved)
+			for ms, got := range [2]*policy.TokenState{u.Windows[i].Tokens, u.Windows[i].Cost} {
+				finished, _ := view.after(user, ms, h.now.Truncate(time.Microsecond).Add(-w.length))
+				if got == nil || got.Used != finished+reserved[ms] {
+					run.fatalf("user %q: %s %s %+v, reference used %d", user, w.name, [2]string{"tokens", "cost"}[ms], got, finished+reserved[ms])
+				}
 			}
 		}
 	}
@@ -1636,7 +1809,7 @@ func TestModel(t *testing.T) {
 		}
 		var checks, ops int
 		for i := range n {
-			data := make([]byte, 64+rng.IntN(512))
+			data := make([]byte, 96+rng.IntN(768)) // up to a few hundred operations
 			for j := range data {
 				data[j] = byte(rng.Uint32())
 			}
@@ -1666,7 +1839,11 @@ func TestModel(t *testing.T) {
 }
 
 // FuzzModel lets the fuzzer write the sequences. Its seed corpus is in
-// testdata/fuzz/FuzzModel.
+// testdata/fuzz/FuzzModel. The versions of the price table an input puts
+// stay in the store for the inputs after it (versions are never
+// deleted): an input that fails after others may price its calls
+// otherwise when run alone, as a sequence of TestModel may without the
+// sequences before it (-model.seed replays them all).
 func FuzzModel(f *testing.F) {
 	f.Add([]byte{})
 	h := newModelHarness(f, filepath.Join(f.TempDir(), "model.db"))

@@ -93,10 +93,12 @@ func (w *pgWriter) submit(j *pgJob) error {
 }
 
 // plannable reports whether admit_batch can decide p: a plan with its
-// tiers and, when metered, a call it can store.
+// tiers and, when metered, a call it can store, unpriced, under no spend
+// limit: admit_batch counts tokens alone. A check with spend is decided
+// in a transaction of its own, by the same code as on SQLite.
 func plannable(p *policy.Plan) bool {
 	return p != nil && p.Tier != nil && p.Base != nil &&
-		(p.Call == nil || policy.ValidCallID(p.Call.ID))
+		(p.Call == nil || policy.ValidCallID(p.Call.ID) && p.Call.Price == nil && !p.Tier.Limits.LimitsSpend())
 }
 
 // batchLoop runs the admissions waiting in batches of up to maxBatch, on
@@ -353,12 +355,13 @@ const (
 )
 
 // admitBatch calls admit_batch (migration 12) with the batch's arrays.
-const admitBatch = `SELECT * FROM admit_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`
+const admitBatch = `SELECT * FROM admit_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`
 
 // admitBatchOIDs are the types of admitBatch's parameters.
 var admitBatchOIDs = []uint32{pgtype.Int4ArrayOID, pgtype.Int8OID, pgtype.TextArrayOID, pgtype.Int8ArrayOID, pgtype.Int8ArrayOID,
 	pgtype.Int8ArrayOID, pgtype.BoolArrayOID, pgtype.Int2ArrayOID, pgtype.TextArrayOID, pgtype.TextArrayOID,
-	pgtype.TextArrayOID, pgtype.TextArrayOID, pgtype.Int8ArrayOID, pgtype.Int8ArrayOID, pgtype.Int8ArrayOID, pgtype.Int8ArrayOID}
+	pgtype.TextArrayOID, pgtype.TextArrayOID, pgtype.TextArrayOID, pgtype.TextArrayOID,
+	pgtype.Int8ArrayOID, pgtype.Int8ArrayOID, pgtype.Int8ArrayOID, pgtype.Int8ArrayOID}
 
 // binaryFormat asks for every parameter and column in binary.
 var binaryFormat = []int16{pgtype.BinaryFormatCode}
@@ -469,7 +472,7 @@ func pipelineExec(p *pgconn.Pipeline) error {
 func (b *pgBatch) encode(m *pgtype.Map) error {
 	a := &b.args
 	values := [...]any{a.keys, a.version, a.users, a.now, a.ceil, a.tierID, a.tierSame,
-		a.userMode, a.userTier, a.userLim, a.callID, a.callTier, a.tokens, a.tokLim, a.maxConc, a.expires}
+		a.userMode, a.userTier, a.userLim, a.callID, a.callTier, a.callModel, a.callUpstream, a.tokens, a.tokLim, a.maxConc, a.expires}
 	var ends [len(values)]int
 	buf := b.paramBuf[:0]
 	for i, v := range values {
@@ -504,6 +507,9 @@ type batchArgs struct {
 	userLim  []pgtype.Text // the record's overrides, as the users table's limits column holds them
 	callID   []pgtype.Text
 	callTier []pgtype.Text
+	// callModel and callUpstream name what an unpriced call was asked
+	// for, kept as SQLite keeps them.
+	callModel, callUpstream []pgtype.Text
 	tokens   []int64
 	tokLim   []pgtype.Int8
 	maxConc  []pgtype.Int8
@@ -529,6 +535,7 @@ func (a *batchArgs) fill(jobs []*pgJob, tiers *tierCache) {
 	a.users, a.now, a.ceil, a.tierID, a.tierSame = a.users[:0], a.now[:0], a.ceil[:0], a.tierID[:0], a.tierSame[:0]
 	a.userMode, a.userTier, a.userLim = a.userMode[:0], a.userTier[:0], a.userLim[:0]
 	a.callID, a.callTier, a.tokens, a.tokLim, a.maxConc, a.expires = a.callID[:0], a.callTier[:0], a.tokens[:0], a.tokLim[:0], a.maxConc[:0], a.expires[:0]
+	a.callModel, a.callUpstream = a.callModel[:0], a.callUpstream[:0]
 	for _, j := range jobs {
 		p := j.plan
 		a.keys = append(a.keys, userLockKey(j.user))
@@ -557,12 +564,15 @@ func (a *batchArgs) fill(jobs []*pgJob, tiers *tierCache) {
 		c := p.Call
 		if c == nil {
 			a.callID, a.callTier = append(a.callID, pgtype.Text{}), append(a.callTier, pgtype.Text{})
+			a.callModel, a.callUpstream = append(a.callModel, pgtype.Text{}), append(a.callUpstream, pgtype.Text{})
 			a.tokens, a.maxConc, a.expires = append(a.tokens, 0), append(a.maxConc, pgtype.Int8{}), append(a.expires, 0)
 			a.tokLim = append(a.tokLim, pgtype.Int8{}, pgtype.Int8{}, pgtype.Int8{})
 			continue
 		}
 		a.callID = append(a.callID, pgtype.Text{String: c.ID, Valid: true})
 		a.callTier = append(a.callTier, pgtype.Text{String: c.Tier, Valid: true})
+		a.callModel = append(a.callModel, pgtype.Text{String: c.Model, Valid: c.Model != ""})
+		a.callUpstream = append(a.callUpstream, pgtype.Text{String: c.Upstream, Valid: c.Upstream != ""})
 		a.tokens = append(a.tokens, c.Reserved)
 		a.expires = append(a.expires, c.ExpiresAt.UnixMicro())
 		for _, w := range policy.Windows {
@@ -693,10 +703,16 @@ func (h *history) planned(j *pgJob, tiers *tierCache) error {
 	if p.Call != nil {
 		l := &h.led
 		*l = ledger{q: h.q, user: h.user, st: ledgerState{anyRow: f.tokTS.Valid, lastTS: f.tokTS.Int64, lastTotal: f.tokTotal.Int64,
-			open: f.open.Int64, reserved: f.reserved.Int64, nextExpiry: noExpiry}}
+			open: f.open.Int64, reserved: policy.Amounts{policy.MeasureTokens: f.reserved.Int64}, nextExpiry: noExpiry}}
 		for i, w := range policy.Windows {
+			// admit_batch answers the oldest row holding tokens (some,
+			// not how many: a planned check reads no more) and no cost,
+			// which a planned check, under no spend limit, never asks.
 			r := f.tokFirst[i]
 			l.firsts[i] = tokFirst{cutoff: now - w.Duration().Microseconds(), ts: r.ts.Int64, before: r.before.Int64, found: r.ts.Valid}
+			if r.ts.Valid {
+				l.firsts[i].tokens = 1
+			}
 		}
 		l.nfirst = len(policy.Windows)
 		h.ledgerRead, h.ledgerAt = true, now

@@ -207,7 +207,7 @@ func TestStatsLeaveOutPools(t *testing.T) {
 		}
 
 		for _, id := range calls[:2] {
-			if _, err := e.svc.FinishCall(ctx, id, i64(7)); err != nil {
+			if _, err := e.svc.FinishCall(ctx, id, policy.Report{Tokens: i64(7)}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -233,7 +233,7 @@ func TestPrunePrunesPools(t *testing.T) {
 		ctx := context.Background()
 		e.putAccount("acme", policy.Overrides{})
 		calls := e.check("m1", "acme", 3)
-		if _, err := e.svc.FinishCall(ctx, calls[0], i64(5)); err != nil {
+		if _, err := e.svc.FinishCall(ctx, calls[0], policy.Report{Tokens: i64(5)}); err != nil {
 			t.Fatal(err)
 		}
 		// The other two are left to expire.

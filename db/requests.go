@@ -45,6 +45,7 @@ const (
 	qTokFirstAfter3
 	qTokRowsAfter3
 	qTokReaching
+	qCostReaching
 	qTokInsert
 	qTokForget
 	qTokNextUser
@@ -104,7 +105,7 @@ var queries = [numQueries]string{
 // readQueries are the queries View runs on the read connections.
 var readQueries = [...]query{qLast, qFirstAfter, qFirstAfter3, qNthAfter, qAround,
 	qPoolLast, qPoolFirstAfter, qPoolFirstAfter3, qPoolNthAfter, qPoolAround,
-	qTokLast, qTokFirstAfter, qTokReaching, qOpenCalls, qExpiredCalls, qCallGet}
+	qTokLast, qTokFirstAfter, qTokReaching, qCostReaching, qOpenCalls, qExpiredCalls, qCallGet}
 
 // rowQuerier runs one of the queries.
 type rowQuerier interface {

@@ -256,10 +256,12 @@ func (s *Store) Stats(ctx context.Context, from, to time.Time, bucket time.Durat
 	if err := rows.Err(); err != nil {
 		return nil, unavailable(err)
 	}
-	// Tokens settled: the calls finished in each bucket (the tokens they
-	// count, including an excess reported after they expired). A member's
-	// call is also open in its account's pool, and counts once.
-	rows, err = s.db.QueryContext(ctx, s.d.bind(`SELECT (finished_at / 1000000) / ?1, tier, CAST(SUM(tokens) AS BIGINT) FROM calls
+	// Tokens and spend settled: the calls finished in each bucket (the
+	// tokens and the cost they count, including an excess reported after
+	// they expired; an unpriced call's cost is NULL, which SUM skips). A
+	// member's call is also open in its account's pool, and counts once.
+	// calls_finished_tier covers every column read.
+	rows, err = s.db.QueryContext(ctx, s.d.bind(`SELECT (finished_at / 1000000) / ?1, tier, CAST(SUM(tokens) AS BIGINT), CAST(SUM(cost) AS BIGINT) FROM calls
 		WHERE finished_at >= ?2 AND finished_at < ?3 AND (?4 = '' OR tier = ?4) AND (user_id < ?5 OR user_id >= ?6)
 		GROUP BY (finished_at / 1000000) / ?1, tier`), secs, fromMin*60_000_000, toMin*60_000_000, tier, poolKeysFrom, poolKeysTo)
 	if err != nil {
@@ -267,16 +269,18 @@ func (s *Store) Stats(ctx context.Context, from, to time.Time, bucket time.Durat
 	}
 	for rows.Next() {
 		var (
-			b        int64
-			tierName string
-			tokens   sql.NullInt64
+			b            int64
+			tierName     string
+			tokens, cost sql.NullInt64
 		)
-		if err := rows.Scan(&b, &tierName, &tokens); err != nil {
+		if err := rows.Scan(&b, &tierName, &tokens, &cost); err != nil {
 			rows.Close()
 			return nil, unavailable(err)
 		}
-		if tokens.Int64 > 0 {
-			get(tierName, b).TokensSettled += tokens.Int64
+		if tokens.Int64 > 0 || cost.Int64 > 0 {
+			sb := get(tierName, b)
+			sb.TokensSettled += tokens.Int64
+			sb.CostSettled += policy.Money(cost.Int64)
 		}
 	}
 	if err := rows.Close(); err != nil {

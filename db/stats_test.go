@@ -201,3 +201,52 @@ func TestLastTier(t *testing.T) {
 		}
 	})
 }
+
+// TestStatsCostSettled: the buckets count what the calls finished in them
+// cost, each at the price it was admitted at, beside their tokens; an
+// unpriced call counts its tokens and no cost.
+func TestStatsCostSettled(t *testing.T) {
+	eachBackend(t, func(t *testing.T, bk backend) {
+		ctx := context.Background()
+		s := openStore(t, bk.newDSN(t))
+		clk := policy.NewTestClock(t0)
+		svc := policy.NewService(s, s, policy.WithClock(clk.Now), policy.WithPrices(s))
+		usd := func(v string) policy.Money {
+			m, err := policy.ParseMoney(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m
+		}
+		if _, err := svc.PutPrices(ctx, nil, []policy.Price{{Model: "m", Input: usd("1"), Output: usd("2"), CacheRead: usd("0.5"), CacheWrite: usd("1.25")}}); err != nil {
+			t.Fatal(err)
+		}
+		tier := policy.Tier{Name: "team", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(100)), policy.RequestsPerHour: new(int64(1000)), policy.RequestsPerDay: new(int64(10000))}}
+		if _, _, err := svc.PutTier(ctx, tier); err != nil {
+			t.Fatal(err)
+		}
+		call := func(model string, u policy.TokenUsage) {
+			t.Helper()
+			d, err := svc.Check(ctx, policy.Request{UserID: "ann", Tier: "team", Model: model, Tokens: u.Total(), OpenCall: true}, false)
+			if err != nil || d.CallID == "" {
+				t.Fatalf("check: %v, call %q", err, d.CallID)
+			}
+			if _, err := svc.FinishCall(ctx, d.CallID, policy.Report{Usage: &u}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// $0.002 and $0.0055, by hand: dollars per million tokens.
+		call("m", policy.TokenUsage{Input: 1000, Output: 500})
+		call("unpriced", policy.TokenUsage{Input: 300})
+		clk.Advance(time.Hour)
+		call("m", policy.TokenUsage{Input: 4000, CacheRead: 2000, Output: 250})
+		buckets, err := s.Stats(ctx, t0.Add(-time.Hour), t0.Add(2*time.Hour), time.Hour, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(buckets) != 2 || buckets[0].CostSettled != usd("0.002") || buckets[0].TokensSettled != 1800 ||
+			buckets[1].CostSettled != usd("0.0055") || buckets[1].TokensSettled != 6250 {
+			t.Errorf("buckets %+v, want $0.002 and 1,800 tokens, then $0.0055 and 6,250", buckets)
+		}
+	})
+}

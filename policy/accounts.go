@@ -20,10 +20,10 @@ import (
 // more requests than a day can hold.
 const noPoolLimit = 1 << 50
 
-// Metered reports whether s limits tokens or concurrent calls.
+// Metered reports whether s limits tokens, spend or concurrent calls.
 func (s *LimitSet) Metered() bool {
 	for i := range LimitFields {
-		if k := LimitFields[i].Kind; (k == KindTokens || k == KindConcurrency) && s[i] != nil {
+		if k := LimitFields[i].Kind; (k == KindTokens || k == KindConcurrency || k == KindCost) && s[i] != nil {
 			return true
 		}
 	}

@@ -23,12 +23,12 @@ const ConcurrencyReason = "concurrent call limit exceeded"
 // cannot hold.
 func (w Window) TokenReason() string { return "per-" + w.String() + " token limit exceeded" }
 
-// Metered reports whether the tier limits tokens or concurrent calls: whether
+// Metered reports whether the tier limits tokens, spend or concurrent calls: whether
 // every check it admits opens a call (another opens one when it asks,
 // Request.OpenCall).
 func (t *Tier) Metered() bool {
 	for i := range LimitFields {
-		if f := &LimitFields[i]; f.Kind == KindTokens || f.Kind == KindConcurrency {
+		if f := &LimitFields[i]; f.Kind == KindTokens || f.Kind == KindConcurrency || f.Kind == KindCost {
 			if _, ok := f.Value(t); ok {
 				return true
 			}
@@ -39,12 +39,7 @@ func (t *Tier) Metered() bool {
 
 // TokenLimit returns the most tokens window w may count; ok is false when the
 // tier sets no token limit for w.
-func (t *Tier) TokenLimit(w Window) (limit int64, ok bool) {
-	if f := tokenFields[w]; f != nil {
-		return f.Value(t)
-	}
-	return 0, false
-}
+func (t *Tier) TokenLimit(w Window) (limit int64, ok bool) { return t.limit(MeasureTokens, w) }
 
 // Call is one metered model call: opened by a check admitted under a metered
 // tier or asking for one (Request.OpenCall), finished by FinishCall or, at
@@ -77,6 +72,26 @@ type Call struct {
 	// Expired reports whether the service finished the call at ExpiresAt
 	// because no finish came before.
 	Expired bool
+
+	// Model and Upstream name what the call was priced for: the check's
+	// model and the gateway's upstream ("" for none).
+	Model, Upstream string
+	// Price is the entry of the price table the call is charged at, from
+	// the version (PriceVersion) in force when it was admitted, for its
+	// whole life: a new version never reprices it. Nil when unpriced: it
+	// then costs nothing, and a check under a spend limit refuses it.
+	Price        *Price
+	PriceVersion int64
+	// ReservedCost is what the reservation costs at Price, counted as
+	// spent while the call is open.
+	ReservedCost Money
+	// Cost is what the call costs once finished, at Price (see Settle);
+	// for an expired call, the larger of ReservedCost and the cost
+	// reported later. 0 while open.
+	Cost Money
+	// ReportedCost is the cost of what the caller reported, set with
+	// Reported.
+	ReportedCost Money
 }
 
 // Open reports whether the call has not finished.
@@ -136,25 +151,26 @@ type Admission struct {
 	TierID int64
 }
 
-// Ledger is a read view of one user's metered calls at one instant. A call
-// open at that instant whose ExpiresAt has passed counts as finished at
-// ExpiresAt with its reservation. Finished tokens are counted at the time
-// the call finished; a user's finished tokens are ordered in time like
-// requests (recorded at the newest one's time plus Resolution when the clock
-// steps back). It is valid only inside the callback it was passed to.
+// Ledger is a read view of one user's metered calls at one instant: their
+// tokens and their cost, each a Measure. A call open at that instant whose
+// ExpiresAt has passed counts as finished at ExpiresAt with its
+// reservation. What a call used is counted at the time it finished; a
+// user's finished amounts are ordered in time like requests (recorded at
+// the newest one's time plus Resolution when the clock steps back). It is
+// valid only inside the callback it was passed to.
 type Ledger interface {
-	// InFlight returns the number of calls open and the tokens they reserve.
-	InFlight() (calls, reserved int64, err error)
-	// TokensAfter returns the tokens of calls finished strictly after t.
-	TokensAfter(t time.Time) (int64, error)
-	// OldestAfter returns the time of the oldest finished tokens strictly
-	// after t; ok is false when there are none.
-	OldestAfter(t time.Time) (at time.Time, ok bool, err error)
-	// SettledAt returns the earliest time s at which finished tokens were
-	// counted such that at most n tokens are counted strictly after s. n
-	// is from 0 to below the tokens counted after some time; ok is false
-	// when no finished tokens are counted.
-	SettledAt(n int64) (s time.Time, ok bool, err error)
+	// InFlight returns the number of calls open and what they reserve.
+	InFlight() (calls int64, reserved Amounts, err error)
+	// After returns what the calls finished strictly after t used.
+	After(t time.Time) (Amounts, error)
+	// OldestAfter returns the time of the oldest finished amount of m
+	// (above 0) strictly after t; ok is false when there is none.
+	OldestAfter(m Measure, t time.Time) (at time.Time, ok bool, err error)
+	// SettledAt returns the earliest time s at which a finished amount of
+	// m was counted such that at most n of m are counted strictly after
+	// s. n is from 0 to below the amount counted after some time; ok is
+	// false when none of m is counted.
+	SettledAt(m Measure, n int64) (s time.Time, ok bool, err error)
 }
 
 // CallHistory is implemented by a History whose store keeps metered calls.
@@ -165,32 +181,33 @@ type CallHistory interface {
 	Calls(now time.Time) (Ledger, error)
 }
 
-// TokenState describes the tokens of one window of one user at one instant.
+// TokenState describes one measure of one window of one user at one
+// instant: its tokens, or its cost in picodollars (WindowState.Cost).
 type TokenState struct {
-	// Limited reports whether a tier limits the window's tokens: whether
+	// Limited reports whether a tier limits the window's amount: whether
 	// Limit, Remaining and Reset are set.
 	Limited bool
 	Limit   int64
-	// Used is the tokens of calls finished in the window plus those
+	// Used is the amount of calls finished in the window plus that
 	// reserved by calls still open (including the call a check opens).
 	Used      int64
 	Remaining int64
-	// Reset is the whole seconds until the oldest finished tokens counted
-	// in the window leave it, 0 when none are: reservations leave a window
+	// Reset is the whole seconds until the oldest finished amount counted
+	// in the window leaves it, 0 when none is: reservations leave a window
 	// only when their calls finish.
 	Reset int64
 }
 
 // UsageReport is one user's state at one instant, without any new request.
 type UsageReport struct {
-	// Windows is each window's state. Its Tokens are set when the store
-	// keeps calls: Used always, and the rest for a window the tier asked
-	// about limits.
+	// Windows is each window's state. Its Tokens and Cost are set when the
+	// store keeps calls: Used always, and the rest for a window the tier
+	// asked about limits.
 	Windows [len(Windows)]WindowState
 	// CallsInFlight is the user's calls open.
 	CallsInFlight int64
-	// CallsKept reports whether the store keeps calls: whether Tokens and
-	// CallsInFlight are known.
+	// CallsKept reports whether the store keeps calls: whether Tokens,
+	// Cost and CallsInFlight are known.
 	CallsKept bool
 }
 
@@ -205,32 +222,42 @@ type ConcurrencyState struct {
 type Metering struct {
 	Allowed bool
 	// Reason is the first limit that refused, in check order: concurrency,
-	// then the token windows minute, hour, day.
+	// then the token windows minute, hour, day, then the spend windows.
 	Reason string
 	// RetryAfter covers every refusing limit: 1 for concurrency; for a
-	// token window, the seconds until enough finished tokens leave it for
-	// the call to fit with the reservations unchanged, or the window's
-	// length when no wait on finished tokens is enough.
+	// token or spend window, the seconds until enough of what finished
+	// leaves it for the call to fit with the reservations unchanged, or
+	// the window's length when no wait on finished calls is enough.
 	RetryAfter int64
 	// Waitless reports whether a refusing limit is one no wait on finished
-	// tokens lifts: concurrency, or reservations plus the call over a limit.
+	// calls lifts: concurrency, or reservations plus the call over a limit.
 	Waitless bool
 
-	inFlight, reserved int64
-	tokens             int64
-	finished           [len(Windows)]int64
-	oldest             [len(Windows)]time.Time // of the finished tokens in the window; zero when none
+	inFlight int64
+	reserved Amounts
+	want     Amounts
+	finished [len(Windows)]Amounts
+	oldest   [len(Windows)][numMeasures]time.Time // of the finished amount in the window; zero when none
 }
 
-// Meter decides whether a call reserving tokens fits tier t's call limits
-// for the user whose ledger is l, at now. It reads l and changes nothing.
-// A window counts the tokens finished strictly after now minus its length
-// plus every open reservation; the call fits when, in every window with a
-// limit, that plus tokens is at most the limit, and the calls in flight are
-// below max_concurrent.
-func Meter(l Ledger, t *Tier, tokens int64, now time.Time) (Metering, error) {
+// addSat returns a+b, or math.MaxInt64 when that overflows: amounts are
+// never negative, and a sum past any limit refuses as surely.
+func addSat(a, b int64) int64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return 1<<63 - 1
+}
+
+// Meter decides whether a call reserving want (tokens and cost) fits tier
+// t's call limits for the user whose ledger is l, at now. It reads l and
+// changes nothing. A window counts what calls finished strictly after now
+// minus its length used, plus every open reservation; the call fits when,
+// in every window with a limit of a measure, that plus want is at most the
+// limit, and the calls in flight are below max_concurrent.
+func Meter(l Ledger, t *Tier, want Amounts, now time.Time) (Metering, error) {
 	now = now.Truncate(Resolution)
-	m := Metering{Allowed: true, tokens: tokens}
+	m := Metering{Allowed: true, want: want}
 	var err error
 	if m.inFlight, m.reserved, err = l.InFlight(); err != nil {
 		return m, err
@@ -247,94 +274,113 @@ func Meter(l Ledger, t *Tier, tokens int64, now time.Time) (Metering, error) {
 	}
 	for _, w := range Windows {
 		cutoff := now.Add(-w.Duration())
-		if m.finished[w], err = l.TokensAfter(cutoff); err != nil {
+		if m.finished[w], err = l.After(cutoff); err != nil {
 			return m, err
 		}
-		if m.finished[w] > 0 {
-			if m.oldest[w], _, err = l.OldestAfter(cutoff); err != nil {
-				return m, err
+		for _, ms := range Measures {
+			if m.finished[w][ms] > 0 {
+				if m.oldest[w][ms], _, err = l.OldestAfter(ms, cutoff); err != nil {
+					return m, err
+				}
 			}
 		}
-		limit, ok := t.TokenLimit(w)
-		if !ok || m.finished[w]+m.reserved+tokens <= limit {
-			continue
+	}
+	for _, ms := range Measures {
+		for _, w := range Windows {
+			limit, ok := t.limit(ms, w)
+			if !ok || addSat(addSat(m.finished[w][ms], m.reserved[ms]), want[ms]) <= limit {
+				continue
+			}
+			held := addSat(m.reserved[ms], want[ms])
+			if held > limit {
+				refuse(ms.reason(w), CeilSeconds(w.Duration()))
+				m.Waitless = true
+				continue
+			}
+			s, ok, err := l.SettledAt(ms, limit-held) // the finished amount the window may keep
+			if err != nil {
+				return m, err
+			}
+			wait := w.Duration()
+			if ok {
+				wait = s.Add(w.Duration()).Sub(now)
+			}
+			refuse(ms.reason(w), CeilSeconds(wait))
 		}
-		budget := limit - m.reserved - tokens // the finished tokens the window may keep
-		if budget < 0 {
-			refuse(w.TokenReason(), CeilSeconds(w.Duration()))
-			m.Waitless = true
-			continue
-		}
-		s, ok, err := l.SettledAt(budget)
-		if err != nil {
-			return m, err
-		}
-		wait := w.Duration()
-		if ok {
-			wait = s.Add(w.Duration()).Sub(now)
-		}
-		refuse(w.TokenReason(), CeilSeconds(wait))
 	}
 	return m, nil
 }
 
-// States returns each window's token state and the concurrency state under
-// t as they are after the check: counting the call when admitted. A window
-// without a token limit has a nil state, as has concurrency without
-// max_concurrent.
-func (m *Metering) States(t *Tier, admitted bool, now time.Time) (tokens [len(Windows)]*TokenState, conc *ConcurrencyState) {
+// States returns each window's state of each measure and the concurrency
+// state under t as they are after the check: counting the call when
+// admitted. A window without a limit of a measure has a nil state, as has
+// concurrency without max_concurrent.
+func (m *Metering) States(t *Tier, admitted bool, now time.Time) (states [numMeasures][len(Windows)]*TokenState, conc *ConcurrencyState) {
 	now = now.Truncate(Resolution)
-	var mine, calls int64
+	var mine Amounts
+	var calls int64
 	if admitted {
-		mine, calls = m.tokens, 1
+		mine, calls = m.want, 1
 	}
-	for _, w := range Windows {
-		limit, ok := t.TokenLimit(w)
-		if !ok {
-			continue
+	for _, ms := range Measures {
+		for _, w := range Windows {
+			limit, ok := t.limit(ms, w)
+			if !ok {
+				continue
+			}
+			s := &TokenState{Limited: true, Limit: limit, Used: addSat(addSat(m.finished[w][ms], m.reserved[ms]), mine[ms])}
+			s.Remaining = max(limit-s.Used, 0)
+			if m.finished[w][ms] > 0 {
+				s.Reset = CeilSeconds(m.oldest[w][ms].Add(w.Duration()).Sub(now))
+			}
+			states[ms][w] = s
 		}
-		s := &TokenState{Limited: true, Limit: limit, Used: m.finished[w] + m.reserved + mine}
-		s.Remaining = max(limit-s.Used, 0)
-		if m.finished[w] > 0 {
-			s.Reset = CeilSeconds(m.oldest[w].Add(w.Duration()).Sub(now))
-		}
-		tokens[w] = s
 	}
 	if c := t.Limits[MaxConcurrent]; c != nil {
 		conc = &ConcurrencyState{Limit: *c, InFlight: m.inFlight + calls}
 	}
-	return tokens, conc
+	return states, conc
 }
 
-// CallUsage returns the token state of each window and the calls in flight
-// of the user whose ledger is l, at now, without opening a call. With a nil
-// t, or for a window t does not limit, only Used is set.
-func CallUsage(l Ledger, t *Tier, now time.Time) (tokens [len(Windows)]TokenState, inFlight int64, err error) {
+// setStates sets each window's Tokens and Cost in ws to states'.
+func setStates(ws *[len(Windows)]WindowState, states *[numMeasures][len(Windows)]*TokenState) {
+	for w := range ws {
+		ws[w].Tokens, ws[w].Cost = states[MeasureTokens][w], states[MeasureCost][w]
+	}
+}
+
+// CallUsage returns the state of each measure in each window and the calls
+// in flight of the user whose ledger is l, at now, without opening a call.
+// With a nil t, or for a window t does not limit in a measure, only Used is
+// set.
+func CallUsage(l Ledger, t *Tier, now time.Time) (states [numMeasures][len(Windows)]TokenState, inFlight int64, err error) {
 	now = now.Truncate(Resolution)
 	inFlight, reserved, err := l.InFlight()
 	if err != nil {
-		return tokens, 0, err
+		return states, 0, err
 	}
 	for _, w := range Windows {
 		cutoff := now.Add(-w.Duration())
-		finished, err := l.TokensAfter(cutoff)
+		finished, err := l.After(cutoff)
 		if err != nil {
-			return tokens, 0, err
+			return states, 0, err
 		}
-		s := TokenState{Used: finished + reserved}
-		if t != nil {
-			if limit, ok := t.TokenLimit(w); ok {
-				s.Limited, s.Limit, s.Remaining = true, limit, max(limit-s.Used, 0)
-				if finished > 0 {
-					oldest, _, err := l.OldestAfter(cutoff)
-					if err != nil {
-						return tokens, 0, err
+		for _, ms := range Measures {
+			s := TokenState{Used: addSat(finished[ms], reserved[ms])}
+			if t != nil {
+				if limit, ok := t.limit(ms, w); ok {
+					s.Limited, s.Limit, s.Remaining = true, limit, max(limit-s.Used, 0)
+					if finished[ms] > 0 {
+						oldest, _, err := l.OldestAfter(ms, cutoff)
+						if err != nil {
+							return states, 0, err
+						}
+						s.Reset = CeilSeconds(oldest.Add(w.Duration()).Sub(now))
 					}
-					s.Reset = CeilSeconds(oldest.Add(w.Duration()).Sub(now))
 				}
 			}
+			states[ms][w] = s
 		}
-		tokens[w] = s
 	}
-	return tokens, inFlight, nil
+	return states, inFlight, nil
 }

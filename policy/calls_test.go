@@ -16,7 +16,7 @@ func TestMeter(t *testing.T) {
 	rows := func(pairs ...int64) []memRow { // seconds after t0, tokens
 		var out []memRow
 		for i := 0; i < len(pairs); i += 2 {
-			out = append(out, memRow{t0.Add(time.Duration(pairs[i]) * time.Second), pairs[i+1]})
+			out = append(out, memRow{t0.Add(time.Duration(pairs[i]) * time.Second), policy.Amounts{pairs[i+1], 0}})
 		}
 		return out
 	}
@@ -41,7 +41,7 @@ func TestMeter(t *testing.T) {
 			allowed: true, used: 100, reset: 50},
 		{name: "one over waits for the oldest finished tokens", tier: tpm(100), ledger: memLedger{rows: rows(0, 50)}, tokens: 51, at: 10 * time.Second,
 			reason: "per-minute token limit exceeded", retry: 50, used: 50, reset: 50},
-		{name: "reservations count as used", tier: tpm(100), ledger: memLedger{open: 1, reserved: 60}, tokens: 41,
+		{name: "reservations count as used", tier: tpm(100), ledger: memLedger{open: 1, reserved: policy.Amounts{60, 0}}, tokens: 41,
 			reason: "per-minute token limit exceeded", retry: 60, used: 60, waitless: true},
 		{name: "waits only as long as needed: the second row must leave too", tier: tpm(100), ledger: memLedger{rows: rows(0, 30, 5, 30, 20, 30)}, tokens: 50, at: 30 * time.Second,
 			reason: "per-minute token limit exceeded", retry: 35, used: 90, reset: 30},
@@ -49,7 +49,7 @@ func TestMeter(t *testing.T) {
 			allowed: true, used: 100},
 		{name: "zero limit", tier: tpm(0), tokens: 1, reason: "per-minute token limit exceeded", retry: 60, waitless: true},
 		{name: "zero tokens fit a zero limit", tier: tpm(0), tokens: 0, allowed: true},
-		{name: "concurrency before tokens", tier: &policy.Tier{Limits: policy.LimitSet{policy.TokensPerMinute: i64(10), policy.MaxConcurrent: i64(1)}}, ledger: memLedger{open: 1, reserved: 10}, tokens: 1,
+		{name: "concurrency before tokens", tier: &policy.Tier{Limits: policy.LimitSet{policy.TokensPerMinute: i64(10), policy.MaxConcurrent: i64(1)}}, ledger: memLedger{open: 1, reserved: policy.Amounts{10, 0}}, tokens: 1,
 			reason: "concurrent call limit exceeded", retry: 60, used: 10, waitless: true, inFlightAfter: 1, concurrencySet: true},
 		{name: "concurrency alone retries after 1s", tier: &policy.Tier{Limits: policy.LimitSet{policy.MaxConcurrent: i64(2)}}, ledger: memLedger{open: 2},
 			reason: "concurrent call limit exceeded", retry: 1, waitless: true, inFlightAfter: 2, concurrencySet: true},
@@ -60,14 +60,15 @@ func TestMeter(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			now := t0.Add(tc.at)
-			m, err := policy.Meter(&tc.ledger, tc.tier, tc.tokens, now)
+			m, err := policy.Meter(&tc.ledger, tc.tier, policy.Amounts{tc.tokens, 0}, now)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if m.Allowed != tc.allowed || m.Reason != tc.reason || m.RetryAfter != tc.retry || m.Waitless != tc.waitless {
 				t.Fatalf("got allowed=%v reason=%q retry=%d waitless=%v, want %v %q %d %v", m.Allowed, m.Reason, m.RetryAfter, m.Waitless, tc.allowed, tc.reason, tc.retry, tc.waitless)
 			}
-			tokens, conc := m.States(tc.tier, m.Allowed, now)
+			states, conc := m.States(tc.tier, m.Allowed, now)
+			tokens := states[policy.MeasureTokens]
 			if tc.tier.Limits[policy.TokensPerMinute] != nil {
 				if got := tokens[policy.Minute]; got.Used != tc.used || got.Reset != tc.reset || got.Remaining != max(got.Limit-got.Used, 0) {
 					t.Fatalf("minute %+v, want used %d reset %d", *got, tc.used, tc.reset)
@@ -77,6 +78,71 @@ func TestMeter(t *testing.T) {
 			}
 			if (conc != nil) != tc.concurrencySet || conc != nil && conc.InFlight != tc.inFlightAfter {
 				t.Fatalf("concurrency %+v, want in flight %d", conc, tc.inFlightAfter)
+			}
+		})
+	}
+}
+
+// TestMeterSpend holds spend limits to the rules of token limits, in
+// picodollars, beside the tokens: each measure against its own limits.
+func TestMeterSpend(t *testing.T) {
+	usd := func(s string) int64 {
+		m, err := policy.ParseMoney(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int64(m)
+	}
+	row := func(sec int64, tokens int64, cost string) memRow {
+		return memRow{t0.Add(time.Duration(sec) * time.Second), policy.Amounts{tokens, usd(cost)}}
+	}
+	spend := func(perMinute, perDay string) *policy.Tier {
+		m, d := usd(perMinute), usd(perDay)
+		return &policy.Tier{Name: "t", Limits: policy.LimitSet{policy.CostPerMinute: &m, policy.CostPerDay: &d, policy.TokensPerMinute: i64(1000)}}
+	}
+	for _, tc := range []struct {
+		name            string
+		tier            *policy.Tier
+		ledger          memLedger
+		tokens          int64
+		cost            string
+		at              time.Duration
+		allowed         bool
+		reason          string
+		retry           int64
+		used, remaining string // the minute's spend after the check
+		reset           int64
+		waitless        bool
+	}{
+		{name: "fits exactly", tier: spend("1", "10"), ledger: memLedger{rows: []memRow{row(0, 10, "0.4")}}, tokens: 10, cost: "0.6", at: 10 * time.Second,
+			allowed: true, used: "1", remaining: "0", reset: 50},
+		{name: "a picodollar over waits for the oldest spend", tier: spend("1", "10"), ledger: memLedger{rows: []memRow{row(0, 10, "0.4")}}, tokens: 10, cost: "0.600000000001", at: 10 * time.Second,
+			reason: "per-minute spend limit exceeded", retry: 50, used: "0.4", remaining: "0.6", reset: 50},
+		{name: "open reservations count as spent", tier: spend("1", "10"), ledger: memLedger{open: 2, reserved: policy.Amounts{20, usd("0.9")}}, tokens: 1, cost: "0.2",
+			reason: "per-minute spend limit exceeded", retry: 60, used: "0.9", remaining: "0.1", waitless: true},
+		{name: "rows without cost do not set the spend's reset", tier: spend("1", "10"), ledger: memLedger{rows: []memRow{row(0, 50, "0"), row(20, 5, "0.5")}}, tokens: 1, cost: "0.6", at: 30 * time.Second,
+			reason: "per-minute spend limit exceeded", retry: 50, used: "0.5", remaining: "0.5", reset: 50},
+		{name: "the day refuses when the minute fits", tier: spend("1", "1"), ledger: memLedger{rows: []memRow{row(0, 10, "0.9")}}, tokens: 1, cost: "0.2", at: 2 * time.Minute,
+			reason: "per-day spend limit exceeded", retry: 24*3600 - 120, used: "0", remaining: "1"},
+		{name: "tokens refuse before spend", tier: spend("1", "10"), ledger: memLedger{rows: []memRow{row(0, 1000, "0.9")}}, tokens: 1, cost: "0.2", at: time.Second,
+			reason: "per-minute token limit exceeded", retry: 59, used: "0.9", remaining: "0.1", reset: 59},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now := t0.Add(tc.at)
+			m, err := policy.Meter(&tc.ledger, tc.tier, policy.Amounts{tc.tokens, usd(tc.cost)}, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Allowed != tc.allowed || m.Reason != tc.reason || m.RetryAfter != tc.retry || m.Waitless != tc.waitless {
+				t.Fatalf("got allowed=%v reason=%q retry=%d waitless=%v, want %v %q %d %v", m.Allowed, m.Reason, m.RetryAfter, m.Waitless, tc.allowed, tc.reason, tc.retry, tc.waitless)
+			}
+			states, _ := m.States(tc.tier, m.Allowed, now)
+			got := states[policy.MeasureCost][policy.Minute]
+			if got == nil || got.Used != usd(tc.used) || got.Remaining != usd(tc.remaining) || got.Reset != tc.reset {
+				t.Fatalf("minute spend %+v, want used %s remaining %s reset %d", got, tc.used, tc.remaining, tc.reset)
+			}
+			if states[policy.MeasureCost][policy.Hour] != nil {
+				t.Fatalf("hour spend without a limit: %+v", states[policy.MeasureCost][policy.Hour])
 			}
 		})
 	}
@@ -127,13 +193,13 @@ func TestServiceMeteredChecks(t *testing.T) {
 		t.Fatalf("denied: %+v %v", d, err)
 	}
 	// Finishing validates before asking the store.
-	if _, err := svc.FinishCall(ctx, a.CallID, i64(-1)); policy.ErrorCode(err) != policy.EINVALID {
+	if _, err := svc.FinishCall(ctx, a.CallID, policy.Report{Tokens: i64(-1)}); policy.ErrorCode(err) != policy.EINVALID {
 		t.Fatalf("finish -1: %v", err)
 	}
-	if _, err := svc.FinishCall(ctx, "not a call id!", nil); policy.ErrorCode(err) != policy.ENOTFOUND {
+	if _, err := svc.FinishCall(ctx, "not a call id!", policy.Report{}); policy.ErrorCode(err) != policy.ENOTFOUND {
 		t.Fatalf("finish bad id: %v", err)
 	}
-	if c, err := svc.FinishCall(ctx, a.CallID, i64(10)); err != nil || c.Tokens != 10 {
+	if c, err := svc.FinishCall(ctx, a.CallID, policy.Report{Tokens: i64(10)}); err != nil || c.Tokens != 10 {
 		t.Fatalf("finish: %+v %v", c, err)
 	}
 	u, err := svc.UsageReport(ctx, "u", "m")
@@ -172,7 +238,7 @@ func TestOpenCall(t *testing.T) {
 	if u, err := svc.UsageReport(ctx, "u", ""); err != nil || u.CallsInFlight != 1 || u.Windows[policy.Day].Tokens.Used != 300 {
 		t.Fatalf("usage with the call open: %+v %v", u, err)
 	}
-	if _, err := svc.FinishCall(ctx, d.CallID, i64(144)); err != nil {
+	if _, err := svc.FinishCall(ctx, d.CallID, policy.Report{Tokens: i64(144)}); err != nil {
 		t.Fatal(err)
 	}
 	if u, err := svc.UsageReport(ctx, "u", ""); err != nil || u.CallsInFlight != 0 || u.Windows[policy.Day].Tokens.Used != 144 {

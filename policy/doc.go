@@ -20,8 +20,9 @@
 // the audit log and the actor of a change (AuditEntry, WithActor), the
 // session records of the admin page (SessionStore), the wording of tiers, records, accounts and their
 // changes (TierSummary, TierDiff, UserSummary, AccountSummary,
-// PoolSummary), the reading of a limit typed as
-// text (ParseLimit), and the HTTP status of each error code (HTTPStatus).
+// PoolSummary), the reading of a limit typed as text (ParseLimit,
+// LimitField.Parse) and its wording (LimitField.Text and Format: a spend
+// limit in dollars), and the HTTP status of each error code (HTTPStatus).
 // TestClock, the clock that moves only when told, serves every package's
 // tests and the service's -test-clock.
 //

@@ -15,17 +15,18 @@ type memCallHistory struct {
 	user string
 }
 
-// memRow is tokens counted at an instant.
+// memRow is what a call used, counted at an instant.
 type memRow struct {
-	at     time.Time
-	tokens int64
+	at   time.Time
+	used policy.Amounts
 }
 
-// memLedger is an obviously correct Ledger: the finished tokens as a list,
-// scanned.
+// memLedger is an obviously correct Ledger: the finished amounts as a
+// list, scanned.
 type memLedger struct {
-	open, reserved int64
-	rows           []memRow // in time order
+	open     int64
+	reserved policy.Amounts
+	rows     []memRow // in time order
 }
 
 // Calls implements policy.CallHistory: an open call past its expiry counts
@@ -36,48 +37,51 @@ func (h memCallHistory) Calls(now time.Time) (policy.Ledger, error) {
 		if c.UserID != h.user {
 			continue
 		}
+		reserved := policy.Amounts{c.Reserved, int64(c.ReservedCost)}
 		switch {
 		case c.Open() && now.Before(c.ExpiresAt):
 			l.open++
-			l.reserved += c.Reserved
+			l.reserved[0] += reserved[0]
+			l.reserved[1] += reserved[1]
 		case c.Open():
-			l.rows = append(l.rows, memRow{c.ExpiresAt, c.Reserved})
+			l.rows = append(l.rows, memRow{c.ExpiresAt, reserved})
 		default:
-			l.rows = append(l.rows, memRow{c.FinishedAt, c.Tokens})
+			l.rows = append(l.rows, memRow{c.FinishedAt, policy.Amounts{c.Tokens, int64(c.Cost)}})
 		}
 	}
 	slices.SortFunc(l.rows, func(a, b memRow) int { return a.at.Compare(b.at) })
 	return l, nil
 }
 
-func (l *memLedger) InFlight() (int64, int64, error) { return l.open, l.reserved, nil }
+func (l *memLedger) InFlight() (int64, policy.Amounts, error) { return l.open, l.reserved, nil }
 
-func (l *memLedger) TokensAfter(t time.Time) (int64, error) {
-	var n int64
+func (l *memLedger) After(t time.Time) (policy.Amounts, error) {
+	var n policy.Amounts
 	for _, r := range l.rows {
 		if r.at.After(t) {
-			n += r.tokens
+			n[0] += r.used[0]
+			n[1] += r.used[1]
 		}
 	}
 	return n, nil
 }
 
-func (l *memLedger) OldestAfter(t time.Time) (time.Time, bool, error) {
+func (l *memLedger) OldestAfter(m policy.Measure, t time.Time) (time.Time, bool, error) {
 	for _, r := range l.rows {
-		if r.at.After(t) && r.tokens > 0 {
+		if r.at.After(t) && r.used[m] > 0 {
 			return r.at, true, nil
 		}
 	}
 	return time.Time{}, false, nil
 }
 
-func (l *memLedger) SettledAt(n int64) (time.Time, bool, error) {
+func (l *memLedger) SettledAt(m policy.Measure, n int64) (time.Time, bool, error) {
 	for _, r := range l.rows {
-		if r.tokens == 0 {
+		if r.used[m] == 0 {
 			continue
 		}
-		after, _ := l.TokensAfter(r.at)
-		if after <= n {
+		after, _ := l.After(r.at)
+		if after[m] <= n {
 			return r.at, true, nil
 		}
 	}
@@ -86,31 +90,28 @@ func (l *memLedger) SettledAt(n int64) (time.Time, bool, error) {
 
 // FinishCall implements policy.RequestStore simply: no settling on disk,
 // so a late finish only records what was reported.
-func (s *memStore) FinishCall(_ context.Context, id string, tokens *int64, now time.Time) (policy.Call, error) {
+func (s *memStore) FinishCall(_ context.Context, id string, r policy.Report, now time.Time) (policy.Call, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.calls[id]
 	if !ok {
 		return policy.Call{}, policy.Errorf(policy.ENOTFOUND, "call %q not found", id)
 	}
-	count := c.Reserved
-	if tokens != nil {
-		count = *tokens
-	}
+	count, cost := c.Settle(r)
 	if c.Reported != nil {
-		if *c.Reported != count {
+		if *c.Reported != count || c.ReportedCost != cost {
 			return policy.Call{}, policy.Errorf(policy.ECONFLICT, "finished with %d", *c.Reported)
 		}
 		return *c, nil
 	}
-	c.Reported = &count
+	c.Reported, c.ReportedCost = &count, cost
 	if c.Open() && now.Before(c.ExpiresAt) {
-		c.FinishedAt, c.Tokens = now, count
+		c.FinishedAt, c.Tokens, c.Cost = now, count, cost
 	} else {
 		if c.Open() {
 			c.FinishedAt, c.Expired = c.ExpiresAt, true
 		}
-		c.Tokens = max(c.Reserved, count)
+		c.Tokens, c.Cost = max(c.Reserved, count), max(c.ReservedCost, cost)
 	}
 	return *c, nil
 }

@@ -41,6 +41,24 @@ type Request struct {
 	// check of such a tier opens no call, and costs no write beyond its
 	// request's.
 	OpenCall bool
+	// Model names the model the call is for, which prices it (see
+	// PriceStore): required under a spend limit, where a model the price
+	// table does not price is refused (UnpricedError). Upstream names the
+	// gateway's upstream the call goes to, whose own prices come first;
+	// "" for none.
+	Model, Upstream string
+	// Reserve splits Tokens by the price each is billed at, when the
+	// caller knows it (the gateway: the prompt's bound at the input price,
+	// the output cap at the output price); nil prices every token at the
+	// model's highest price. Its total is Tokens.
+	Reserve *TokenUsage
+	// NoModel reports that the request calls no model and so costs
+	// nothing, whatever the tier's spend limits: the gateway's
+	// passthrough requests (files, ...) and the dry runs that read a
+	// user's windows for an answer's header fields. It needs no Model,
+	// and its call, if any, is unpriced. A spend window already full
+	// still refuses it.
+	NoModel bool
 }
 
 // Check is a Request resolved for the guardrails: defaults applied, the tier
@@ -64,6 +82,8 @@ type Check struct {
 	user                         *UserRecord
 	// pool is the account a member's check draws on; nil for none.
 	pool *pool
+	// pricing prices the call the check opens (see Service.priceCheck).
+	pricing pricing
 }
 
 // Decision is a guardrail's answer. A refusal is a Decision, not an error.
@@ -113,15 +133,24 @@ func (d *Decision) TighterWindows() *[len(Windows)]WindowState {
 	for _, w := range Windows {
 		a := d.Account.Windows[w]
 		if d.Account.Limited(w) && a.Remaining < ws[w].Remaining {
-			tokens := ws[w].Tokens
+			tokens, cost := ws[w].Tokens, ws[w].Cost
 			ws[w] = a
-			ws[w].Tokens = tokens
+			ws[w].Tokens, ws[w].Cost = tokens, cost
 		}
-		if t, u := a.Tokens, ws[w].Tokens; t != nil && t.Limited && (u == nil || !u.Limited || t.Remaining < u.Remaining) {
+		if t, u := a.Tokens, ws[w].Tokens; tighterState(t, u) {
 			ws[w].Tokens = t
+		}
+		if t, u := a.Cost, ws[w].Cost; tighterState(t, u) {
+			ws[w].Cost = t
 		}
 	}
 	return &ws
+}
+
+// tighterState reports whether the limited state a leaves less than u,
+// which may be nil or unlimited.
+func tighterState(a, u *TokenState) bool {
+	return a != nil && a.Limited && (u == nil || !u.Limited || a.Remaining < u.Remaining)
 }
 
 // Guardrail is one pre-model check. Check returns a Decision for any answer,
@@ -236,7 +265,9 @@ func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 	a := &admission{r: r, c: c, metered: c.OpenCall || c.Tier.Metered() || c.pool != nil && c.pool.limits.Metered()}
 	if a.metered && !c.DryRun {
 		// Drawn before the admission, which then spends no time on it.
-		a.call = &Call{ID: newCallID(c.Now), UserID: c.UserID, Tier: c.Tier.Name, Reserved: c.Tokens}
+		a.call = &Call{ID: newCallID(c.Now), UserID: c.UserID, Tier: c.Tier.Name, Reserved: c.Tokens,
+			Model: c.pricing.model, Upstream: c.pricing.upstream, Price: c.pricing.price,
+			PriceVersion: c.pricing.version, ReservedCost: c.pricing.reserved}
 		if c.pool != nil {
 			a.call.Account = c.pool.account.AccountID
 		}
@@ -291,10 +322,8 @@ func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 		ev.withdraw()
 	}
 	if a.metered {
-		tokens, conc := m.States(c.Tier, admitted, c.Now)
-		for w := range ev.Windows {
-			ev.Windows[w].Tokens = tokens[w]
-		}
+		states, conc := m.States(c.Tier, admitted, c.Now)
+		setStates(&ev.Windows, &states)
 		d.Concurrency = conc
 		if admitted && a.call != nil {
 			d.CallID = a.call.ID
@@ -408,7 +437,12 @@ func meter(h History, c *Check) (Metering, error) {
 	if err != nil {
 		return Metering{}, err
 	}
-	return Meter(l, c.Tier, c.Tokens, c.Now)
+	return Meter(l, c.Tier, c.want(), c.Now)
+}
+
+// want returns what c's call reserves.
+func (c *Check) want() Amounts {
+	return Amounts{MeasureTokens: c.Tokens, MeasureCost: int64(c.pricing.reserved)}
 }
 
 func (r *RateLimiter) callTimeout() time.Duration {
@@ -442,13 +476,13 @@ func (r *RateLimiter) usage(ctx context.Context, userID string, t *Tier, now tim
 		if err != nil {
 			return err
 		}
-		tokens, inFlight, err := CallUsage(l, t, now)
+		states, inFlight, err := CallUsage(l, t, now)
 		if err != nil {
 			return err
 		}
 		u.CallsInFlight, u.CallsKept = inFlight, true
-		for w := range tokens {
-			u.Windows[w].Tokens = &tokens[w]
+		for w := range u.Windows {
+			u.Windows[w].Tokens, u.Windows[w].Cost = &states[MeasureTokens][w], &states[MeasureCost][w]
 		}
 		return nil
 	})

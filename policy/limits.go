@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 )
 
@@ -160,7 +159,7 @@ func (s LimitSet) Value(id LimitID) int64 {
 	return 0
 }
 
-// String returns s as "{requests_per_minute:5 ... max_concurrent:none}",
+// String returns s as "{requests_per_minute:5 ... cost_per_day:$20.00}",
 // the values rather than where they are kept.
 func (s LimitSet) String() string {
 	b := []byte{'{'}
@@ -173,7 +172,7 @@ func (s LimitSet) String() string {
 		if p == nil {
 			b = append(b, "none"...)
 		} else {
-			b = strconv.AppendInt(b, *p, 10)
+			b = append(b, LimitFields[i].Format(*p)...)
 		}
 	}
 	return string(append(b, '}'))
@@ -254,16 +253,6 @@ var LimitNames = func() (names [len(LimitFields)]string) {
 	return names
 }()
 
-// tokenFields holds the token limit of each window, nil for none.
-var tokenFields = func() (fs [len(Windows)]*LimitField) {
-	for i := range LimitFields {
-		if f := &LimitFields[i]; f.Kind == KindTokens {
-			fs[f.Window] = f
-		}
-	}
-	return fs
-}()
-
 // LimitFieldNamed returns the limit named name; ok is false when there is none.
 func LimitFieldNamed(name string) (f *LimitField, ok bool) {
 	for i := range LimitFields {
@@ -279,6 +268,9 @@ func (f *LimitField) InRange(v int64) bool { return v >= 0 && v <= f.Max }
 
 // rangeMessage is the message of a value of f, named field, out of range.
 func (f *LimitField) rangeMessage(field string) string {
+	if f.Kind == KindCost {
+		return fmt.Sprintf("%s must be a dollar amount from %s to %s", field, f.Format(0), f.Format(f.Max))
+	}
 	return fmt.Sprintf("%s must be an integer from 0 to %d", field, f.Max)
 }
 
@@ -316,7 +308,7 @@ func limitProblems(prefix string, value func(f *LimitField) (int64, bool)) []lim
 		case f.Windowed && f.Kind != KindBurst:
 			if s := last[f.Kind]; s.f != nil && v < s.v {
 				problems = append(problems, limitProblem{f, s.f, FieldError{prefix + f.Name,
-					fmt.Sprintf("%s%s (%d) is below %s%s (%d): the %s would refuse first", prefix, f.Name, v, prefix, s.f.Name, s.v, f.Window)}})
+					fmt.Sprintf("%s%s (%s) is below %s%s (%s): the %s would refuse first", prefix, f.Name, f.Format(v), prefix, s.f.Name, s.f.Format(s.v), f.Window)}})
 			}
 			last[f.Kind].f, last[f.Kind].v = f, v
 		}
@@ -514,11 +506,17 @@ func (s LimitSet) WithOverrides(o Overrides) LimitSet {
 // ("burst_allowance", "shadow.burst_allowance"), given as null: only the
 // optional limits can be removed.
 func NullRequiredLimit(field string) string {
-	max := int64(MaxLimit)
+	return limitFieldOf(field).rangeMessage(field) + " (only the optional limits can be null)"
+}
+
+// limitFieldOf returns the limit field names by its last dotted part
+// ("shadow.requests_per_minute"), or, for a name that is no limit's, a
+// count up to MaxLimit.
+func limitFieldOf(field string) *LimitField {
 	if f, ok := LimitFieldNamed(field[strings.LastIndexByte(field, '.')+1:]); ok {
-		max = f.Max
+		return f
 	}
-	return fmt.Sprintf("%s must be an integer from 0 to %d (only the optional limits can be null)", field, max)
+	return &LimitField{Name: field, Kind: KindRequests, Max: MaxLimit}
 }
 
 // LimitsOf returns the user's Overrides whose Values are values. A name

@@ -49,14 +49,14 @@ func Dollars(n int64) (m Money, ok bool) {
 // Its errors are EINVALID and say which of these the text broke.
 func ParseMoney(s string) (Money, error) {
 	orig := s
+	if !moneySyntax(s) {
+		return 0, Errorf(EINVALID, "%s is not a decimal amount of dollars such as \"0.15\"", Quote(orig))
+	}
 	neg := strings.HasPrefix(s, "-")
 	if neg {
 		s = s[1:]
 	}
-	whole, frac, dot := strings.Cut(s, ".")
-	if whole == "" || (dot && frac == "") || !allDigits(whole) || !allDigits(frac) {
-		return 0, Errorf(EINVALID, "%s is not a decimal amount of dollars such as \"0.15\"", Quote(orig))
-	}
+	whole, frac, _ := strings.Cut(s, ".")
 	if len(frac) > moneyDecimals {
 		if strings.Trim(frac[moneyDecimals:], "0") != "" {
 			return 0, Errorf(EINVALID, "%s is finer than a picodollar (at most %d decimals)", Quote(orig), moneyDecimals)
@@ -80,6 +80,13 @@ func ParseMoney(s string) (Money, error) {
 	return Money(v), nil
 }
 
+// moneySyntax reports whether s is written as ParseMoney reads an amount,
+// whatever its size.
+func moneySyntax(s string) bool {
+	whole, frac, dot := strings.Cut(strings.TrimPrefix(s, "-"), ".")
+	return whole != "" && (!dot || frac != "") && allDigits(whole) && allDigits(frac)
+}
+
 func allDigits(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] < '0' || s[i] > '9' {
@@ -91,8 +98,12 @@ func allDigits(s string) bool {
 
 // String returns m in dollars as the shortest exact decimal: "20",
 // "0.15", "0.000001", "-1.5". ParseMoney reads it back to m.
-func (m Money) String() string {
-	var b []byte
+func (m Money) String() string { return string(m.Append(nil)) }
+
+// Append appends m as String writes it to b and returns the extended
+// buffer. It allocates nothing when b has room, so an answer written by
+// hand on the check's path can carry amounts.
+func (m Money) Append(b []byte) []byte {
 	u := uint64(m)
 	if m < 0 {
 		b = append(b, '-')
@@ -100,11 +111,19 @@ func (m Money) String() string {
 	}
 	b = strconv.AppendUint(b, u/moneyScale, 10)
 	if f := u % moneyScale; f != 0 {
-		frac := strconv.FormatUint(f+moneyScale, 10)[1:] // zero-padded to 12
+		var frac [moneyDecimals]byte // zero-padded to 12
+		for i := len(frac) - 1; i >= 0; i-- {
+			frac[i] = byte('0' + f%10)
+			f /= 10
+		}
+		n := len(frac)
+		for frac[n-1] == '0' {
+			n--
+		}
 		b = append(b, '.')
-		b = append(b, strings.TrimRight(frac, "0")...)
+		b = append(b, frac[:n]...)
 	}
-	return string(b)
+	return b
 }
 
 // Add returns m+n; ok is false, and the sum meaningless, when it

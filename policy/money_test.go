@@ -82,6 +82,13 @@ func TestMoneyString(t *testing.T) {
 		if got := tt.m.String(); got != tt.want {
 			t.Errorf("Money(%d).String() = %q, want %q", int64(tt.m), got, tt.want)
 		}
+		if got := string(tt.m.Append([]byte("$"))); got != "$"+tt.want {
+			t.Errorf("Money(%d).Append($) = %q, want %q", int64(tt.m), got, "$"+tt.want)
+		}
+	}
+	buf := make([]byte, 0, 32)
+	if n := testing.AllocsPerRun(100, func() { buf = policy.Money(-1).Append(buf[:0]) }); n != 0 {
+		t.Errorf("Append into a buffer with room allocates %v times", n)
 	}
 }
 

@@ -140,7 +140,7 @@ func (a *admission) decidePool(h History, ownAdmits bool) (Admission, error) {
 		if err != nil {
 			return Admission{}, err
 		}
-		if a.c.pool.m, err = Meter(l, &p.tier, c.Tokens, c.Now); err != nil {
+		if a.c.pool.m, err = Meter(l, &p.tier, c.want(), c.Now); err != nil {
 			return Admission{}, err
 		}
 	}
@@ -179,10 +179,8 @@ func (a *admission) poolState(admitted bool) *AccountState {
 	}
 	s := &AccountState{ID: p.account.AccountID, Limits: p.limits, Windows: a.c.pool.ev.Windows}
 	if a.metered {
-		tokens, conc := a.c.pool.m.States(&p.tier, admitted, a.c.Now)
-		for w := range s.Windows {
-			s.Windows[w].Tokens = tokens[w]
-		}
+		states, conc := a.c.pool.m.States(&p.tier, admitted, a.c.Now)
+		setStates(&s.Windows, &states)
 		s.Concurrency = conc
 	}
 	return s

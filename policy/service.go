@@ -111,14 +111,8 @@ func (s *Service) DefaultTier() string { return s.defaultTier }
 // records says so once, and from then on they are read (readTier,
 // readUser).
 func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision, error) {
-	if req.UserID == "" {
-		req.UserID = AnonymousUser
-	}
-	if err := ValidateUserID(req.UserID); err != nil {
+	if err := req.validate(); err != nil {
 		return Decision{}, err
-	}
-	if req.Tokens < 0 || req.Tokens > MaxLimit {
-		return Decision{}, Errorf(EINVALID, "tokens must be an integer from 0 to 2147483647")
 	}
 	// The check, the tier it is decided on (base with the user's
 	// overrides) and base share one allocation: each was one of its own.
@@ -165,6 +159,11 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 			}
 			c.pool.cached = acctCached
 		}
+		if err := s.priceCheck(ctx, c); err != nil && (cached || recCached || acctCached) {
+			continue // memory may lag behind a change lifting the limit: the error is given on what is stored
+		} else if err != nil {
+			return Decision{}, err
+		}
 		d, err = s.chain.Check(ctx, c)
 		switch {
 		case errors.Is(err, errTierUnconfirmed):
@@ -207,6 +206,24 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 		}
 	}
 	return d, nil
+}
+
+// validate checks what a request says of itself, before anything is
+// read: an empty user id becomes AnonymousUser.
+func (req *Request) validate() error {
+	if req.UserID == "" {
+		req.UserID = AnonymousUser
+	}
+	if err := ValidateUserID(req.UserID); err != nil {
+		return err
+	}
+	if req.Tokens < 0 || req.Tokens > MaxLimit {
+		return Errorf(EINVALID, "tokens must be an integer from 0 to 2147483647")
+	}
+	if r := req.Reserve; r != nil && (r.Input < 0 || r.Output < 0 || r.CacheRead < 0 || r.CacheWrite < 0 || r.Total() != req.Tokens) {
+		return Errorf(EINVALID, "the reservation's split (%d tokens) is not its tokens (%d)", r.Total(), req.Tokens)
+	}
+	return nil
 }
 
 // baseTier sets *base to the tier named name: from the store's memory when

@@ -20,22 +20,24 @@ func WithCallTimeout(d time.Duration) Option {
 // keepalive.
 func (s *Service) CallTimeout() time.Duration { return s.limiter.callTimeout() }
 
-// FinishCall finishes the call named id with the tokens it used; nil tokens
-// means its reservation stands as used. Finishing again with the same count
-// returns the call and changes nothing, so a caller may retry; a different
-// count after the call finished is ECONFLICT. A call the service already
-// expired is finished as asked (200 for the API): a count above its
-// reservation adds the excess, counted now; tokens are never counted as
-// fewer than reported. An unknown id is ENOTFOUND; tokens outside 0 to
-// MaxLimit are EINVALID.
-func (s *Service) FinishCall(ctx context.Context, id string, tokens *int64) (Call, error) {
-	if tokens != nil && (*tokens < 0 || *tokens > MaxLimit) {
-		return Call{}, Errorf(EINVALID, "tokens must be an integer from 0 to 2147483647")
+// FinishCall finishes the call named id with what it used, as r reports:
+// tokens, priced at the call's highest price, or usage split by price,
+// priced exactly (see Call.Settle); nothing keeps its reservation as used.
+// Finishing again with the same report returns the call and changes
+// nothing, so a caller may retry; a different one after the call finished
+// is ECONFLICT. A call the service already expired is finished as asked
+// (200 for the API): tokens or cost above its reservation add the excess,
+// counted now; a call never counts less than reported. An unknown id is
+// ENOTFOUND; counts outside 0 to MaxLimit, or tokens that are not the
+// total of usage, are EINVALID.
+func (s *Service) FinishCall(ctx context.Context, id string, r Report) (Call, error) {
+	if err := r.validate(); err != nil {
+		return Call{}, err
 	}
 	if !ValidCallID(id) || isPoolCallID(id) {
 		return Call{}, callNotFound(id)
 	}
-	return s.limiter.Store.FinishCall(ctx, id, tokens, s.now().Truncate(Resolution))
+	return s.limiter.Store.FinishCall(ctx, id, r, s.now().Truncate(Resolution))
 }
 
 // KeepAlive moves the expiry of the open call named id to now plus the call
@@ -76,6 +78,9 @@ func callNotFound(id string) error { return Errorf(ENOTFOUND, "call %s not found
 // limits, and the concurrency when t sets max_concurrent.
 func unconsumed(u *UsageReport, t *Tier) *ConcurrencyState {
 	for w := range u.Windows {
+		if cs := u.Windows[w].Cost; cs != nil && !cs.Limited {
+			u.Windows[w].Cost = nil
+		}
 		if tk := u.Windows[w].Tokens; tk != nil && !tk.Limited {
 			u.Windows[w].Tokens = nil
 		}

@@ -87,6 +87,9 @@ type StatsBucket struct {
 	// TokensSettled is the tokens of the tier's calls finished in the
 	// interval, a member's counted once, not again as its pool's.
 	TokensSettled int64
+	// CostSettled is what the same calls cost (those the price table
+	// priced).
+	CostSettled Money
 }
 
 // UserRequests is how many requests a user had admitted in a period.

@@ -92,6 +92,8 @@ func limitWords(value func(*LimitField) (int64, bool)) (requests, metering strin
 			met = append(met, GroupDigits(v)+" tokens/"+windowUnit(f.Window))
 		case KindConcurrency:
 			met = append(met, GroupDigits(v)+" concurrent calls")
+		case KindCost:
+			met = append(met, f.Format(v)+" spend/"+windowUnit(f.Window))
 		}
 	}
 	return strings.Join(req, ", "), strings.Join(met, ", ")
@@ -105,8 +107,8 @@ func windowUnit(w Window) string {
 	return w.String()
 }
 
-// LimitText words a limit for a person: "none" when unset, else its digits
-// grouped ("1,000").
+// LimitText words a count limit for a person: "none" when unset, else its
+// digits grouped ("1,000"). LimitField.Text words a value of any row.
 func LimitText(v *int64) string {
 	if v == nil {
 		return "none"
@@ -115,13 +117,14 @@ func LimitText(v *int64) string {
 }
 
 // TierDiff lists the fields that differ between before and after, by their
-// API names, one line each: "requests_per_minute: 60 → 100". A change that
+// API names, one line each: "requests_per_minute: 60 → 100",
+// "cost_per_day: none → $20.50" (see LimitField.Text). A change that
 // changed nothing reads "saved without a change".
 func TierDiff(before, after *Tier) []string {
 	var out []string
 	for i := range LimitFields {
 		f := &LimitFields[i]
-		if b, a := LimitText(f.Get(before)), LimitText(f.Get(after)); b != a {
+		if b, a := f.Text(f.Get(before)), f.Text(f.Get(after)); b != a {
 			out = append(out, fmt.Sprintf("%s: %s → %s", f.Name, b, a))
 		}
 	}
@@ -165,7 +168,7 @@ func poolDiff(before, after *LimitSet) []string {
 	var out []string
 	for i := range LimitFields {
 		f := &LimitFields[i]
-		if bv, av := LimitText(b.Get(f)), LimitText(a.Get(f)); bv != av {
+		if bv, av := f.Text(b.Get(f)), f.Text(a.Get(f)); bv != av {
 			out = append(out, fmt.Sprintf("account.%s: %s → %s", f.Name, bv, av))
 		}
 	}
@@ -227,16 +230,12 @@ func cycleWords(parts []string, zone string, anchor int) []string {
 }
 
 // overrideWords appends to parts the overrides values sets, in the order
-// of LimitNames: "requests_per_minute 5", "tokens_per_day none" for a
-// limit removed.
+// of LimitNames: "requests_per_minute 5", "cost_per_day $20.00",
+// "tokens_per_day none" for a limit removed.
 func overrideWords(parts []string, values map[string]*int64) []string {
-	for _, name := range LimitNames {
-		switch v, ok := values[name]; {
-		case !ok:
-		case v == nil:
-			parts = append(parts, name+" none")
-		default:
-			parts = append(parts, name+" "+GroupDigits(*v))
+	for i, name := range LimitNames {
+		if v, ok := values[name]; ok {
+			parts = append(parts, name+" "+LimitFields[i].Text(v))
 		}
 	}
 	return parts

@@ -25,10 +25,18 @@ func TightestWindow(ws *[len(Windows)]WindowState) Window {
 // show: of the windows whose tokens are limited, the one with the fewest
 // tokens remaining, chosen on a tie as TightestWindow chooses; nil when no
 // window's tokens are limited.
-func TightestTokens(ws *[len(Windows)]WindowState) *TokenState {
+func TightestTokens(ws *[len(Windows)]WindowState) *TokenState { return tightest(ws, MeasureTokens) }
+
+// TightestCost is TightestTokens for spend.
+func TightestCost(ws *[len(Windows)]WindowState) *TokenState { return tightest(ws, MeasureCost) }
+
+func tightest(ws *[len(Windows)]WindowState, m Measure) *TokenState {
 	var t *TokenState
 	for _, w := range Windows {
 		s := ws[w].Tokens
+		if m == MeasureCost {
+			s = ws[w].Cost
+		}
 		if s != nil && s.Limited && (t == nil || tighter(s.Remaining, s.Reset, t.Remaining, t.Reset)) {
 			t = s
 		}
@@ -43,7 +51,8 @@ func tighter(a, ra, b, rb int64) bool {
 }
 
 // RefusedBy returns the kind of limit that refused d: KindRequests for a
-// request window, KindTokens for a token window, KindConcurrency for
+// request window, KindTokens for a token window, KindCost for a spend
+// window, KindConcurrency for
 // max_concurrent, a user's own or an account's pooled alike. ok is false
 // when d is not a refusal by the rate limiter's limits.
 func (d *Decision) RefusedBy() (kind LimitKind, ok bool) {
@@ -60,6 +69,8 @@ func (d *Decision) RefusedBy() (kind LimitKind, ok bool) {
 			return KindRequests, true
 		case w.TokenReason():
 			return KindTokens, true
+		case w.SpendReason():
+			return KindCost, true
 		}
 	}
 	return 0, false

@@ -104,15 +104,15 @@ type RequestStore interface {
 	// Forget deletes every recorded request, call and finished token of
 	// userID.
 	Forget(ctx context.Context, userID string) error
-	// FinishCall finishes the call named id at now with tokens used (nil:
-	// its reservation) and returns it. A call the caller finished already
-	// is returned unchanged when tokens match what it reported (nil
-	// matching Reserved), and fails with ECONFLICT otherwise. A call open
-	// past its ExpiresAt is first finished at ExpiresAt with its
-	// reservation; a count above the reservation then adds the excess at
-	// now. An unknown id fails with ENOTFOUND. tokens, when set, is from 0
-	// to MaxLimit.
-	FinishCall(ctx context.Context, id string, tokens *int64, now time.Time) (Call, error)
+	// FinishCall finishes the call named id at now with what r reports,
+	// its tokens and cost as Call.Settle says, and returns it. A call the
+	// caller finished already is returned unchanged when r settles to what
+	// it reported, tokens and cost (nothing reported matching the
+	// reservation), and fails with ECONFLICT otherwise. A call open past
+	// its ExpiresAt is first finished at ExpiresAt with its reservation;
+	// tokens or cost above the reservation then add the excess at now. An
+	// unknown id fails with ENOTFOUND. r is valid (see Service.FinishCall).
+	FinishCall(ctx context.Context, id string, r Report, now time.Time) (Call, error)
 	// KeepAlive sets the ExpiresAt of the open call named id to expiresAt
 	// and returns it. A call finished or expired at now fails with
 	// ECONFLICT, an unknown id with ENOTFOUND.
@@ -135,6 +135,9 @@ type WindowState struct {
 	// limits the window's tokens; from Service.Usage, set when the store
 	// keeps calls.
 	Tokens *TokenState
+	// Cost is the window's spend, in picodollars, set as Tokens is for
+	// the window's spend limit.
+	Cost *TokenState
 }
 
 // Evaluation is the rate-limit verdict for one request.

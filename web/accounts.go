@@ -193,8 +193,8 @@ func accountForm(id string, tiers []policy.Tier, form url.Values, errs map[strin
 		lf := &policy.LimitFields[i]
 		name := "limits." + lf.Name
 		f.Fields = append(f.Fields, adminField{ID: "account-" + strings.ReplaceAll(lf.Name, "_", "-"), Name: name, Label: lf.Label,
-			Value: form.Get(name), InputMode: "numeric", Error: errs[name],
-			Hint: `Empty keeps the plan's pooled limit; "none" removes it for this account.`})
+			Value: form.Get(name), InputMode: limitInputMode(lf), Error: errs[name],
+			Hint: limitHint(lf, `Empty keeps the plan's pooled limit; "none" removes it for this account.`)})
 	}
 	f.Fields = append(f.Fields, billingFields("account", form, errs, "the service's default")...)
 	f.Fields = append(f.Fields, adminField{ID: "account-note", Name: "note", Label: "Note", Value: form.Get("note"),
@@ -206,11 +206,12 @@ func accountForm(id string, tiers []policy.Tier, form url.Values, errs map[strin
 func accountFormValues(acct *policy.Account) url.Values {
 	form := url.Values{"tier": {acct.Tier}, "note": {acct.Note}}
 	setBillingValues(form, acct.TimeZone, acct.BillingAnchor)
-	for name, v := range acct.Limits.Values() {
-		if v == nil {
-			form.Set("limits."+name, noLimit)
-		} else {
-			form.Set("limits."+name, fmt.Sprint(*v))
+	for i := range policy.LimitFields {
+		f := &policy.LimitFields[i]
+		if o := acct.Limits.Get(f); o.Set && o.Limit == nil {
+			form.Set("limits."+f.Name, noLimit)
+		} else if o.Set {
+			form.Set("limits."+f.Name, limitFormValue(f, o.Limit))
 		}
 	}
 	return form
@@ -357,9 +358,9 @@ func (a *Admin) renderAccount(c echo.Context, id string, status int, alert strin
 	view.Period = periodText(p)
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
-		row := adminPoolLimitRow{Field: f.Name, Label: f.Label, Plan: policy.LimitText(plan.Get(f)), Override: "—", Applies: policy.LimitText(u.Limits.Get(f))}
+		row := adminPoolLimitRow{Field: f.Name, Label: f.Label, Plan: f.Text(plan.Get(f)), Override: "—", Applies: f.Text(u.Limits.Get(f))}
 		if o := acct.Limits[i]; o.Set {
-			row.Override = policy.LimitText(o.Limit)
+			row.Override = f.Text(o.Limit)
 		}
 		view.Limits = append(view.Limits, row)
 		if f.Kind == policy.KindConcurrency && u.Limits.Get(f) != nil {

@@ -43,6 +43,9 @@ func (s chartSeries) Fill(id string) string {
 
 var admittedSeries = chartSeries{Key: "admitted", Label: "Admitted", Color: "#1d4ed8"}
 
+// spendSeries is the spend of calls settled, in picodollars.
+var spendSeries = chartSeries{Key: "spend", Label: "Spend settled", Color: "#0f766e"}
+
 // refusalSeries lists a series per refusal reason, in policy.RefusalReasons
 // order.
 var refusalSeries = []chartSeries{
@@ -106,6 +109,14 @@ type chartLimit struct {
 // with a tick label on every tickEvery-th bar and limits drawn as lines
 // (those far above the bars are left out and said so in their label).
 func newChart(id, label string, series []chartSeries, bars []chartBar, tickEvery int, limits []chartLimit) chartView {
+	return newChartIn(id, label, series, bars, tickEvery, limits, formatCount)
+}
+
+func formatCount(n int64) string { return strconv.FormatInt(n, 10) }
+
+// newChartIn is newChart for values that format writes (money, say) on
+// the axis and in the marks' titles.
+func newChartIn(id, label string, series []chartSeries, bars []chartBar, tickEvery int, limits []chartLimit, format func(int64) string) chartView {
 	v := chartView{ID: id, Label: label, W: chartW, H: chartH,
 		Left: chartLeft, Right: chartW - chartRight, Top: chartTop, Bottom: chartH - chartBottom}
 	var top int64
@@ -157,7 +168,7 @@ func newChart(id, label string, series []chartSeries, bars []chartBar, tickEvery
 			}
 			v.Rects = append(v.Rects, chartRect{
 				X: round2(x + gap/2), Y: round2(y(base + n)), W: round2(slot - gap), H: round2(y(base) - y(base+n)),
-				Fill: s.Fill(id), Title: fmt.Sprintf("%s, %s: %d", b.Label, s.Label, n),
+				Fill: s.Fill(id), Title: fmt.Sprintf("%s, %s: %s", b.Label, s.Label, format(n)),
 			})
 			base += n
 		}
@@ -166,7 +177,7 @@ func newChart(id, label string, series []chartSeries, bars []chartBar, tickEvery
 		}
 	}
 	for _, t := range []int64{0, scaleMax / 2, scaleMax} {
-		v.YTicks = append(v.YTicks, chartTick{Pos: round2(y(t)), Label: strconv.FormatInt(t, 10)})
+		v.YTicks = append(v.YTicks, chartTick{Pos: round2(y(t)), Label: format(t)})
 	}
 	dashes := []string{"6 3", "2 3", "10 4 2 4"}
 	for i, l := range drawn {

@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -72,9 +73,18 @@ func TestTiersTableShowsEveryLimit(t *testing.T) {
 	e := newPageEnv(t)
 	b := e.signIn()
 	tier := e.tier("free")
+	// value is the limit of row i, and want its cell: a spend limit in
+	// dollars.
+	value := func(i int) (int64, string) {
+		if policy.LimitFields[i].Kind == policy.KindCost {
+			return int64(i+1) * 1_000_000_000_000, fmt.Sprintf("$%d.00", i+1)
+		}
+		return int64(1000 * (i + 1)), policy.GroupDigits(int64(1000 * (i + 1)))
+	}
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
-		f.Set(&tier, new(int64(1000*(i+1))))
+		v, _ := value(i)
+		f.Set(&tier, &v)
 	}
 	tier.Account = &policy.LimitSet{policy.RequestsPerMinute: new(int64(50)), policy.TokensPerDay: new(int64(9000))}
 	tier.Models = []string{"gpt-4o-mini*"}
@@ -84,7 +94,8 @@ func TestTiersTableShowsEveryLimit(t *testing.T) {
 	page := parsePage(t, b.get("/admin"), http.StatusOK)
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
-		if got, want := page.cell("tier-free", f.Name), policy.GroupDigits(int64(1000*(i+1))); got != want {
+		_, want := value(i)
+		if got := page.cell("tier-free", f.Name); got != want {
 			t.Errorf("%s: the tiers table shows %q, want %q", f.Name, got, want)
 		}
 	}

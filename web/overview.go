@@ -32,6 +32,25 @@ type adminTierTraffic struct {
 	Metered       bool
 	CallsInFlight int64
 	Hour, Day     adminPeriodView
+	// Spend is the tier's spend over the last day; nil when it limits
+	// none and its calls cost nothing.
+	Spend *adminSpendView
+}
+
+// adminSpendView is one tier's spend over the last day, by hour: its
+// chart and its table.
+type adminSpendView struct {
+	ID, Caption string
+	// Total is the day's spend, Limit the tier's per-day spend limit
+	// ("" for none), in dollars.
+	Total, Limit string
+	Chart        chartView
+	Rows         []adminSpendRow
+}
+
+type adminSpendRow struct {
+	Time, ISO string
+	Spend     string // dollars
 }
 
 // adminPeriodView is one tier's chart and table of one period.
@@ -119,8 +138,11 @@ func (a *Admin) handleOverviewPage(c echo.Context) error {
 	}
 	top := tr.lists
 	metered := make(map[string]bool)
+	spendLimits := make(map[string]*int64)
+	limitsSpend := make(map[string]bool)
 	for _, t := range tiers {
 		metered[t.Name] = t.Metered()
+		spendLimits[t.Name], limitsSpend[t.Name] = t.Limits[policy.CostPerDay], t.Limits.LimitsSpend()
 	}
 	byName := func(list []policy.TierStats) map[string]policy.TierStats {
 		m := make(map[string]policy.TierStats, len(list))
@@ -148,6 +170,9 @@ func (a *Admin) handleOverviewPage(c echo.Context) error {
 		tt := adminTierTraffic{Name: name, Metered: calls, CallsInFlight: inFlight[name]}
 		tt.Hour = periodView(fmt.Sprintf("chart-%d-hour", i), name, policy.PeriodHour, statsOrEmpty(hours, name, policy.PeriodHour, now), false)
 		tt.Day = periodView(fmt.Sprintf("chart-%d-day", i), name, policy.PeriodDay, statsOrEmpty(days, name, policy.PeriodDay, now), calls)
+		if limitsSpend[name] || settledCost(days[name]) > 0 {
+			tt.Spend = spendView(fmt.Sprintf("chart-%d-spend", i), name, statsOrEmpty(days, name, policy.PeriodDay, now), spendLimits[name])
+		}
 		ov.Tiers = append(ov.Tiers, tt)
 	}
 	ov.Top = []adminTopList{
@@ -165,6 +190,42 @@ func settledTokens(ts policy.TierStats) (n int64) {
 		n += b.TokensSettled
 	}
 	return n
+}
+
+// settledCost returns what the tier's calls settled in ts cost.
+func settledCost(ts policy.TierStats) (m policy.Money) {
+	for _, b := range ts.Buckets {
+		m += b.CostSettled
+	}
+	return m
+}
+
+// dollars writes m as the API does, with a dollar sign: "$0.000025".
+func dollars(m policy.Money) string { return "$" + m.String() }
+
+// spendView builds the chart and the table of one tier's spend over the
+// day of ts, by hour; perDay is its cost_per_day, nil for none.
+func spendView(id, tier string, ts policy.TierStats, perDay *int64) *adminSpendView {
+	sv := &adminSpendView{ID: id, Caption: fmt.Sprintf("Tier %s, spend settled in the last day, by hour (UTC)", tier),
+		Total: dollars(settledCost(ts))}
+	label := fmt.Sprintf("Spend of tier %s, last day, by hour: %s", tier, sv.Total)
+	if perDay != nil {
+		sv.Limit = dollars(policy.Money(*perDay))
+		label += ", per-day spend limit " + sv.Limit
+	}
+	bars := make([]chartBar, len(ts.Buckets))
+	for i, b := range ts.Buckets {
+		t := b.Start.UTC()
+		sv.Rows = append(sv.Rows, adminSpendRow{Time: t.Format("15:00"), ISO: t.Format(time.RFC3339), Spend: dollars(b.CostSettled)})
+		bars[i] = chartBar{Label: t.Format("15:00"), Values: map[string]int64{spendSeries.Key: int64(b.CostSettled)}}
+	}
+	// No limit line: the limit holds over any 24 hours, not over an
+	// hour's bar.
+	sv.Chart = newChartIn(id, label, []chartSeries{spendSeries}, bars, 3, nil, func(n int64) string { return dollars(policy.Money(n)) })
+	if len(sv.Chart.Series) == 0 {
+		sv.Chart.Series = []chartSeries{spendSeries} // an idle day still says what the chart shows
+	}
+	return sv
 }
 
 // statsOrEmpty returns the tier's figures of the period, or empty buckets

@@ -231,7 +231,7 @@ func TestOverviewShowsCallsOfAnUnmeteredTier(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range calls[:2] {
-		if _, err := e.svc.FinishCall(ctx, id, new(int64(120))); err != nil {
+		if _, err := e.svc.FinishCall(ctx, id, policy.Report{Tokens: new(int64(120))}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -268,5 +268,95 @@ func TestOverviewShowsCallsOfAnUnmeteredTier(t *testing.T) {
 	}
 	if _, ok := settled["quiet"]; ok {
 		t.Error("tier quiet settled no tokens, yet its day's table has the column")
+	}
+}
+
+// TestOverviewShowsSpendPerTier: a tier whose calls cost something, or
+// that limits spend, shows its spend over the last day by hour, in a chart
+// and its table, each hour the cost of the calls settled in it; a tier
+// whose calls cost nothing and that limits no spend shows none.
+func TestOverviewShowsSpendPerTier(t *testing.T) {
+	e := newPageEnv(t)
+	b := e.signIn()
+	ctx := context.Background()
+	usd := func(s string) policy.Money {
+		m, err := policy.ParseMoney(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	if _, err := e.svc.PutPrices(ctx, nil, []policy.Price{{Model: "m", Input: usd("1"), Output: usd("2"), CacheRead: usd("0.5"), CacheWrite: usd("1.25")}}); err != nil {
+		t.Fatal(err)
+	}
+	limit := int64(usd("20"))
+	for _, tr := range []policy.Tier{
+		{Name: "paid", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(100)), policy.RequestsPerHour: new(int64(1000)), policy.RequestsPerDay: new(int64(10000)), policy.CostPerDay: &limit}},
+		{Name: "priced", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(100)), policy.RequestsPerHour: new(int64(1000)), policy.RequestsPerDay: new(int64(10000))}},
+		{Name: "free", Limits: policy.LimitSet{policy.RequestsPerMinute: new(int64(100)), policy.RequestsPerHour: new(int64(1000)), policy.RequestsPerDay: new(int64(10000))}},
+	} {
+		if _, _, err := e.svc.PutTier(ctx, tr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// call opens a call of model in tier and settles it at usage.
+	call := func(user, tier, model string, u policy.TokenUsage) {
+		t.Helper()
+		d, err := e.svc.Check(ctx, policy.Request{UserID: user, Tier: tier, Model: model, Tokens: u.Total(), OpenCall: true}, false)
+		if err != nil || d.CallID == "" {
+			t.Fatalf("check: %v, call %q", err, d.CallID)
+		}
+		if _, err := e.svc.FinishCall(ctx, d.CallID, policy.Report{Usage: &u}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Two hours of tier paid: 1,000 input and 500 output tokens ($0.002,
+	// at $1 and $2 per million), then 4,000 input, 2,000 cache read and
+	// 250 output tokens ($0.0055); tier priced's 1,000 input tokens
+	// ($0.001); tier free's call of a model without a price (no cost).
+	call("ann", "paid", "m", policy.TokenUsage{Input: 1000, Output: 500})
+	call("cat", "priced", "m", policy.TokenUsage{Input: 1000})
+	e.clock.Advance(time.Hour)
+	call("ann", "paid", "m", policy.TokenUsage{Input: 4000, CacheRead: 2000, Output: 250})
+	call("bob", "free", "unpriced", policy.TokenUsage{Input: 1000, Output: 500})
+	if err := e.store.FlushCounts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	doc := parsePage(t, b.get("/admin/overview"), http.StatusOK)
+	spend := map[string]map[string]string{} // tier → hour → spend
+	for _, tbl := range pageTables(doc) {
+		if !strings.Contains(tbl.caption, "spend settled") {
+			continue
+		}
+		tier := strings.Fields(tbl.caption)[1]
+		tier = strings.TrimSuffix(tier, ",")
+		spend[tier] = map[string]string{}
+		for _, row := range tbl.rows {
+			if s := row["Spend settled"]; s != "$0" {
+				spend[tier][row["Time"]] = s
+			}
+		}
+	}
+	h0, h1 := pageT0.UTC().Format("15:00"), pageT0.UTC().Add(time.Hour).Format("15:00")
+	want := map[string]map[string]string{
+		"paid":   {h0: "$0.002", h1: "$0.0055"},
+		"priced": {h0: "$0.001"},
+	}
+	if fmt.Sprint(spend) != fmt.Sprint(want) {
+		t.Errorf("spend tables %v, want %v", spend, want)
+	}
+	totals := doc.find(func(n *html.Node) bool { return pageAttr(n, "data-field") == "spend_total" })
+	var got []string
+	for _, n := range totals {
+		got = append(got, pageText(n))
+	}
+	if strings.Join(got, " ") != "$0.0075 $0.001" {
+		t.Errorf("spend totals %v, want $0.0075 (paid) and $0.001 (priced)", got)
+	}
+	charts := doc.find(func(n *html.Node) bool {
+		return n.Data == "svg" && strings.HasSuffix(pageAttr(n, "id"), "-spend") && strings.Contains(pageAttr(n, "aria-label"), "per-day spend limit $20")
+	})
+	if len(charts) != 1 {
+		t.Errorf("%d spend charts of tier paid naming its limit, want 1", len(charts))
 	}
 }

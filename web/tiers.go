@@ -136,8 +136,9 @@ func parseTierVersion(s string) (time.Time, bool) {
 
 // adminTierField is one field of the tier form.
 type adminTierField struct {
-	name, label, hint       string
-	numeric, wide, checkbox bool
+	name, label, hint string
+	inputMode         string // "numeric", "decimal": a limit's
+	wide, checkbox    bool
 }
 
 // adminTierFields lists the tier form's fields in order, named as in the
@@ -154,7 +155,7 @@ var adminTierFields = func() []adminTierField {
 		if f.Optional {
 			hint = strings.TrimSpace(hint + " Empty for no limit.")
 		}
-		fields = append(fields, adminTierField{name: f.Name, label: f.Label, hint: hint, numeric: true})
+		fields = append(fields, adminTierField{name: f.Name, label: f.Label, hint: limitHint(f, hint), inputMode: limitInputMode(f)})
 	}
 	fields = append(fields,
 		adminTierField{name: "features", label: "Features", hint: "Comma-separated, * for all.", wide: true},
@@ -162,7 +163,7 @@ var adminTierFields = func() []adminTierField {
 		adminTierField{name: "description", label: "Description", wide: true})
 	for i, name := range shadowFields {
 		f, _ := policy.LimitFieldNamed(strings.TrimPrefix(name, "shadow."))
-		d := adminTierField{name: name, label: "Shadow: " + strings.ToLower(f.Label[:1]) + f.Label[1:], numeric: true}
+		d := adminTierField{name: name, label: "Shadow: " + strings.ToLower(f.Label[:1]) + f.Label[1:], inputMode: limitInputMode(f)}
 		if i == 0 {
 			d.hint = "Shadow limits are checked and counted, never enforced; leave all " + countWord(len(shadowFields)) + " empty for none."
 		}
@@ -170,7 +171,7 @@ var adminTierFields = func() []adminTierField {
 	}
 	for i, name := range shadowAccountFields {
 		f, _ := policy.LimitFieldNamed(strings.TrimPrefix(name, "shadow.account."))
-		d := adminTierField{name: name, label: "Shadow, each account's pool: " + strings.ToLower(f.Label[:1]) + f.Label[1:], numeric: true}
+		d := adminTierField{name: name, label: "Shadow, each account's pool: " + strings.ToLower(f.Label[:1]) + f.Label[1:], inputMode: limitInputMode(f)}
 		if i == 0 {
 			d.hint = "Pooled shadow limits of every account on this plan, which need the shadow limits above; empty for no limit."
 		}
@@ -180,7 +181,8 @@ var adminTierFields = func() []adminTierField {
 		hint: "The members of an account on this plan share these limits, checked with each one's own. An empty field sets no pooled limit; an account may override each."})
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
-		fields = append(fields, adminTierField{name: accountField + "." + f.Name, label: "Account: " + strings.ToLower(f.Label[:1]) + f.Label[1:], numeric: true})
+		fields = append(fields, adminTierField{name: accountField + "." + f.Name, label: "Account: " + strings.ToLower(f.Label[:1]) + f.Label[1:],
+			hint: limitHint(f, ""), inputMode: limitInputMode(f)})
 	}
 	return fields
 }()
@@ -216,19 +218,17 @@ func newAdminTierForm(values, errs map[string]string, editing string) *adminTier
 	f := &adminTierForm{Name: editing}
 	for _, d := range adminTierFields {
 		field := adminField{
-			ID:       "tier-" + strings.NewReplacer("_", "-", ".", "-").Replace(d.name),
-			Name:     d.name,
-			Label:    d.label,
-			Value:    values[d.name],
-			Hint:     d.hint,
-			Error:    errs[d.name],
-			Wide:     d.wide,
-			Textarea: d.name == "description",
-			Checkbox: d.checkbox,
-			Checked:  d.checkbox && values[d.name] != "",
-		}
-		if d.numeric {
-			field.InputMode = "numeric"
+			ID:        "tier-" + strings.NewReplacer("_", "-", ".", "-").Replace(d.name),
+			Name:      d.name,
+			Label:     d.label,
+			Value:     values[d.name],
+			Hint:      d.hint,
+			Error:     errs[d.name],
+			Wide:      d.wide,
+			Textarea:  d.name == "description",
+			Checkbox:  d.checkbox,
+			Checked:   d.checkbox && values[d.name] != "",
+			InputMode: d.inputMode,
 		}
 		if d.name == "name" && editing != "" {
 			field.Value, field.ReadOnly = editing, true
@@ -249,15 +249,15 @@ func tierFormValues(t policy.Tier) map[string]string {
 	}
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
-		v[f.Name] = optionalLimit(f.Get(&t))
+		v[f.Name] = limitFormValue(f, f.Get(&t))
 		if t.Shadow != nil && f.InRequestLimits() {
 			v["shadow."+f.Name] = strconv.FormatInt(t.Shadow.Limits.Value(f.ID()), 10)
 			if t.Shadow.Account != nil {
-				v["shadow.account."+f.Name] = optionalLimit(t.Shadow.Account.Get(f))
+				v["shadow.account."+f.Name] = limitFormValue(f, t.Shadow.Account.Get(f))
 			}
 		}
 		if t.Account != nil {
-			v[accountField+"."+f.Name] = optionalLimit(t.Account.Get(f))
+			v[accountField+"."+f.Name] = limitFormValue(f, t.Account.Get(f))
 		}
 	}
 	if t.Account != nil {
@@ -266,13 +266,36 @@ func tierFormValues(t policy.Tier) map[string]string {
 	return v
 }
 
-// optionalLimit returns a metering limit as the form shows it: empty for
-// none.
-func optionalLimit(v *int64) string {
-	if v == nil {
+// limitFormValue returns v, a value of limit f, as the forms show it,
+// which policy.ParseLimit reads back: empty for none, a spend limit in
+// dollars ("$20.50", as the tiers table words it), any other an integer
+// without separators.
+func limitFormValue(f *policy.LimitField, v *int64) string {
+	switch {
+	case v == nil:
 		return ""
+	case f.Kind == policy.KindCost:
+		return f.Format(*v)
 	}
 	return strconv.FormatInt(*v, 10)
+}
+
+// limitInputMode is the inputmode of a form's control for limit f: a
+// spend limit has decimals.
+func limitInputMode(f *policy.LimitField) string {
+	if f.Kind == policy.KindCost {
+		return "decimal"
+	}
+	return "numeric"
+}
+
+// limitHint returns hint with what the value of limit f is written in,
+// when hint does not say it: the dollars of a spend limit.
+func limitHint(f *policy.LimitField, hint string) string {
+	if f.Kind != policy.KindCost || strings.Contains(hint, "dollars") {
+		return hint
+	}
+	return strings.TrimSpace("In US dollars, such as 20 or 0.15. " + hint)
 }
 
 // postedTierValues returns the tier fields of the posted form.
@@ -417,7 +440,7 @@ func (a *Admin) tiersView(c echo.Context, form *adminTierForm) (adminView, error
 			Updated:     "not changed yet",
 		}
 		for _, f := range tierColumns {
-			v.Tiers[i].Limits = append(v.Tiers[i].Limits, adminLimitCell{Field: f.Name, Label: columnLabel(f), Value: policy.LimitText(f.Get(&t))})
+			v.Tiers[i].Limits = append(v.Tiers[i].Limits, adminLimitCell{Field: f.Name, Label: columnLabel(f), Value: f.Text(f.Get(&t))})
 		}
 		if t.Account != nil {
 			v.Tiers[i].Pool = policy.PoolSummary(t.Account)

@@ -62,12 +62,12 @@ func (a *Admin) recordForm(ctx context.Context, user string, tiers []policy.Tier
 	if form == nil { // the form shows the record as stored
 		form = url.Values{"tier": {r.Tier}, "account": {r.Account}, "note": {r.Note}}
 		setBillingValues(form, r.TimeZone, r.BillingAnchor)
-		values := r.Limits.Values()
-		for name, v := range values {
-			if v == nil {
-				form.Set(name, noLimit)
-			} else {
-				form.Set(name, fmt.Sprint(*v))
+		for i := range policy.LimitFields {
+			f := &policy.LimitFields[i]
+			if o := r.Limits.Get(f); o.Set && o.Limit == nil {
+				form.Set(f.Name, noLimit)
+			} else if o.Set {
+				form.Set(f.Name, limitFormValue(f, o.Limit))
 			}
 		}
 	}
@@ -96,12 +96,13 @@ func (a *Admin) recordForm(ctx context.Context, user string, tiers []policy.Tier
 	}
 	f.Period = periodText(p)
 	for i, name := range policy.LimitNames {
+		lf := &policy.LimitFields[i]
 		hint := "Empty keeps the tier's limit."
-		if policy.LimitFields[i].Optional {
+		if lf.Optional {
 			hint = `Empty keeps the tier's limit; "none" removes it for this user.`
 		}
 		f.Fields = append(f.Fields, adminField{ID: "record-" + name, Name: name, Label: name, Value: form.Get(name),
-			InputMode: "numeric", Hint: hint, Error: errs[name]})
+			InputMode: limitInputMode(lf), Hint: limitHint(lf, hint), Error: errs[name]})
 	}
 	f.Fields = append(f.Fields, adminField{ID: "record-note", Name: "note", Label: "Note", Value: form.Get("note"),
 		Textarea: true, Wide: true, Error: errs["note"]})

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -20,7 +21,12 @@ type Account struct {
 	// Limits replaces the plan's pooled limits by their API names
 	// (requests_per_minute, ..., max_concurrent): a limit left out keeps
 	// the plan's, and a nil one removes it for the account.
-	Limits map[string]*int64 `json:"limits"`
+	Limits map[string]*int64 `json:"-"`
+	// Spend replaces the plan's pooled spend limits by their API names
+	// (cost_per_minute, cost_per_hour, cost_per_day), amounts of US
+	// dollars as decimal strings (see Dollars): one left out keeps the
+	// plan's, and a nil one removes it for the account.
+	Spend map[string]*string `json:"-"`
 	// TimeZone (an IANA name such as "Europe/Berlin") and BillingAnchor
 	// (a day, 1 to 31) say where the pool's billing periods fall, and its
 	// members' unless their records say otherwise; empty and 0 keep the
@@ -30,6 +36,31 @@ type Account struct {
 	Note          string `json:"note"`
 	// UpdatedAt is when the account was last changed; a put ignores it.
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
+}
+
+// accountWire is an Account as the API writes it: Limits and Spend are
+// one object.
+type accountWire struct {
+	plainAccount
+	Limits limitValues `json:"limits"`
+}
+
+type plainAccount Account
+
+// MarshalJSON implements json.Marshaler.
+func (a Account) MarshalJSON() ([]byte, error) {
+	return json.Marshal(accountWire{plainAccount(a), limitValues{a.Limits, a.Spend}})
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (a *Account) UnmarshalJSON(data []byte) error {
+	var w accountWire
+	if err := json.Unmarshal(data, &w); err != nil {
+		return err
+	}
+	*a = Account(w.plainAccount)
+	a.Limits, a.Spend = w.Limits.counts, w.Limits.spend
+	return nil
 }
 
 // AccountState is the pooled state of a member's account after a check,
@@ -64,6 +95,9 @@ type AccountWindow struct {
 	// Tokens is the window's pooled tokens; nil unless the pooled limits
 	// limit them.
 	Tokens *WindowTokens `json:"tokens"`
+	// Cost is the window's pooled spend; nil unless the pooled limits
+	// limit it.
+	Cost *WindowCost `json:"cost"`
 }
 
 // AccountUsage is an account's pooled requests, tokens and calls, in the

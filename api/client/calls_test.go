@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/policyguard/policyguard/api"
 	"github.com/policyguard/policyguard/api/client"
@@ -75,5 +76,34 @@ func TestClientMeteredCalls(t *testing.T) {
 	anon := newClient(t, e.url)
 	if _, err := anon.FinishCall(ctx, d.CallID, nil); client.StatusCode(err) != 401 {
 		t.Fatalf("finish without the API token: %v", err)
+	}
+}
+
+// The client carries a check's model, the spend windows of its decision,
+// a finish's usage, a call's price and costs, and the spend of a usage.
+func TestClientSpend(t *testing.T) {
+	e := newEnv(t, nil)
+	admin := newClient(t, e.url, client.WithAdminToken(adminToken))
+	ctx := context.Background()
+	if _, err := admin.PutPrices(ctx, time.Time{}, []client.Price{{Model: "gpt-test", Input: "2", Output: "10"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := admin.PutTier(ctx, client.Tier{Name: "budget", Limits: client.Limits{RequestsPerMinute: client.Limit(100), RequestsPerHour: client.Limit(1000), RequestsPerDay: client.Limit(1000), CostPerDay: client.Dollars("1")}}); err != nil {
+		t.Fatal(err)
+	}
+	req := client.CheckRequest{UserID: "u", Tier: "budget", Tokens: 1000}
+	wantError(t, "a check without a model", func() error { _, err := admin.Check(ctx, req); return err }(), 400, "model is required")
+	req.Model = "gpt-test"
+	d, err := admin.Check(ctx, req)
+	if c := d.Windows.Day.Cost; err != nil || !d.Allowed || c == nil || c.Limit != "1" || c.Used != "0.01" || c.Remaining != "0.99" || d.Windows.Hour.Cost != nil {
+		t.Fatalf("check: %+v %+v %v", d, d.Windows.Day.Cost, err)
+	}
+	call, err := admin.FinishCallUsage(ctx, d.CallID, client.CallUsage{InputTokens: 300, OutputTokens: 200})
+	if err != nil || call.Tokens != 500 || call.Model != "gpt-test" || call.PriceVersion != 1 || call.ReservedCost != "0.01" || call.Cost != "0.0026" {
+		t.Fatalf("finish with usage: %+v %v", call, err)
+	}
+	u, err := admin.Usage(ctx, "u", "budget")
+	if c := u.Windows.Day.Cost; err != nil || c == nil || c.Used != "0.0026" || c.Limit != "1" || c.Remaining != "0.9974" {
+		t.Fatalf("usage: %+v %v", u.Windows.Day.Cost, err)
 	}
 }

@@ -111,6 +111,12 @@ type CheckRequest struct {
 	// completion's maximum), reserved when a tier that limits tokens
 	// admits it; 0 reserves none.
 	Tokens int64
+	// Model names the model the call is for, which prices it: required
+	// when the tier (or the account's pooled limits) limit spend, and
+	// then the tokens are reserved at its highest per-token price. A
+	// model the price table does not price is an *Error with status 400
+	// under a spend limit.
+	Model string
 }
 
 // Decision is the service's answer to a check.
@@ -128,7 +134,7 @@ type Decision struct {
 	Guardrail string  `json:"guardrail"`
 	Windows   Windows `json:"windows"`
 	// CallID names the call an admitted check of a metered tier (one that
-	// limits tokens or concurrent calls) opened: finish it with FinishCall
+	// limits tokens, spend or concurrent calls) opened: finish it with FinishCall
 	// when the model call ends. Empty when no call was opened.
 	CallID string `json:"call_id"`
 	// Concurrency is the user's calls in flight against the tier's
@@ -177,6 +183,8 @@ type Window struct {
 	Reset int64 `json:"reset"`
 	// Tokens is the window's tokens; nil unless the tier limits them.
 	Tokens *WindowTokens `json:"tokens"`
+	// Cost is the window's spend; nil unless the tier limits it.
+	Cost *WindowCost `json:"cost"`
 }
 
 // WindowTokens is one window's tokens under the tier's token limit.
@@ -188,6 +196,19 @@ type WindowTokens struct {
 	Remaining int64 `json:"remaining"`
 	// Reset is the whole seconds until the oldest finished tokens in the
 	// window leave it; 0 when none are.
+	Reset int64 `json:"reset"`
+}
+
+// WindowCost is one window's spend under a spend limit, in US dollars as
+// the service writes them: exact decimal strings such as "19.9875".
+type WindowCost struct {
+	Limit string `json:"limit"`
+	// Used is the cost of calls finished in the window plus the reserved
+	// cost of calls open, this call's included when admitted.
+	Used      string `json:"used"`
+	Remaining string `json:"remaining"`
+	// Reset is the whole seconds until the oldest finished spend in the
+	// window leaves it; 0 when none is.
 	Reset int64 `json:"reset"`
 }
 
@@ -217,6 +238,9 @@ func (c *Client) check(ctx context.Context, req CheckRequest, dryRun bool) (Deci
 	body := map[string]any{"input_text": req.InputText, "context": cx}
 	if req.Tokens != 0 {
 		body["tokens"] = req.Tokens
+	}
+	if req.Model != "" {
+		body["model"] = req.Model
 	}
 	path := "/v1/check"
 	if dryRun {
@@ -415,6 +439,19 @@ type UsageWindow struct {
 	// Tokens is the window's tokens: Used always; Limit, Remaining and
 	// Reset when Usage was asked with a tier that limits them.
 	Tokens UsageTokens `json:"tokens"`
+	// Cost is the window's spend in dollars, as Tokens; nil from a
+	// service that keeps no calls.
+	Cost *UsageCost `json:"cost"`
+}
+
+// UsageCost is one window's spend in a Usage, in US dollars as decimal
+// strings; Limit and Remaining are empty, and Reset 0, unless Usage was
+// asked with a tier that limits spend.
+type UsageCost struct {
+	Used      string `json:"used"`
+	Limit     string `json:"limit"`
+	Remaining string `json:"remaining"`
+	Reset     int64  `json:"reset"`
 }
 
 // UsageTokens is one window's tokens in a Usage.
@@ -458,12 +495,33 @@ type Call struct {
 	// Expired reports whether the service finished the call at its expiry
 	// because no finish or keepalive came in time.
 	Expired bool `json:"expired"`
+	// Model is the model its check named; empty for none.
+	Model string `json:"model"`
+	// PriceVersion is the version of the price table that prices the
+	// call, the one in force when it was admitted; 0 when unpriced.
+	PriceVersion int64 `json:"price_version"`
+	// ReservedCost and Cost are what its reservation costs and what it
+	// cost once finished, in US dollars as exact decimal strings; empty
+	// when unpriced, and Cost while the call is open.
+	ReservedCost string `json:"reserved_cost"`
+	Cost         string `json:"cost"`
+}
+
+// CallUsage is the tokens a call used by the price each is billed at, as
+// a provider reports them.
+type CallUsage struct {
+	InputTokens      int64 `json:"input_tokens"`
+	OutputTokens     int64 `json:"output_tokens"`
+	CacheReadTokens  int64 `json:"cache_read_tokens"`
+	CacheWriteTokens int64 `json:"cache_write_tokens"`
 }
 
 // FinishCall finishes the call named id (Decision.CallID) with the tokens
-// it used; nil tokens lets its reservation stand as used. Finishing again
-// with the same count is no error, so a caller may retry; a different count
-// after the call finished is an *Error with status 409, an unknown id 404.
+// it used; nil tokens lets its reservation stand as used. A priced call
+// costs its tokens at its model's highest per-token price; FinishCallUsage
+// prices them exactly. Finishing again with the same count is no error, so
+// a caller may retry; a different count after the call finished is an
+// *Error with status 409, an unknown id 404.
 func (c *Client) FinishCall(ctx context.Context, id string, tokens *int64) (Call, error) {
 	var body any
 	if tokens != nil {
@@ -471,6 +529,15 @@ func (c *Client) FinishCall(ctx context.Context, id string, tokens *int64) (Call
 	}
 	var out Call
 	_, err := c.do(ctx, http.MethodPost, "/v1/calls/"+url.PathEscape(id)+"/finish", c.apiToken, body, &out, http.StatusOK)
+	return out, err
+}
+
+// FinishCallUsage finishes the call named id as FinishCall does, with the
+// tokens it used split by price, which a priced call costs exactly.
+func (c *Client) FinishCallUsage(ctx context.Context, id string, usage CallUsage) (Call, error) {
+	var out Call
+	_, err := c.do(ctx, http.MethodPost, "/v1/calls/"+url.PathEscape(id)+"/finish", c.apiToken,
+		map[string]CallUsage{"usage": usage}, &out, http.StatusOK)
 	return out, err
 }
 

@@ -1,6 +1,10 @@
 package client
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+)
 
 // Limits is a set of limits by their API names, each nil for none: a
 // tier's own limits (embedded in Tier), the pooled limits of an account on
@@ -25,6 +29,86 @@ type Limits struct {
 	TokensPerHour   *int64 `json:"tokens_per_hour,omitempty"`
 	TokensPerDay    *int64 `json:"tokens_per_day,omitempty"`
 	MaxConcurrent   *int64 `json:"max_concurrent,omitempty"`
+	// CostPerMinute, CostPerHour and CostPerDay limit the model spend of
+	// the calls in each window: amounts of US dollars as decimal strings,
+	// exact to the picodollar ("20", "0.15"; see Dollars).
+	CostPerMinute *string `json:"cost_per_minute,omitempty"`
+	CostPerHour   *string `json:"cost_per_hour,omitempty"`
+	CostPerDay    *string `json:"cost_per_day,omitempty"`
+}
+
+// Dollars returns a pointer to amount, an amount of US dollars as a
+// decimal string ("20", "0.15"), for a spend limit: Limits.CostPerDay,
+// User.Spend, Account.Spend.
+func Dollars(amount string) *string { return &amount }
+
+// spendNames are the API names of the spend limits: the limits of Limits
+// whose values are amounts of dollars.
+var spendNames = func() map[string]bool {
+	names := map[string]bool{}
+	t := reflect.TypeFor[Limits]()
+	for i := range t.NumField() {
+		if f := t.Field(i); f.Type == reflect.TypeFor[*string]() {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			names[name] = true
+		}
+	}
+	return names
+}()
+
+// limitValues are a user's or an account's limits on the wire, one
+// object: the limits counted in integers (counts) and the spend limits,
+// decimal strings of dollars (spend), by their API names, each nil to
+// remove the limit. Both maps nil is null.
+type limitValues struct {
+	counts map[string]*int64
+	spend  map[string]*string
+}
+
+// MarshalJSON implements json.Marshaler.
+func (l limitValues) MarshalJSON() ([]byte, error) {
+	if l.counts == nil && l.spend == nil {
+		return []byte("null"), nil
+	}
+	m := make(map[string]any, len(l.counts)+len(l.spend))
+	for name, v := range l.counts {
+		m[name] = v
+	}
+	for name, v := range l.spend {
+		m[name] = v
+	}
+	return json.Marshal(m)
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (l *limitValues) UnmarshalJSON(data []byte) error {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(data, &m); err != nil || m == nil {
+		*l = limitValues{}
+		return err
+	}
+	for name, raw := range m {
+		if spendNames[name] {
+			var v *string
+			if err := json.Unmarshal(raw, &v); err != nil {
+				return err
+			}
+			if l.spend == nil {
+				l.spend = map[string]*string{}
+			}
+			l.spend[name] = v
+			continue
+		}
+		var v *int64
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return err
+		}
+		if l.counts == nil {
+			l.counts = map[string]*int64{}
+		}
+		l.counts[name] = v
+	}
+	return nil
 }
 
 // ShadowLimits are a tier's shadow: request limits every check under the

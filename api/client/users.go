@@ -23,6 +23,11 @@ type User struct {
 	// left out keeps the tier's value, and a nil token limit or
 	// max_concurrent removes the tier's limit for the user.
 	Limits map[string]*int64
+	// Spend holds the overridden spend limits by their API names
+	// (cost_per_minute, cost_per_hour, cost_per_day), amounts of US
+	// dollars as decimal strings (see Dollars); a nil one removes the
+	// tier's limit for the user.
+	Spend map[string]*string
 	// TimeZone (an IANA name such as "Europe/Berlin") and BillingAnchor
 	// (a day, 1 to 31) say where the user's own billing periods fall;
 	// empty and 0 keep the account's, else the service's defaults.
@@ -36,18 +41,18 @@ type User struct {
 // userWire is a User as the API writes it: the tier null when there is
 // none.
 type userWire struct {
-	UserID    string            `json:"user_id"`
-	Tier      *string           `json:"tier"`
-	Account   string            `json:"account,omitempty"`
-	Limits    map[string]*int64 `json:"limits"`
-	TimeZone  string            `json:"time_zone,omitempty"`
-	Anchor    int               `json:"billing_anchor,omitempty"`
-	Note      string            `json:"note"`
-	UpdatedAt *time.Time        `json:"updated_at,omitempty"`
+	UserID    string      `json:"user_id"`
+	Tier      *string     `json:"tier"`
+	Account   string      `json:"account,omitempty"`
+	Limits    limitValues `json:"limits"`
+	TimeZone  string      `json:"time_zone,omitempty"`
+	Anchor    int         `json:"billing_anchor,omitempty"`
+	Note      string      `json:"note"`
+	UpdatedAt *time.Time  `json:"updated_at,omitempty"`
 }
 
 func (w *userWire) user() User {
-	u := User{UserID: w.UserID, Account: w.Account, Limits: w.Limits, Note: w.Note, TimeZone: w.TimeZone, BillingAnchor: w.Anchor}
+	u := User{UserID: w.UserID, Account: w.Account, Limits: w.Limits.counts, Spend: w.Limits.spend, Note: w.Note, TimeZone: w.TimeZone, BillingAnchor: w.Anchor}
 	if w.Tier != nil {
 		u.Tier = *w.Tier
 	}
@@ -65,7 +70,7 @@ func Limit(v int64) *int64 { return &v }
 // A tier or an account that does not exist is refused (400) and changes
 // nothing.
 func (c *Client) PutUser(ctx context.Context, u User) (User, bool, error) {
-	in := userWire{UserID: u.UserID, Account: u.Account, Limits: u.Limits, Note: u.Note, TimeZone: u.TimeZone, Anchor: u.BillingAnchor}
+	in := userWire{UserID: u.UserID, Account: u.Account, Limits: limitValues{u.Limits, u.Spend}, Note: u.Note, TimeZone: u.TimeZone, Anchor: u.BillingAnchor}
 	if u.Tier != "" {
 		in.Tier = &u.Tier
 	}

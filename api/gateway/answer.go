@@ -25,6 +25,8 @@ const (
 	errTooLarge
 	errRateLimit
 	errRateLimitTokens
+	errQuota    // a spend limit refused
+	errUnpriced // the model has no price, under a spend limit
 	errUpstream
 	errTimeout
 	errUnavailable
@@ -50,8 +52,10 @@ func outcomeOf(kind errKind) string {
 		return outcomeUnauthorized
 	case errPermission:
 		return outcomeDenied
-	case errRateLimit, errRateLimitTokens:
+	case errRateLimit, errRateLimitTokens, errQuota:
 		return outcomeRateLimited
+	case errUnpriced:
+		return outcomeModelDenied
 	case errUpstream, errTimeout:
 		return outcomeUpstreamFailed
 	case errUnavailable, errInternal:
@@ -88,14 +92,33 @@ func (x *exchange) failErr(err error) {
 }
 
 // rateLimited answers a check the rate limiter refused: 429 with the
-// decision's reason, and its wait (see waitFields).
+// decision's reason, and its wait (see waitFields). A spend limit's
+// refusal is the protocol's answer to an exhausted quota, and is never
+// retried by the SDK: the wait for money to leave a window is the
+// window's, which no client should sleep through, and a budget is not a
+// rate.
 func (x *exchange) rateLimited(d *policy.Decision) {
-	x.waitFields(max(d.RetryAfter, 1), true)
-	kind := errRateLimit
-	if k, _ := d.RefusedBy(); k == policy.KindTokens {
+	kind, retry := errRateLimit, true
+	switch k, _ := d.RefusedBy(); k {
+	case policy.KindTokens:
 		kind = errRateLimitTokens
+	case policy.KindCost:
+		kind, retry = errQuota, false
 	}
+	x.waitFields(max(d.RetryAfter, 1), retry)
 	x.fail(http.StatusTooManyRequests, kind, d.Reason)
+}
+
+// unpriced answers a call for a model the price table does not price,
+// under a spend limit: 403, for such a call is refused, never free.
+func (x *exchange) unpriced(u *policy.UnpricedError) {
+	x.fail(http.StatusForbidden, errUnpriced, u.Error())
+}
+
+// zeroReport reports a call that used nothing.
+func zeroReport() *policy.Report {
+	r := tokensReport(0)
+	return &r
 }
 
 // headerShouldRetry tells the official SDKs, OpenAI's and Anthropic's

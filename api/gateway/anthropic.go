@@ -13,9 +13,9 @@ import (
 )
 
 // anthropic is the Anthropic protocol: messages are metered;
-// input_tokens + output_tokens + cache_creation_input_tokens +
+// input_tokens, output_tokens, cache_creation_input_tokens and
 // cache_read_input_tokens (of the body, or in a stream of message_start
-// and the last message_delta) settle a call.
+// and the last message_delta) settle a call, each at its price.
 type anthropic struct{}
 
 var anthropicPaths = map[string]route{"/v1/messages": routeMessages}
@@ -52,6 +52,8 @@ var anthropicErrorTypes = map[errKind]string{
 	errTooLarge:        "request_too_large",
 	errRateLimit:       "rate_limit_error",
 	errRateLimitTokens: "rate_limit_error",
+	errQuota:           "rate_limit_error",
+	errUnpriced:        "permission_error",
 	errUpstream:        "api_error",
 	errTimeout:         "api_error",
 	errUnavailable:     "api_error",
@@ -101,7 +103,7 @@ func (anthropic) limitHeaders(h http.Header, reqs policy.WindowState, tokens *po
 
 // reservation is the prompt's bound and max_tokens, which a message
 // always sets.
-func (anthropic) reservation(cb *callBody, _ route, size int, maxOutput int64) int64 {
+func (anthropic) reservation(cb *callBody, _ route, size int, maxOutput int64) policy.TokenUsage {
 	return cb.reservation(size, true, maxOutput)
 }
 
@@ -110,8 +112,20 @@ func (anthropic) prepare(_ *callBody, _ route, body []byte) ([]byte, bool, error
 	return body, false, nil
 }
 
-func (anthropic) total(u *usageJSON) (int64, bool) {
-	return sumTokens(u.InputTokens, u.OutputTokens, u.CacheCreationTokens, u.CacheReadTokens)
+// report prices input_tokens at the input price,
+// cache_creation_input_tokens at the cache write price,
+// cache_read_input_tokens at the cache read price and output_tokens at
+// the output price.
+func (anthropic) report(u *usageJSON) (policy.Report, bool) {
+	if u.InputTokens == nil && u.OutputTokens == nil && u.CacheCreationTokens == nil && u.CacheReadTokens == nil {
+		return policy.Report{}, false
+	}
+	return usageReport(policy.TokenUsage{
+		Input:      count(u.InputTokens),
+		Output:     count(u.OutputTokens),
+		CacheWrite: count(u.CacheCreationTokens),
+		CacheRead:  count(u.CacheReadTokens),
+	}), true
 }
 
 func (anthropic) event(st *streamState, _ route, name string, data []byte) eventAction {

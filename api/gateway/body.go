@@ -217,7 +217,9 @@ func bodyError(body []byte, err error) error {
 }
 
 // reservation returns the tokens a call with this body of size bytes may
-// use: an upper bound of its prompt's tokens plus its output.
+// use: an upper bound of its prompt's tokens (Input) and of its output
+// (Output). A spend limit reserves the first at the model's input price
+// and the second at its output price.
 //
 // The prompt's bound is the body's length in bytes. Every token of
 // text the models read is at least one byte of UTF-8 (the tokenizers of
@@ -237,14 +239,15 @@ func bodyError(body []byte, err error) error {
 // one), is the largest output cap the body sets, or maxOutput when it
 // sets none, for each of n (or best_of) choices.
 // The sum is at most policy.MaxLimit.
-func (cb *callBody) reservation(size int, withOutput bool, maxOutput int64) int64 {
-	tokens := int64(size) + cb.media*mediaTokens + cb.tools*toolTokens
+func (cb *callBody) reservation(size int, withOutput bool, maxOutput int64) policy.TokenUsage {
+	var u policy.TokenUsage
+	u.Input = min(int64(size)+cb.media*mediaTokens+cb.tools*toolTokens, policy.MaxLimit)
 	if withOutput {
 		out := cb.outputCap
 		if out < 0 {
 			out = maxOutput
 		}
-		tokens += out * cb.choices
+		u.Output = min(out*cb.choices, policy.MaxLimit-u.Input)
 	}
-	return min(tokens, policy.MaxLimit)
+	return u
 }

@@ -145,7 +145,7 @@ func newGatewayEnv(t *testing.T, configure func(*gateway.Config)) (*gwEnv, strin
 	}
 	t.Cleanup(func() { store.Close() })
 	clk := policy.NewTestClock(t0)
-	opts := []policy.Option{policy.WithClock(clk.Now), policy.WithStats(store, store), policy.WithUsers(store), policy.WithKeys(store)}
+	opts := []policy.Option{policy.WithClock(clk.Now), policy.WithStats(store, store), policy.WithUsers(store), policy.WithKeys(store), policy.WithPrices(store)}
 	svc := policy.NewService(store, store, opts...)
 	fake := newFakeUpstream(t)
 	base, _ := url.Parse(fake.srv.URL)

@@ -24,13 +24,18 @@
 //     (the tier of the user's record, else the default tier; never one
 //     the client names), and Calls.Check decides it, reserving an upper
 //     bound of its tokens (body.go) in a call it opens whatever the tier
-//     limits, so every call's tokens are recorded. A refusal never
-//     reaches the upstream.
+//     limits, so every call's tokens are recorded. Under a spend limit
+//     the call is priced by its model and upstream: the prompt's bound at
+//     the input price, the output cap at the output price; a model with
+//     no price is a 403, and a spend limit's refusal is the protocol's
+//     answer to an exhausted quota, which the SDKs do not retry. A
+//     refusal never reaches the upstream.
 //  4. The call is forwarded with the upstream's key instead of the
 //     gateway key, and its answer relayed as it arrives (relay.go); the
-//     tokens the upstream reports settle the call (FinishCall), which
-//     frees its concurrency slot. While the exchange is live the call is
-//     kept alive, so a stream longer than the call timeout keeps its slot.
+//     usage the upstream reports settles the call (FinishCall), each kind
+//     of token at its price, which frees its concurrency slot. While the
+//     exchange is live the call is kept alive, so a stream longer than
+//     the call timeout keeps its slot.
 //
 // What differs between protocols lives in one file each (openai.go,
 // anthropic.go): the metered paths and how their bodies bound a call's
@@ -108,15 +113,18 @@ type protocol interface {
 	// limits no tokens), at now.
 	limitHeaders(h http.Header, reqs policy.WindowState, tokens *policy.TokenState, now time.Time)
 	// reservation returns the tokens a call of route r with body cb of
-	// size bytes may use.
-	reservation(cb *callBody, r route, size int, maxOutput int64) int64
+	// size bytes may use: its prompt's bound as Input, its output cap as
+	// Output.
+	reservation(cb *callBody, r route, size int, maxOutput int64) policy.TokenUsage
 	// prepare returns the body to send upstream for a call of route r,
 	// and whether the relay keeps from the client the usage the gateway
 	// asked for on its behalf.
 	prepare(cb *callBody, r route, body []byte) ([]byte, bool, error)
-	// total returns the tokens u counts, and whether it counts any; it is
-	// between 0 and policy.MaxLimit.
-	total(u *usageJSON) (int64, bool)
+	// report returns what u says the call used, split by the price each
+	// token is billed at where u tells it (Report.Usage), else its total
+	// (Report.Tokens), and whether u counts any tokens. Each count is
+	// from 0 to policy.MaxLimit, and so is their sum.
+	report(u *usageJSON) (policy.Report, bool)
 	// unmetered returns the path prefixes that reach model calls the
 	// gateway cannot meter: never forwarded, whatever Config.Passthrough
 	// says.
@@ -257,7 +265,7 @@ type Keys interface {
 type Calls interface {
 	Check(ctx context.Context, req policy.Request, dryRun bool) (policy.Decision, error)
 	KeepAlive(ctx context.Context, id string) (policy.Call, error)
-	FinishCall(ctx context.Context, id string, tokens *int64) (policy.Call, error)
+	FinishCall(ctx context.Context, id string, r policy.Report) (policy.Call, error)
 	CallTimeout() time.Duration
 	Now() time.Time
 }
@@ -790,7 +798,7 @@ func (x *exchange) userTier() (policy.Tier, error) {
 // check, from a dry run: what the user has left, with nothing consumed.
 func (x *exchange) windowHeaders() {
 	x.limitsSet = true
-	d, err := x.g.Calls.Check(x.req.Context(), policy.Request{UserID: x.user, Account: x.account}, true)
+	d, err := x.g.Calls.Check(x.req.Context(), policy.Request{UserID: x.user, Account: x.account, NoModel: true}, true)
 	if err != nil || d.Windows == nil {
 		return
 	}
@@ -831,15 +839,21 @@ func (x *exchange) limitHeaders(d *policy.Decision) {
 	x.up.proto.limitHeaders(x.c.Response().Header(), reqs, tokens, x.g.Calls.Now())
 }
 
-// check decides the call as POST /v1/check does, reserving tokens. It
+// check decides the call as POST /v1/check does: req says its model and
+// what it reserves (the gateway sets its user, account and upstream). It
 // opens a call whatever the tier limits (policy.Request.OpenCall), so that
 // the tokens the upstream reports are recorded, and usage shows them, on a
 // tier that limits none as well. It answers a refusal or a failure itself
 // and then returns false.
-func (x *exchange) check(tokens int64) (policy.Decision, bool) {
+func (x *exchange) check(req policy.Request) (policy.Decision, bool) {
 	start := time.Now()
-	d, err := x.g.Calls.Check(x.req.Context(), policy.Request{UserID: x.user, Account: x.account, Tokens: tokens, OpenCall: true}, false)
+	req.UserID, req.Account, req.Upstream, req.OpenCall = x.user, x.account, x.up.Name, true
+	d, err := x.g.Calls.Check(x.req.Context(), req, false)
 	x.g.Metrics.ObserveCheck(&d, err, time.Since(start))
+	if u, ok := policy.IsUnpriced(err); ok && u.Model != "" {
+		x.unpriced(u)
+		return d, false
+	}
 	if err != nil {
 		x.failErr(err)
 		return d, false
@@ -848,7 +862,7 @@ func (x *exchange) check(tokens int64) (policy.Decision, bool) {
 	x.limitHeaders(&d)
 	switch d.Outcome {
 	case policy.Admitted:
-		x.callID, x.reserved = d.CallID, tokens
+		x.callID, x.reserved = d.CallID, req.Tokens
 		return d, true
 	case policy.RateLimited:
 		x.rateLimited(&d)
@@ -894,10 +908,11 @@ func (x *exchange) keepAlive() {
 	}
 }
 
-// settle finishes the exchange's call, once, with tokens (nil: its
-// reservation), and counts them. The upstream exchange must have ended:
-// the slot is then free for the next call.
-func (x *exchange) settle(tokens *int64) {
+// settle finishes the exchange's call, once, with what r reports (nil:
+// its reservation, at its reserved cost), and counts its tokens. The
+// upstream exchange must have ended: the slot is then free for the next
+// call.
+func (x *exchange) settle(r *policy.Report) {
 	if x.settled {
 		return
 	}
@@ -906,14 +921,15 @@ func (x *exchange) settle(tokens *int64) {
 		x.stopKeep()
 	}
 	charged := x.reserved
-	if tokens != nil {
-		charged = *tokens
+	var report policy.Report // the zero Report keeps the reservation
+	if r != nil {
+		charged, report = reportTotal(*r), *r
 	}
-	x.g.Metrics.ObserveSettle(x.up.Name, x.tier, charged, x.gone.Load(), tokens != nil)
+	x.g.Metrics.ObserveSettle(x.up.Name, x.tier, charged, x.gone.Load(), r != nil)
 	if x.callID != "" {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(x.req.Context()), settleTimeout)
 		before := x.g.Calls.Now()
-		call, err := x.g.Calls.FinishCall(ctx, x.callID, tokens)
+		call, err := x.g.Calls.FinishCall(ctx, x.callID, report)
 		cancel()
 		x.g.Metrics.ObserveFinish(&call, err, before)
 		if err != nil {
@@ -965,18 +981,20 @@ func (x *exchange) metered() {
 		x.modelRefused(cb.model, tier.Name)
 		return
 	}
-	d, ok := x.check(x.up.proto.reservation(&cb, x.route, len(body), x.g.maxOutput))
+	// Under a spend limit the prompt's bound is reserved at the model's
+	// input price, the output cap at its output price.
+	reserve := x.up.proto.reservation(&cb, x.route, len(body), x.g.maxOutput)
+	d, ok := x.check(policy.Request{Model: cb.model, Tokens: reserve.Total(), Reserve: &reserve})
 	if !ok {
 		return
 	}
 	defer x.settle(nil) // on every way out, the slot is freed
-	zero := int64(0)
 	if d.Tier != tier.Name {
 		// The user's record changed in between: the tier the call was
 		// decided under must include the model as well.
 		t, err := x.g.Keys.Tier(x.req.Context(), d.Tier)
 		if err != nil || !t.AllowsModel(cb.model) {
-			x.settle(&zero)
+			x.settle(zeroReport())
 			if err != nil {
 				x.failErr(err)
 			} else {
@@ -987,7 +1005,7 @@ func (x *exchange) metered() {
 	}
 	body, hide, err := x.up.proto.prepare(&cb, x.route, body)
 	if err != nil {
-		x.settle(&zero)
+		x.settle(zeroReport())
 		x.failErr(err)
 		return
 	}
@@ -1024,7 +1042,7 @@ func (x *exchange) passthrough() {
 		return
 	}
 	defer x.bodyRead()
-	if _, ok := x.check(0); !ok {
+	if _, ok := x.check(policy.Request{NoModel: true}); !ok { // it calls no model: it costs nothing
 		return
 	}
 	x.bodyRead()

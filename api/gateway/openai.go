@@ -14,9 +14,9 @@ import (
 )
 
 // openAI is the OpenAI protocol: chat and text completions, responses
-// and embeddings are metered; usage.total_tokens (of the body, or in a
-// stream of the chunk that carries only the usage, or of
-// response.completed or response.incomplete) settles a call.
+// and embeddings are metered; usage (of the body, or in a stream of the
+// chunk that carries only the usage, or of response.completed or
+// response.incomplete) settles a call, priced as report says.
 type openAI struct{}
 
 var openAIPaths = map[string]route{
@@ -50,10 +50,14 @@ var openAIErrorTypes = map[errKind]struct{ typ, code string }{
 	errTooLarge:        {"invalid_request_error", "request_too_large"},
 	errRateLimit:       {"requests", "rate_limit_exceeded"},
 	errRateLimitTokens: {"tokens", "rate_limit_exceeded"},
-	errUpstream:        {"server_error", "upstream_error"},
-	errTimeout:         {"server_error", "upstream_timeout"},
-	errUnavailable:     {"server_error", "unavailable"},
-	errInternal:        {"server_error", ""},
+	// What OpenAI answers, with 429, for an exhausted quota; its SDKs'
+	// users know to stop on it.
+	errQuota:       {"insufficient_quota", "insufficient_quota"},
+	errUnpriced:    {"permission_denied", "model_not_priced"},
+	errUpstream:    {"server_error", "upstream_error"},
+	errTimeout:     {"server_error", "upstream_timeout"},
+	errUnavailable: {"server_error", "unavailable"},
+	errInternal:    {"server_error", ""},
 }
 
 type openAIError struct {
@@ -103,7 +107,7 @@ func (openAI) limitHeaders(h http.Header, reqs policy.WindowState, tokens *polic
 
 // reservation is the prompt's bound and, but for embeddings, which have
 // no output, the output's.
-func (openAI) reservation(cb *callBody, r route, size int, maxOutput int64) int64 {
+func (openAI) reservation(cb *callBody, r route, size int, maxOutput int64) policy.TokenUsage {
 	return cb.reservation(size, r != routeEmbeddings, maxOutput)
 }
 
@@ -118,15 +122,32 @@ func (openAI) prepare(cb *callBody, r route, body []byte) ([]byte, bool, error) 
 	return body, true, err
 }
 
-// total is total_tokens or, from a server that gives no total, its parts.
-func (openAI) total(u *usageJSON) (int64, bool) {
-	if u.TotalTokens != nil {
-		return sumTokens(u.TotalTokens)
+// report prices prompt_tokens (input_tokens in a response) less its
+// cached_tokens at the input price, the cached ones at the cache read
+// price, and completion_tokens (output_tokens), reasoning included, at the
+// output price. A total_tokens above those parts (a server that counts
+// more than it itemizes) counts the rest as output, so that every token
+// reported is priced; one with no parts at all reports its total alone.
+func (openAI) report(u *usageJSON) (policy.Report, bool) {
+	prompt, completion, details := u.PromptTokens, u.CompletionTokens, u.PromptDetails
+	if prompt == nil && completion == nil {
+		prompt, completion, details = u.InputTokens, u.OutputTokens, u.InputDetails
 	}
-	if n, ok := sumTokens(u.PromptTokens, u.CompletionTokens); ok {
-		return n, true
+	if prompt == nil && completion == nil {
+		if u.TotalTokens == nil {
+			return policy.Report{}, false
+		}
+		return tokensReport(count(u.TotalTokens)), true
 	}
-	return sumTokens(u.InputTokens, u.OutputTokens)
+	tu := policy.TokenUsage{Input: count(prompt), Output: count(completion)}
+	if details != nil {
+		tu.CacheRead = min(count(details.CachedTokens), tu.Input)
+		tu.Input -= tu.CacheRead
+	}
+	if total := count(u.TotalTokens); total > tu.Total() {
+		tu.Output += total - tu.Total()
+	}
+	return usageReport(tu), true
 }
 
 func (openAI) event(st *streamState, r route, name string, data []byte) eventAction {

@@ -23,10 +23,11 @@ import (
 
 // How the gateway settles an exchange with the upstream:
 //
-//   - An answer of status 2xx settles with the tokens it reports, where
-//     its protocol says (openai.go, anthropic.go). One that reports none (it was cut, it timed out, its
+//   - An answer of status 2xx settles with the usage it reports, where
+//     its protocol says and split by price as it says (openai.go,
+//     anthropic.go). One that reports none (it was cut, it timed out, its
 //     client left and it did not end within the drain time) is charged its
-//     reservation: the upstream may have spent it all.
+//     reservation, at its reserved cost: the upstream may have spent it all.
 //   - Any other answer (an error, a redirect) settles with the usage it
 //     reports, else 0 tokens; the request still counts as admitted.
 //   - No answer: 0 tokens when the upstream could not be reached, the
@@ -103,7 +104,7 @@ func (x *exchange) forward(body io.Reader, length int64, mode relayMode, hideUsa
 
 	req, err := x.upstreamRequest(ctx, body, length)
 	if err != nil {
-		x.settle(new(int64))
+		x.settle(zeroReport())
 		x.failErr(err)
 		return
 	}
@@ -172,8 +173,8 @@ func (x *exchange) relayJSON(ctx context.Context, rd io.Reader, up *upstreamBody
 	u, found := readUsage(io.LimitReader(tee, maxUsageScan))
 	_, err := io.Copy(io.Discard, tee)
 	up.close()
-	if n, ok := x.up.proto.total(&u); found && ok {
-		x.settle(&n)
+	if r, ok := x.up.proto.report(&u); found && ok {
+		x.settle(&r)
 		return
 	}
 	if err != nil {
@@ -315,11 +316,11 @@ func (x *exchange) relayError(res *http.Response, rd io.Reader, up *upstreamBody
 	var probe struct {
 		Usage *usageJSON `json:"usage"`
 	}
-	tokens := int64(0)
+	r := tokensReport(0)
 	if json.Unmarshal(data, &probe, lenientJSON) == nil && probe.Usage != nil {
 		u = *probe.Usage
-		if n, ok := x.up.proto.total(&u); ok {
-			tokens = n
+		if reported, ok := x.up.proto.report(&u); ok {
+			r = reported
 		}
 	}
 	x.writeHeader(res, decoded)
@@ -332,7 +333,7 @@ func (x *exchange) relayError(res *http.Response, rd io.Reader, up *upstreamBody
 		x.cut = true
 	}
 	up.close()
-	x.settle(&tokens)
+	x.settle(&r)
 }
 
 // noAnswer handles an upstream that did not answer.
@@ -348,7 +349,7 @@ func (x *exchange) noAnswer(ctx context.Context, err error) {
 		x.g.Log(x.c, slog.LevelWarn, "upstream timed out", slog.String("upstream", x.up.Name), slog.Duration("timeout", x.g.timeout))
 		x.fail(http.StatusGatewayTimeout, errTimeout, fmt.Sprintf("upstream %s did not answer within %v", x.up.Name, x.g.timeout))
 	default:
-		x.settle(new(int64))
+		x.settle(zeroReport())
 		x.g.Log(x.c, slog.LevelWarn, "upstream failed", slog.String("upstream", x.up.Name), slog.String("err", strings.ReplaceAll(err.Error(), x.up.Key, "[redacted]")))
 		x.fail(http.StatusBadGateway, errUpstream, fmt.Sprintf("upstream %s could not be reached", x.up.Name))
 	}
@@ -452,6 +453,14 @@ type usageJSON struct {
 	OutputTokens        *int64 `json:"output_tokens"`
 	CacheCreationTokens *int64 `json:"cache_creation_input_tokens"`
 	CacheReadTokens     *int64 `json:"cache_read_input_tokens"`
+	// The prompt's cached tokens, which OpenAI counts in prompt_tokens
+	// (input_tokens of a response) and bills at the cache read price.
+	PromptDetails *tokenDetails `json:"prompt_tokens_details"`
+	InputDetails  *tokenDetails `json:"input_tokens_details"`
+}
+
+type tokenDetails struct {
+	CachedTokens *int64 `json:"cached_tokens"`
 }
 
 // merge sets the fields o has: a later event's count replaces an
@@ -467,19 +476,42 @@ func (u *usageJSON) merge(o *usageJSON) {
 			*f.dst = *f.src
 		}
 	}
+	if o.PromptDetails != nil {
+		u.PromptDetails = o.PromptDetails
+	}
+	if o.InputDetails != nil {
+		u.InputDetails = o.InputDetails
+	}
 }
 
-// sumTokens returns the sum of the counts given, and whether any is;
-// a negative count is 0, and the sum at most policy.MaxLimit.
-func sumTokens(fs ...*int64) (int64, bool) {
-	var n int64
-	found := false
-	for _, f := range fs {
-		if f != nil {
-			n, found = n+max(*f, 0), true
-		}
+// count returns the count f points to, 0 for none, from 0 to
+// policy.MaxLimit.
+func count(f *int64) int64 {
+	if f == nil {
+		return 0
 	}
-	return min(n, policy.MaxLimit), found
+	return min(max(*f, 0), policy.MaxLimit)
+}
+
+// tokensReport reports n tokens of no known kind.
+func tokensReport(n int64) policy.Report { return policy.Report{Tokens: &n} }
+
+// usageReport reports u, each count from 0 to policy.MaxLimit; a sum past
+// policy.MaxLimit, which no call reserves, is reported as policy.MaxLimit
+// tokens of no known kind, priced at the call's highest price.
+func usageReport(u policy.TokenUsage) policy.Report {
+	if u.Total() > policy.MaxLimit {
+		return tokensReport(policy.MaxLimit)
+	}
+	return policy.Report{Usage: &u}
+}
+
+// reportTotal returns the tokens r counts.
+func reportTotal(r policy.Report) int64 {
+	if r.Usage != nil {
+		return r.Usage.Total()
+	}
+	return *r.Tokens
 }
 
 // readUsage reads the top-level usage of the JSON object r holds,
@@ -587,8 +619,8 @@ func (x *exchange) relayStream(ctx context.Context, r io.Reader, up *upstreamBod
 // settleStream settles the call with the usage the stream reported, or
 // its reservation.
 func (x *exchange) settleStream(st *streamState) {
-	if n, ok := x.up.proto.total(&st.usage); ok && st.final {
-		x.settle(&n)
+	if r, ok := x.up.proto.report(&st.usage); ok && st.final {
+		x.settle(&r)
 		return
 	}
 	x.settle(nil)

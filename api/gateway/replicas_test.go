@@ -36,7 +36,10 @@ type replicas struct {
 	settles   atomic.Int64
 }
 
-func newReplicas(t *testing.T, tier string) (*replicas, string) {
+// newReplicas starts the replicas, their stores opened with opts, alice
+// in the tier the JSON tier describes, and the price table spendPrices in
+// force.
+func newReplicas(t *testing.T, tier string, opts ...db.Option) (*replicas, string) {
 	dsn := dbtest.Postgres(t)
 	ctx := context.Background()
 	r := &replicas{t: t, fake: newFakeUpstream(t), transport: newCountingTransport(), settled: pulse{ch: make(chan struct{})}}
@@ -44,17 +47,26 @@ func newReplicas(t *testing.T, tier string) (*replicas, string) {
 	clk := policy.NewTestClock(t0)
 	var key string
 	for i := range 3 {
-		store, err := db.Open(ctx, dsn)
+		store, err := db.Open(ctx, dsn, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { store.Close() })
-		opts := []policy.Option{policy.WithClock(clk.Now), policy.WithUsers(store), policy.WithKeys(store)}
-		svc := policy.NewService(store, store, opts...)
+		svcOpts := []policy.Option{policy.WithClock(clk.Now), policy.WithUsers(store), policy.WithKeys(store), policy.WithPrices(store)}
+		svc := policy.NewService(store, store, svcOpts...)
 		if i == 0 {
 			r.svc = svc
 			var shared policy.Tier
 			if err := jsonTier(tier, &shared); err != nil {
+				t.Fatal(err)
+			}
+			// Before the other replicas open their stores, which then
+			// load the prices at once.
+			f, err := api.ReadPricesFile([]byte(spendPrices))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := svc.PutPrices(ctx, nil, f.Prices); err != nil {
 				t.Fatal(err)
 			}
 			if _, _, err := svc.PutTier(ctx, shared); err != nil {

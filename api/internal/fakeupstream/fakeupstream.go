@@ -16,8 +16,13 @@
 //	hold         sends a stream's first event, then waits for ReleaseHeld
 //	slow         waits 150 ms before each event
 //	no-usage     answers 200 with a body that reports no usage
-//	usage-is-reservation  answers an Anthropic message whose usage is the
-//	             gateway's reservation for it: its body's bytes and max_tokens
+//	usage-is-reservation  answers a chat completion or a message, streamed
+//	             or not, whose usage is the gateway's reservation for it:
+//	             its body's bytes as prompt tokens, its max_tokens (or
+//	             max_completion_tokens) as output tokens
+//	cached       answers a chat completion whose prompt_tokens hold
+//	             CachedTokens read from the cache, and its completion_tokens
+//	             ReasoningTokens of reasoning
 //	bomb-json    answers a chat completion, gzip-encoded, whose content is
 //	             512 MiB of "a" (about 512 KiB sent), its usage after it
 //	bomb-stream  answers an event stream, gzip-encoded, whose first event
@@ -51,6 +56,14 @@ const (
 	ErrorUsageTokens = 4
 	StreamChunks     = 2 // content events before the usage in every stream
 	ModelListSize    = 3
+)
+
+// What "cached" reports of a chat completion's ChatTokens: 11 prompt
+// tokens, CachedTokens of them read from the cache, and 7 completion
+// tokens, ReasoningTokens of them reasoning.
+const (
+	CachedTokens    = 4
+	ReasoningTokens = 3
 )
 
 // Fake is the fake upstream, an http.Handler. Its fields are set before
@@ -187,12 +200,11 @@ func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"error":{"message":"the upstream broke","type":"server_error"}}`)
 		return
 	case flags["usage-is-reservation"]:
-		var m struct {
-			MaxTokens int `json:"max_tokens"`
-		}
-		json.Unmarshal(body, &m)
+		reservationAnswer(w, r.URL.Path, body)
+		return
+	case flags["cached"]:
 		h.Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"id":"msg_1","type":"message","role":"assistant","content":[],"usage":{"input_tokens":%d,"output_tokens":0}}`, len(body)+m.MaxTokens)
+		io.WriteString(w, `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":11,"completion_tokens":7,"total_tokens":18,"prompt_tokens_details":{"cached_tokens":4,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":3}}}`)
 		return
 	case flags["bomb-json"]:
 		h.Set("Content-Type", "application/json")
@@ -217,6 +229,41 @@ func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	f.relay(w, r, body, flags)
+}
+
+// reservationAnswer answers a chat completion or a message, streamed or
+// not, whose usage is what the gateway reserves for body: its bytes as
+// prompt tokens and its output cap as output tokens.
+func reservationAnswer(w http.ResponseWriter, path string, body []byte) {
+	var m struct {
+		Stream              bool `json:"stream"`
+		MaxTokens           int  `json:"max_tokens"`
+		MaxCompletionTokens int  `json:"max_completion_tokens"`
+	}
+	json.Unmarshal(body, &m)
+	in, out := len(body), max(m.MaxTokens, m.MaxCompletionTokens)
+	if path == "/v1/messages" {
+		if !m.Stream {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"id":"msg_1","type":"message","role":"assistant","content":[],"usage":{"input_tokens":%d,"output_tokens":%d}}`, in, out)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"usage\":{\"input_tokens\":%d,\"output_tokens\":1}}}\n\n", in)
+		fmt.Fprintf(w, "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":%d}}\n\n", out)
+		io.WriteString(w, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+		return
+	}
+	usage := fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}`, in, out, in+out)
+	if !m.Stream {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"chatcmpl-1","object":"chat.completion","created":1,"choices":[{"index":0,"message":{"role":"assistant","content":"Hello"},"finish_reason":"stop"}],"usage":`+usage+`}`)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	io.WriteString(w, `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"choices":[{"index":0,"delta":{"content":"Hello"},"finish_reason":"stop"}],"usage":null}`+"\n\n")
+	io.WriteString(w, `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"choices":[],"usage":`+usage+`}`+"\n\n")
+	io.WriteString(w, "data: [DONE]\n\n")
 }
 
 // relay writes the answer of a call, encoded and paced as flags say.

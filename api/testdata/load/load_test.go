@@ -128,6 +128,8 @@ func TestLoad(t *testing.T) {
 	normal := startService(t, bin, dir, filepath.Join(dir, "normal.db"), "NORMAL", time.Hour)
 	metered := startService(t, bin, dir, filepath.Join(dir, "metered.db"), "FULL", time.Hour)
 	metered.meter(t)
+	spend := startService(t, bin, dir, filepath.Join(dir, "spend.db"), "FULL", time.Hour)
+	spend.spend(t)
 	base := startBaseline(t, baseline, "do-nothing handler")
 	bare := startBaseline(t, baseline, "bare durable FULL", "-bare", filepath.Join(dir, "bare.db"))
 	pg := startPostgres(t, out, cfg, bin, dir) // nil without a server
@@ -140,7 +142,7 @@ func TestLoad(t *testing.T) {
 	fmt.Fprintf(out, "load generator: %s\n", gen.name())
 
 	// Throughput and latency at cfg.conns connections.
-	targets := []*target{base, bare, full, normal, metered}
+	targets := []*target{base, bare, full, normal, metered, spend}
 	if pg != nil {
 		targets = append(targets, pg.sets[:]...)
 	}
@@ -185,6 +187,9 @@ func TestLoad(t *testing.T) {
 	meterCost := medianRatio(results[full], results[metered])
 	fmt.Fprintf(out, "a metered check costs %.3fx an unmetered one per round %v   target <= 1.25x: %s\n",
 		meterCost, ratios(results[full], results[metered]), verdict(meterCost <= 1.25))
+	spendCost := medianRatio(results[metered], results[spend])
+	fmt.Fprintf(out, "a check with spend limits costs %.3fx a metered one with token limits only per round %v   target <= 1.25x: %s\n",
+		spendCost, ratios(results[metered], results[spend]), verdict(spendCost <= 1.25))
 	cost := 1 - medianRatio(results[full], results[normal])
 	fmt.Fprintf(out, "FULL costs %.1f%% of NORMAL's throughput   target <= 10%%: %s\n", 100*cost, verdict(cost <= 0.10))
 	p99 := medianResult(results[full]).p99
@@ -223,6 +228,7 @@ func TestLoad(t *testing.T) {
 	full.stop(t)
 	normal.stop(t)
 	metered.stop(t)
+	spend.stop(t)
 	base.stop(t)
 	bare.stop(t)
 
@@ -402,7 +408,7 @@ func seed(t *testing.T, path string, users []string, perUser int, from time.Time
 
 // checkBody is the body of a benchmark check for user.
 func checkBody(user string) string {
-	return fmt.Sprintf(`{"input_text":"Summarize the attached report in three sentences.","tokens":100,"context":{"user_id":%q,"user_tier":%q,"feature":"summarize"}}`, user, loadTier)
+	return fmt.Sprintf(`{"input_text":"Summarize the attached report in three sentences.","model":"gpt-4o-mini","tokens":100,"context":{"user_id":%q,"user_tier":%q,"feature":"summarize"}}`, user, loadTier)
 }
 
 // checkRequests returns one complete HTTP/1.1 check request per user.
@@ -624,6 +630,19 @@ func (tg *target) meter(t *testing.T) {
 	tg.putTier(t, meteredTier)
 }
 
+// spend makes tg's benchmark tier meter calls and spend, with limits no
+// check reaches, and prices the checks' model: every check then also
+// prices its call and counts its spend beside its tokens.
+func (tg *target) spend(t *testing.T) {
+	t.Helper()
+	tg.name += ", spend"
+	tg.put(t, "/v1/prices", `{"prices":[{"model":"gpt-4o-mini","input":"0.15","output":"0.6"}]}`)
+	tg.putTier(t, spendTier)
+}
+
+// spendTier is meteredTier with spend limits of a million dollars.
+var spendTier = strings.TrimSuffix(meteredTier, "}") + `,"cost_per_minute":"1000000","cost_per_hour":"1000000","cost_per_day":"1000000"}`
+
 // meteredTier is a tier that meters calls, with limits no check reaches.
 var meteredTier = fmt.Sprintf(`{"requests_per_minute":%d,"requests_per_hour":%d,"requests_per_day":%d,"burst_allowance":0,"features":["*"],`+
 	`"tokens_per_minute":%[1]d,"tokens_per_hour":%[1]d,"tokens_per_day":%[1]d,"max_concurrent":%[1]d}`,
@@ -638,15 +657,22 @@ func (tg *target) putTier(t *testing.T, body string) {
 // putTierNamed creates or replaces tg's tier name with body.
 func (tg *target) putTierNamed(t *testing.T, name, body string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPut, "http://"+tg.addr+"/v1/tiers/"+name, strings.NewReader(body))
+	tg.put(t, "/v1/tiers/"+name, body)
+}
+
+// put sends body to tg's admin route path with PUT.
+func (tg *target) put(t *testing.T, path, body string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPut, "http://"+tg.addr+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+token)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
+	msg, _ := io.ReadAll(res.Body)
 	res.Body.Close()
 	if res.StatusCode != http.StatusOK && res.StatusCode != http.StatusCreated {
-		t.Fatalf("put tier: %s", res.Status)
+		t.Fatalf("PUT %s: %s %s", path, res.Status, msg)
 	}
 }
 

@@ -43,6 +43,9 @@ type LimitField struct {
 	// Window is the window the limit applies to, when Windowed.
 	Window   Window
 	Windowed bool
+	// Monthly reports whether the limit counts the subscriber's billing
+	// period (see BillingPeriod) rather than a rolling window.
+	Monthly bool
 	// Optional reports whether the limit may be unset (null on the wire):
 	// an unset optional limit limits nothing, and a user's record may
 	// remove it. A required limit is always set; 0 admits nothing.
@@ -73,6 +76,9 @@ const (
 	CostPerMinute
 	CostPerHour
 	CostPerDay
+	RequestsPerMonth
+	TokensPerMonth
+	CostPerMonth
 	numLimits // the number of limits, not one
 )
 
@@ -108,6 +114,12 @@ var LimitFields = [numLimits]LimitField{
 	CostPerMinute:   {Name: "cost_per_minute", Label: "Spend per minute", Kind: KindCost, Window: Minute, Windowed: true, Optional: true, Max: math.MaxInt64},
 	CostPerHour:     {Name: "cost_per_hour", Label: "Spend per hour", Kind: KindCost, Window: Hour, Windowed: true, Optional: true, Max: math.MaxInt64},
 	CostPerDay:      {Name: "cost_per_day", Label: "Spend per day", Doc: "Model spend in US dollars, priced by the price table.", Kind: KindCost, Window: Day, Windowed: true, Optional: true, Max: math.MaxInt64},
+	// The month rows come last, so that every row before them keeps its
+	// index (the stored arrays of PostgreSQL's admit_batch read them).
+	RequestsPerMonth: {Name: "requests_per_month", Label: "Requests per month", Doc: "Counted over the subscriber's billing period.",
+		Kind: KindRequests, Monthly: true, Optional: true},
+	TokensPerMonth: {Name: "tokens_per_month", Label: "Tokens per month", Kind: KindTokens, Monthly: true, Optional: true},
+	CostPerMonth:   {Name: "cost_per_month", Label: "Spend per month", Kind: KindCost, Monthly: true, Optional: true, Max: math.MaxInt64},
 }
 
 func init() {
@@ -242,7 +254,18 @@ func (f *LimitField) Set(t *Tier, v *int64) {
 // InRequestLimits reports whether f is one of the limits shadow limits,
 // previews and the replay of a user's overrides hold: the request limits
 // and the burst allowance.
-func (f *LimitField) InRequestLimits() bool { return f.Kind == KindRequests || f.Kind == KindBurst }
+func (f *LimitField) InRequestLimits() bool {
+	return (f.Kind == KindRequests || f.Kind == KindBurst) && !f.Monthly
+}
+
+// WindowName returns the name of what f counts over: its window's, or
+// "month".
+func (f *LimitField) WindowName() string {
+	if f.Monthly {
+		return "month"
+	}
+	return f.Window.String()
+}
 
 // LimitNames are the names of LimitFields, in order: the limits a user's
 // record can override, as the API and the tiers file name them.
@@ -305,10 +328,10 @@ func limitProblems(prefix string, value func(f *LimitField) (int64, bool)) []lim
 		case !f.InRange(v):
 			name := prefix + f.Name
 			problems = append(problems, limitProblem{f, nil, FieldError{name, f.rangeMessage(name)}})
-		case f.Windowed && f.Kind != KindBurst:
+		case (f.Windowed || f.Monthly) && f.Kind != KindBurst:
 			if s := last[f.Kind]; s.f != nil && v < s.v {
 				problems = append(problems, limitProblem{f, s.f, FieldError{prefix + f.Name,
-					fmt.Sprintf("%s%s (%s) is below %s%s (%s): the %s would refuse first", prefix, f.Name, f.Format(v), prefix, s.f.Name, s.f.Format(s.v), f.Window)}})
+					fmt.Sprintf("%s%s (%s) is below %s%s (%s): the %s would refuse first", prefix, f.Name, f.Format(v), prefix, s.f.Name, s.f.Format(s.v), f.WindowName())}})
 			}
 			last[f.Kind].f, last[f.Kind].v = f, v
 		}

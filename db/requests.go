@@ -26,6 +26,7 @@ const (
 	qNextUser
 	qPruneBound
 	qPruneDelete
+	qPeriodUse
 	// The same for an account's pool (see poolQueries).
 	qPoolLast
 	qPoolFirstAfter
@@ -97,13 +98,17 @@ var queries = [numQueries]string{
 	qNextUser:    `SELECT user_id FROM requests WHERE user_id > ? ORDER BY user_id LIMIT 1`,
 	qPruneBound:  `SELECT ts FROM requests WHERE user_id = ? AND ts <= ? ORDER BY ts, seq LIMIT 1 OFFSET ?`,
 	qPruneDelete: `DELETE FROM requests WHERE user_id = ? AND ts <= ?`,
+	// A billing period's totals and the key's watermarks (see periods.go),
+	// zeros when there are none.
+	qPeriodUse: `SELECT coalesce(m.requests_to, 0), coalesce(m.tokens_to, 0), coalesce(t.requests, 0), coalesce(t.tokens, 0), coalesce(t.cost, 0)
+		FROM (SELECT 1 AS one) o LEFT JOIN period_marks m ON m.key = ?1 LEFT JOIN period_totals t ON t.key = ?1 AND t.period_start = ?2`,
 	qBegin:       `BEGIN IMMEDIATE`,
 	qCommit:      `COMMIT`,
 	qDataVersion: `PRAGMA data_version`,
 }
 
 // readQueries are the queries View runs on the read connections.
-var readQueries = [...]query{qLast, qFirstAfter, qFirstAfter3, qNthAfter, qAround,
+var readQueries = [...]query{qLast, qFirstAfter, qFirstAfter3, qNthAfter, qAround, qPeriodUse,
 	qPoolLast, qPoolFirstAfter, qPoolFirstAfter3, qPoolNthAfter, qPoolAround,
 	qTokLast, qTokFirstAfter, qTokReaching, qCostReaching, qOpenCalls, qExpiredCalls, qCallGet}
 
@@ -835,6 +840,12 @@ func (s *Store) Forget(ctx context.Context, userID string) error {
 		}
 		for _, q := range [...]query{qForget, qPoolForget, qCallsForget, qTokForget} {
 			if _, err := tx.exec(q, userID); err != nil {
+				return unavailable(err)
+			}
+		}
+		// The periods' totals go with the rows they were counted from.
+		for _, table := range [...]string{"period_totals", "period_marks"} {
+			if _, err := tx.conn.ExecContext(tx.ctx, tx.d.bind(`DELETE FROM `+table+` WHERE key = ?`), userID); err != nil {
 				return unavailable(err)
 			}
 		}

@@ -26,9 +26,11 @@ import (
 type PeriodUse struct {
 	Requests int64
 	Amounts  Amounts
-	// RolledTo is the key's watermark: every row of the key at or before
-	// it was rolled up (and pruned). Zero when none was.
-	RolledTo time.Time
+	// RequestsTo and AmountsTo are the key's watermarks: every request
+	// of the key recorded at or before RequestsTo, and every finished
+	// amount counted at or before AmountsTo, was rolled up (and pruned).
+	// Zero when none was.
+	RequestsTo, AmountsTo time.Time
 }
 
 // PeriodHistory is implemented by a History whose store rolls the rows it
@@ -116,11 +118,13 @@ func meterMonth(h History, l Ledger, reserved Amounts, t *Tier, p *Period, want 
 	}
 	// Rows after both the watermark and the period's start are live;
 	// the ones at or before the watermark are in the totals.
-	after := p.Start.Add(-Resolution)
-	if use.RolledTo.After(after) {
-		after = use.RolledTo
+	liveAfter := func(mark time.Time) time.Time {
+		if before := p.Start.Add(-Resolution); before.After(mark) {
+			return before
+		}
+		return mark
 	}
-	n, err := h.CountAfter(after)
+	n, err := h.CountAfter(liveAfter(use.RequestsTo))
 	if err != nil {
 		return v, err
 	}
@@ -137,7 +141,7 @@ func meterMonth(h History, l Ledger, reserved Amounts, t *Tier, p *Period, want 
 	if l == nil {
 		return v, nil
 	}
-	finished, err := l.After(after)
+	finished, err := l.After(liveAfter(use.AmountsTo))
 	if err != nil {
 		return v, err
 	}

@@ -272,50 +272,110 @@ func (d *Decision) RefusedByMonth() bool {
 }
 
 // Periods returns at most limit of the billing periods of key (a user id or
-// an AccountKey) newest first, starting before before (zero: any): the
-// current one, cur, counted with its rows still stored, when before is
-// zero, then the periods the cleanup rolled up. The request store must
-// keep periods (PeriodLister).
+// an AccountKey), newest first, that start before before (zero: any): when
+// before is zero the current one, cur, and the one before it first, each
+// counted with its rows still stored, then the periods the cleanup rolled
+// up. The request store must keep periods (PeriodLister).
 func (s *Service) Periods(ctx context.Context, key string, cur Period, before time.Time, limit int) ([]PeriodTotals, error) {
 	pl, ok := s.limiter.Store.(PeriodLister)
 	if !ok {
 		return nil, Errorf(EINTERNAL, "this request store keeps no billing periods")
 	}
 	var out []PeriodTotals
-	if before.IsZero() {
-		var m *MonthState
-		err := s.limiter.Store.View(ctx, key, func(h History) error {
+	if before.IsZero() && limit > 0 {
+		loc, err := LoadTimeZone(cur.TimeZone)
+		if err != nil {
+			return nil, err
+		}
+		prev := BillingCycle{Location: loc, Anchor: cur.Anchor}.Period(cur.Start.Add(-Resolution))
+		now := s.now().Truncate(Resolution)
+		err = s.limiter.Store.View(ctx, key, func(h History) error {
 			var l Ledger
 			if ch, ok := h.(CallHistory); ok {
 				var err error
-				if l, err = ch.Calls(s.now().Truncate(Resolution)); err != nil {
+				if l, err = ch.Calls(now); err != nil {
 					return err
 				}
 			}
-			var err error
-			m, err = monthUsage(h, l, nil, &cur, s.now().Truncate(Resolution))
-			return err
+			for i, p := range [...]*Period{&cur, &prev} {
+				pt, err := periodUse(h, l, p, i == 0)
+				if err != nil {
+					return err
+				}
+				if i == 0 || pt.Requests > 0 || pt.Tokens > 0 || pt.Cost > 0 {
+					out = append(out, pt)
+				}
+			}
+			return nil
 		})
 		if err != nil {
 			return nil, err
 		}
-		pt := PeriodTotals{Start: cur.Start, End: cur.End, Requests: m.Count}
-		if m.Tokens != nil {
-			pt.Tokens = m.Tokens.Used
-		}
-		if m.Cost != nil {
-			pt.Cost = Money(m.Cost.Used)
-		}
-		out = append(out, pt)
-		before = cur.Start
-		limit--
+		before = prev.Start
 	}
-	if limit <= 0 {
-		return out, nil
+	if len(out) >= limit {
+		return out[:max(limit, 0)], nil
 	}
-	older, err := pl.Periods(ctx, key, before, limit)
+	older, err := pl.Periods(ctx, key, before, limit-len(out))
 	if err != nil {
 		return nil, err
 	}
 	return append(out, older...), nil
+}
+
+// periodUse returns what period p of the key whose history is h used: its
+// totals and its rows still stored, and with open, the reservations of
+// the calls open (l is the key's ledger, nil when the store keeps no
+// calls).
+func periodUse(h History, l Ledger, p *Period, open bool) (PeriodTotals, error) {
+	pt := PeriodTotals{Start: p.Start, End: p.End}
+	ph, ok := h.(PeriodHistory)
+	if !ok {
+		return pt, Errorf(EINTERNAL, "this request store keeps no billing periods")
+	}
+	use, err := ph.PeriodTotals(p.Start)
+	if err != nil {
+		return pt, err
+	}
+	from := func(mark time.Time) time.Time {
+		if before := p.Start.Add(-Resolution); before.After(mark) {
+			return before
+		}
+		return mark
+	}
+	last := p.End.Add(-Resolution)
+	n, err := h.CountAfter(from(use.RequestsTo))
+	if err != nil {
+		return pt, err
+	}
+	later, err := h.CountAfter(last)
+	if err != nil {
+		return pt, err
+	}
+	pt.Requests = use.Requests + max(n-later, 0)
+	amounts := use.Amounts
+	if l != nil {
+		a, err := l.After(from(use.AmountsTo))
+		if err != nil {
+			return pt, err
+		}
+		b, err := l.After(last)
+		if err != nil {
+			return pt, err
+		}
+		for _, m := range Measures {
+			amounts[m] = addSat(amounts[m], max(a[m]-b[m], 0))
+		}
+		if open {
+			_, reserved, err := l.InFlight()
+			if err != nil {
+				return pt, err
+			}
+			for _, m := range Measures {
+				amounts[m] = addSat(amounts[m], reserved[m])
+			}
+		}
+	}
+	pt.Tokens, pt.Cost = amounts[MeasureTokens], Money(amounts[MeasureCost])
+	return pt, nil
 }

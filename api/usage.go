@@ -46,8 +46,8 @@ type usageWindowsReponse struct {
 // usageMonth is a billing period's use: a window's fields, and its start
 // and end.
 type usageMonth struct {
-	Start time.Time `json:"start"`
-	End   time.Time `json:"end"`
+	Start       time.Time `json:"start"`
+	End         time.Time `json:"end"`
 	usageWindow `json:",inline"`
 }
 

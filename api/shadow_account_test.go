@@ -152,7 +152,7 @@ func TestPromoteShadowAccountOverHTTP(t *testing.T) {
 	e.putTier("team", strings.Replace(shadowTeamTier, `"account":{"requests_per_minute":100}`, `"account":{"requests_per_minute":100,"tokens_per_day":5000}`, 1))
 	rec := e.do(http.MethodPost, "/v1/tiers/team/promote", "", true)
 	want := `"account":{"requests_per_minute":2,"requests_per_hour":null,"requests_per_day":null,"burst_allowance":null,` +
-		`"tokens_per_minute":null,"tokens_per_hour":null,"tokens_per_day":5000,"max_concurrent":null,"cost_per_minute":null,"cost_per_hour":null,"cost_per_day":null}`
+		`"tokens_per_minute":null,"tokens_per_hour":null,"tokens_per_day":5000,"max_concurrent":null,"cost_per_minute":null,"cost_per_hour":null,"cost_per_day":null,"requests_per_month":null,"tokens_per_month":null,"cost_per_month":null}`
 	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), want) || strings.Contains(rec.Body.String(), "shadow") {
 		t.Fatalf("promote: %d %s, want %s and no shadow", rec.Code, rec.Body, want)
 	}

@@ -2,6 +2,9 @@ package db_test
 
 import (
 	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,6 +159,126 @@ func TestMonthAcrossCleanup(t *testing.T) {
 		now = nextEnd
 		if d := check(); !d.Allowed() || d.Month.Count != 1 || !d.Month.Start.Equal(nextEnd) {
 			t.Fatalf("in the next period: %+v %+v", d, d.Month)
+		}
+	})
+}
+
+// TestMonthHoldsUnderParallelCallers runs 64 clients against a month limit
+// on SQLite and on three PostgreSQL replicas, a user's own and an
+// account's pooled, while the cleanup rolls the period's older rows up:
+// together they are admitted exactly up to the limit, in requests and in
+// tokens, and the period counts exactly what was admitted.
+func TestMonthHoldsUnderParallelCallers(t *testing.T) {
+	const clients, perClient, seeded = 64, 10, 8
+	eachBackend(t, func(t *testing.T, bk backend) {
+		replicas := 1
+		if bk.name == "postgres" {
+			replicas = 3
+		}
+		ctx := context.Background()
+		for _, kind := range []string{"own requests", "own tokens", "pooled requests"} {
+			t.Run(kind, func(t *testing.T) {
+				pooled, tokens := strings.HasPrefix(kind, "pooled"), strings.HasSuffix(kind, "tokens")
+				// Mid-March: the period began on the 1st; a row a day
+				// from the 2nd on, which the cleanup rolls up as the
+				// clients check.
+				mid := time.Date(2026, 3, 11, 12, 0, 0, 0, time.UTC)
+				dsn := bk.newDSN(t)
+				stores, svcs := openReplicas(t, dsn, replicas, tickingClock(mid))
+				for i := range svcs {
+					svcs[i] = policy.NewService(stores[i], stores[i], policy.WithClock(tickingClock(mid)), policy.WithUsers(stores[i]), policy.WithAccounts(stores[i]))
+				}
+				// The windows' limits at the month's, which they may not
+				// pass; the 20 checks the month leaves fit in them.
+				limits := policy.LimitSet{policy.RequestsPerMinute: new(int64(seeded + 20)), policy.RequestsPerHour: new(int64(seeded + 20)), policy.RequestsPerDay: new(int64(seeded + 20))}
+				month := policy.LimitSet{policy.RequestsPerMonth: new(int64(seeded + 20))}
+				if tokens {
+					month = policy.LimitSet{policy.TokensPerMonth: new(int64((seeded + 20) * 100))}
+				}
+				users := []string{"u"}
+				if pooled {
+					users = members("member", 8)
+					putAccount(t, svcs[0], policy.Tier{Name: "s", Limits: limits, Account: &month}, "acme", users)
+				} else {
+					for i := range month {
+						if month[i] != nil {
+							limits[i] = month[i]
+						}
+					}
+					if _, _, err := svcs[0].PutTier(ctx, policy.Tier{Name: "s", Limits: limits}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for day := range seeded {
+					at := time.Date(2026, 3, 2+day, 9, 0, 0, 0, time.UTC)
+					seed := policy.NewService(stores[0], stores[0], policy.WithClock(func() time.Time { return at }), policy.WithUsers(stores[0]), policy.WithAccounts(stores[0]))
+					d, err := seed.Check(ctx, policy.Request{UserID: users[day%len(users)], Tier: "s", Tokens: 100}, false)
+					if err != nil || !d.Allowed() {
+						t.Fatalf("seed %d: %+v %v", day, d, err)
+					}
+				}
+				var wg sync.WaitGroup
+				var admitted atomic.Int64
+				stop := make(chan struct{})
+				pruned := make(chan int64, 1)
+				go func() {
+					var n int64
+					defer func() { pruned <- n }()
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						d, err := stores[0].Prune(ctx, mid.Add(-policy.KeepFor))
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						n += d
+					}
+				}()
+				for g := range clients {
+					wg.Go(func() {
+						svc := svcs[g%replicas]
+						for i := range perClient {
+							d, err := svc.Check(ctx, policy.Request{UserID: users[(g+i)%len(users)], Tier: "s", Tokens: 100}, false)
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							if d.Allowed() {
+								admitted.Add(1)
+							}
+						}
+					})
+				}
+				wg.Wait()
+				close(stop)
+				if n := <-pruned; n == 0 {
+					t.Error("the cleanup rolled nothing up while the clients checked")
+				}
+				if got := admitted.Load(); got != 20 {
+					t.Fatalf("%d checks admitted together after %d seeded; the month admits %d", got, seeded, seeded+20)
+				}
+				var m *policy.MonthState
+				if pooled {
+					u, err := svcs[0].AccountUsage(ctx, "acme")
+					if err != nil {
+						t.Fatal(err)
+					}
+					m = u.Month
+				} else {
+					u, err := svcs[0].UsageReport(ctx, "u", "s")
+					if err != nil {
+						t.Fatal(err)
+					}
+					m = u.Month
+				}
+				if m == nil || m.Count != seeded+20 || tokens && (m.Tokens == nil || m.Tokens.Used != (seeded+20)*100) {
+					t.Fatalf("the period counts %+v", m)
+				}
+			})
 		}
 	})
 }

@@ -196,6 +196,11 @@ func TestREADMEBudgetsExamples(t *testing.T) {
 		`"tokens":9000,`,
 		`"model":"gpt-4o-mini","price_version":1,"reserved_cost":"0.006","cost":"0.0018"}`,
 		`{"message":"model \"llama\" has no price: tier \"budget\" limits spend, and an unpriced call is refused, not counted as free"}`,
+		// Month limits, across the end of January on the test clock.
+		`{"allowed":true,"reason":null,"retry_after":0,"tier":"monthly",`,
+		`"month":{"start":"2026-02-01T00:00:00Z","end":"2026-03-01T00:00:00Z","limit":1,"remaining":0,"reset":2334600}`,
+		`{"time_zone":"UTC","billing_anchor":1,"periods":[{"start":"2026-02-01T00:00:00Z","end":"2026-03-01T00:00:00Z","requests":1,"tokens":0,"cost":"0"},` +
+			`{"start":"2026-01-01T00:00:00Z","end":"2026-02-01T00:00:00Z","requests":1,"tokens":0,"cost":"0"}]}`,
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the examples' output lacks %s:\n%s", want, out)

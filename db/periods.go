@@ -31,7 +31,14 @@ const periodsKeptFor = 13 // months
 func WithTimeZone(loc *time.Location) Option { return func(o *options) { o.timeZone = loc } }
 
 // PeriodTotals implements policy.PeriodHistory: one seek of each table.
+// The writer keeps what it read with the user's state.
 func (h *history) PeriodTotals(start time.Time) (policy.PeriodUse, error) {
+	if err := h.load(); err != nil {
+		return policy.PeriodUse{}, err
+	}
+	if st := h.st; st != nil && st.period != nil && st.periodStart == start.UnixMicro() {
+		return *st.period, nil
+	}
 	var reqTo, tokTo int64
 	var u policy.PeriodUse
 	err := h.q.queryRow(qPeriodUse, h.user, start.UnixMicro()).Scan(&reqTo, &tokTo, &u.Requests,
@@ -44,6 +51,9 @@ func (h *history) PeriodTotals(start time.Time) (policy.PeriodUse, error) {
 	}
 	if tokTo > 0 {
 		u.AmountsTo = time.UnixMicro(tokTo)
+	}
+	if st := h.st; st != nil {
+		st.period, st.periodStart, st.periodFirst = &u, start.UnixMicro(), firstRow{}
 	}
 	return u, nil
 }

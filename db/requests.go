@@ -139,6 +139,14 @@ type userState struct {
 	// read it (accountLoaded); nil when there is none.
 	account       *policy.Account
 	accountLoaded bool
+	// period is, once a month check read them, the totals of the billing
+	// period starting at periodStart (see PeriodTotals), and periodFirst
+	// the oldest row after the period's live cutoff: both stay true until
+	// rows are pruned, which drops this state (forgetUser), for rows are
+	// only ever appended after.
+	period      *policy.PeriodUse
+	periodStart int64
+	periodFirst firstRow
 }
 
 // cursor holds the oldest rows after cutoff. When valid, the rows numbered
@@ -481,6 +489,9 @@ func (h *history) first(cutoff int64) (firstRow, bool, error) {
 			return r, true, nil
 		}
 	}
+	if st := h.st; st != nil && st.periodFirst.found && st.periodFirst.cutoff == cutoff {
+		return st.periodFirst, true, nil
+	}
 	r := &h.scanned
 	err := h.q.queryRow(h.of(qFirstAfter), h.user, cutoff).Scan(&r.ts, &r.seq)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -493,6 +504,11 @@ func (h *history) first(cutoff int64) (firstRow, bool, error) {
 		return firstRow{}, false, unavailable(err)
 	}
 	r.cutoff, r.found = cutoff, true
+	if h.st != nil && h.st.period != nil {
+		// Asked by a month check (the windows' cutoffs come from the
+		// cursors): the period's cutoff stays put for a month.
+		h.st.periodFirst = *r
+	}
 	if h.firstAfterFilled < len(h.firstAfter) {
 		h.firstAfter[h.firstAfterFilled] = *r
 		h.firstAfterFilled++

@@ -78,7 +78,7 @@ func TestREADMERollingOutExamples(t *testing.T) {
 		`"shadow":{"allowed":false,"reason":"per-minute limit exceeded"}`,
 		`"users":2,"requests":4,"users_refused":2,"requests_refused":2,"refused_by_window":{"minute":2,"hour":0,"day":0},` +
 			`"top_users":[{"user_id":"alice","requests":2,"refused":1},{"user_id":"dave","requests":2,"refused":1}],` +
-			`"accounts_refused":0,"refused_by_account_window":{"minute":0,"hour":0,"day":0}}`, // the preview
+			`"accounts_refused":0,"refused_by_account_window":{"minute":0,"hour":0,"day":0},"users_over":0,"accounts_over":0}`, // the preview
 		`{"name":"pro","requests_per_minute":1,"requests_per_hour":1000,"requests_per_day":10000,"burst_allowance":0,`, // promoted
 	} {
 		if !strings.Contains(string(out), want) {

@@ -84,4 +84,12 @@ func TestMonthOverHTTP(t *testing.T) {
 	if rec.Code != http.StatusOK || strings.Count(rec.Body.String(), `"start"`) != 1 {
 		t.Fatalf("periods, limit 1: %d %s", rec.Code, rec.Body)
 	}
+	// A preview says whose period already passes proposed month limits:
+	// ny's 100 tokens pass 99, not 100.
+	for limit, want := range map[string]string{"99": `"users_over":1`, "100": `"users_over":0`} {
+		rec = e.do(http.MethodPost, "/v1/tiers/monthly/preview", `{"requests_per_minute":3,"requests_per_hour":3,"requests_per_day":3,"burst_allowance":0,"tokens_per_month":`+limit+`}`, true)
+		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("preview with tokens_per_month %s: %d %s, want %s", limit, rec.Code, rec.Body, want)
+		}
+	}
 }

@@ -127,7 +127,7 @@ func TestPreviewAccountsOverHTTP(t *testing.T) {
 		`"account":{"requests_per_minute":3,"tokens_per_day":1000}}`
 	rec := e.do(http.MethodPost, "/v1/tiers/team/preview", proposed, true)
 	want := `"users":4,"requests":10,"users_refused":1,"requests_refused":1,"refused_by_window":{"minute":1,"hour":0,"day":0},` +
-		`"top_users":[{"user_id":"b1","requests":4,"refused":1}],"accounts_refused":1,"refused_by_account_window":{"minute":2,"hour":0,"day":0}}`
+		`"top_users":[{"user_id":"b1","requests":4,"refused":1}],"accounts_refused":1,"refused_by_account_window":{"minute":2,"hour":0,"day":0},"users_over":0,"accounts_over":0}`
 	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), want) {
 		t.Fatalf("preview: %d %s, want %s", rec.Code, rec.Body, want)
 	}

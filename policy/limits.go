@@ -124,8 +124,9 @@ const MaxRunDepthLimit = 64
 // (Scopes): a tier's own limits and an account's pooled ones hold the rows
 // up to cost_per_day, a run object (Tier.Run) max_concurrent and the rows
 // after cost_per_day. Every surface that lists a set of limits walks this
-// table, the rows of the set's scope only (FieldsIn): the domain's LimitSet and Overrides, validation (each value from 0
-// to its row's Max), the wording of a change, the API's and the tiers
+// table, the rows of the set's scope only (FieldsIn): the domain's
+// LimitSet and Overrides, validation (each value from its row's Min to its
+// Max), the wording of a change, the API's and the tiers
 // file's JSON, the admin page's forms and tables, and the database, which
 // keeps each set of limits as one JSON object keyed by Name. How a value
 // is written and read on the wire is decided in one place per surface, by

@@ -42,6 +42,9 @@ type tierRow struct {
 	// Account is the pooled limits of an account on the tier, NULL (and
 	// null in the audit log) for none.
 	Account *poolRow `json:"account"`
+	// Run is the tier's run object, nil (and null in the audit log) for
+	// none.
+	Run *runRow `json:"run"`
 	// ID is tier_ids.id, read with the row and never written from it.
 	ID int64 `json:"-"`
 
@@ -67,7 +70,7 @@ func (l limitValues) Value() (driver.Value, error) {
 
 // tierColumns are the columns of the tiers table, in the order of
 // tierRow.scanArgs.
-const tierColumns = `name, limits, features, description, updated_at, shadow, models, account`
+const tierColumns = `name, limits, features, description, updated_at, shadow, models, account, run, run_required`
 
 // tierSelect reads tierColumns and the tier's ID.
 var tierSelect = `SELECT ` + tierColumns + `, COALESCE((SELECT id FROM tier_ids WHERE tier_ids.name = tiers.name), 0) AS id FROM tiers`
@@ -85,13 +88,38 @@ var tierUpsert = `INSERT INTO tiers (` + tierColumns + `) VALUES (?` + strings.R
 // scanTier reads a row of tierSelect.
 func scanTier(row interface{ Scan(...any) error }) (tierRow, error) {
 	var r tierRow
-	err := row.Scan(&r.Name, &r.Limits, &r.Features, &r.Description, &r.UpdatedAt, &r.Shadow, &r.Models, &r.Account, &r.ID)
+	var run *poolRow
+	var required bool
+	err := row.Scan(&r.Name, &r.Limits, &r.Features, &r.Description, &r.UpdatedAt, &r.Shadow, &r.Models, &r.Account, &run, &required, &r.ID)
+	if run != nil || required {
+		r.Run = &runRow{Required: required}
+		if run != nil {
+			r.Run.Limits = *run
+		}
+	}
 	return r, err
 }
 
 // args returns r's values for tierUpsert.
 func (r *tierRow) args() []any {
-	return []any{r.Name, r.Limits, r.Features, r.Description, r.UpdatedAt, r.Shadow, r.Models, r.Account}
+	var run *poolRow
+	var required bool
+	if r.Run != nil {
+		required = r.Run.Required
+		if r.Run.Limits != nil {
+			run = &r.Run.Limits
+		}
+	}
+	return []any{r.Name, r.Limits, r.Features, r.Description, r.UpdatedAt, r.Shadow, r.Models, r.Account, run, required}
+}
+
+// runRow is a tier's run object in the API's shape, as the audit log's
+// JSON has it: every run limit a member (null: no limit) and required.
+// The tiers table keeps it in two columns: run, the limits as a JSON
+// object (NULL for none), and run_required.
+type runRow struct {
+	Required bool    `json:"required"`
+	Limits   poolRow `json:",inline"`
 }
 
 // limitsRow is the shadow column: the request limits as a JSON object with
@@ -114,14 +142,19 @@ func (l limitsRow) Value() (driver.Value, error) {
 
 func rowOf(t *policy.Tier) tierRow {
 	r := tierRow{Name: t.Name, Features: t.Features, Models: t.Models, Description: t.Description, ID: t.ID,
-		Limits: make(limitValues, len(policy.LimitFields))}
-	for i := range policy.LimitFields {
-		f := &policy.LimitFields[i]
+		Limits: make(limitValues, len(policy.LimitNames))}
+	for f := range policy.FieldsIn(policy.ScopeTier) {
 		r.Limits[f.Name] = f.Get(t)
 	}
 	if t.Account != nil {
-		p := poolRow(t.Account.Values())
+		p := poolRow(t.Account.Values(policy.ScopeAccount))
 		r.Account = &p
+	}
+	if t.Run != nil || t.RunRequired {
+		r.Run = &runRow{Required: t.RunRequired}
+		if t.Run != nil {
+			r.Run.Limits = t.Run.Values(policy.ScopeRun)
+		}
 	}
 	if l := t.Shadow; l != nil {
 		r.Shadow = &limitsRow{Limits: limitValues{}}
@@ -148,8 +181,7 @@ func rowOf(t *policy.Tier) tierRow {
 
 func (r *tierRow) tier() policy.Tier {
 	t := policy.Tier{Name: r.Name, Description: r.Description, Features: r.Features, Models: r.Models, ID: r.ID}
-	for i := range policy.LimitFields {
-		f := &policy.LimitFields[i]
+	for f := range policy.FieldsIn(policy.ScopeTier) {
 		f.Set(&t, r.Limits[f.Name])
 	}
 	if l := r.Shadow; l != nil {
@@ -167,6 +199,13 @@ func (r *tierRow) tier() policy.Tier {
 	if r.Account != nil {
 		p, _ := policy.PoolLimitsOf(*r.Account) // names unknown to this version are dropped
 		t.Account = &p
+	}
+	if r.Run != nil {
+		t.RunRequired = r.Run.Required
+		if r.Run.Limits != nil {
+			p, _ := policy.RunLimitsOf(r.Run.Limits) // names unknown to this version are dropped
+			t.Run = &p
+		}
 	}
 	if t.Features == nil {
 		t.Features = []string{}

@@ -394,7 +394,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 func (cfg config) storeOptions() []db.Option {
 	if db.IsPostgres(cfg.DBPath) {
 		return []db.Option{db.WithPoolSize(cfg.PGPoolSize), db.WithStatementTimeout(cfg.PGStatementTimeout),
-			db.WithBusyTimeout(cfg.PGLockTimeout)}
+			db.WithBusyTimeout(cfg.PGLockTimeout), db.WithTimeZone(cfg.TimeZone)}
 	}
-	return []db.Option{db.WithSynchronous(cfg.Sync)}
+	return []db.Option{db.WithSynchronous(cfg.Sync), db.WithTimeZone(cfg.TimeZone)}
 }

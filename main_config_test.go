@@ -77,16 +77,16 @@ func TestPostgresSettings(t *testing.T) {
 	if err != nil || cfg.DBPath != "guardrail.db" || cfg.PGPoolSize != 16 || cfg.PGStatementTimeout != 5*time.Second || cfg.PGLockTimeout != 5*time.Second {
 		t.Fatalf("defaults: %+v %v", cfg, err)
 	}
-	if n := len(cfg.storeOptions()); n != 1 {
-		t.Fatalf("a SQLite file gets %d options, want 1 (-sync)", n)
+	if n := len(cfg.storeOptions()); n != 2 {
+		t.Fatalf("a SQLite file gets %d options, want 2 (-sync, -time-zone)", n)
 	}
 	env["GUARDRAIL_PG_POOL_SIZE"], env["GUARDRAIL_PG_LOCK_TIMEOUT"] = "4", "250ms"
 	cfg, err = parseConfig([]string{"-db", "postgresql://h/db", "-pg-statement-timeout", "2s", "-pg-pool-size", "9"}, getenv, io.Discard)
 	if err != nil || cfg.PGPoolSize != 9 || cfg.PGStatementTimeout != 2*time.Second || cfg.PGLockTimeout != 250*time.Millisecond {
 		t.Fatalf("flags over variables: %+v %v", cfg, err)
 	}
-	if n := len(cfg.storeOptions()); n != 3 {
-		t.Fatalf("a PostgreSQL URL gets %d options, want 3", n)
+	if n := len(cfg.storeOptions()); n != 4 {
+		t.Fatalf("a PostgreSQL URL gets %d options, want 4", n)
 	}
 	for _, tc := range []struct {
 		args []string

@@ -78,7 +78,7 @@ func TestREADMERollingOutExamples(t *testing.T) {
 		`"shadow":{"allowed":false,"reason":"per-minute limit exceeded"}`,
 		`"users":2,"requests":4,"users_refused":2,"requests_refused":2,"refused_by_window":{"minute":2,"hour":0,"day":0},` +
 			`"top_users":[{"user_id":"alice","requests":2,"refused":1},{"user_id":"dave","requests":2,"refused":1}],` +
-			`"accounts_refused":0,"refused_by_account_window":{"minute":0,"hour":0,"day":0}}`, // the preview
+			`"accounts_refused":0,"refused_by_account_window":{"minute":0,"hour":0,"day":0},"users_over":0,"accounts_over":0}`, // the preview
 		`{"name":"pro","requests_per_minute":1,"requests_per_hour":1000,"requests_per_day":10000,"burst_allowance":0,`, // promoted
 	} {
 		if !strings.Contains(string(out), want) {
@@ -196,6 +196,11 @@ func TestREADMEBudgetsExamples(t *testing.T) {
 		`"tokens":9000,`,
 		`"model":"gpt-4o-mini","price_version":1,"reserved_cost":"0.006","cost":"0.0018"}`,
 		`{"message":"model \"llama\" has no price: tier \"budget\" limits spend, and an unpriced call is refused, not counted as free"}`,
+		// Month limits, across the end of January on the test clock.
+		`{"allowed":true,"reason":null,"retry_after":0,"tier":"monthly",`,
+		`"month":{"start":"2026-02-01T00:00:00Z","end":"2026-03-01T00:00:00Z","limit":1,"remaining":0,"reset":2334600}`,
+		`{"time_zone":"UTC","billing_anchor":1,"periods":[{"start":"2026-02-01T00:00:00Z","end":"2026-03-01T00:00:00Z","requests":1,"tokens":0,"cost":"0"},` +
+			`{"start":"2026-01-01T00:00:00Z","end":"2026-02-01T00:00:00Z","requests":1,"tokens":0,"cost":"0"}]}`,
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the examples' output lacks %s:\n%s", want, out)

@@ -203,7 +203,7 @@ func (s *Server) handleGetAccountUsage(c echo.Context) error {
 		Tier:          u.Account.Tier,
 		Limits:        u.Limits.Values(policy.ScopeAccount),
 		CallsInFlight: u.CallsInFlight,
-		Windows:       usageWindowsOf(&u.Windows, st.Limited),
+		Windows:       usageWindowsOf(&u.Windows, u.Month, st.Limited),
 	})
 }
 

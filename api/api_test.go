@@ -378,7 +378,7 @@ func TestUsageAPI(t *testing.T) {
 	}
 	path := "/v1/usage/u%201%2F%C3%A9"
 	rec := e.do("GET", path, "", true)
-	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"user_id":"u 1/é","windows":{"minute":{"count":3,"tokens":{"used":0},"cost":{"used":"0"}},"hour":{"count":3,"tokens":{"used":0},"cost":{"used":"0"}},"day":{"count":3,"tokens":{"used":0},"cost":{"used":"0"}}},"calls_in_flight":0`) {
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"user_id":"u 1/é","windows":{"minute":{"count":3,"tokens":{"used":0},"cost":{"used":"0"}},"hour":{"count":3,"tokens":{"used":0},"cost":{"used":"0"}},"day":{"count":3,"tokens":{"used":0},"cost":{"used":"0"}},"month":{"start":"2026-03-01T00:00:00Z","end":"2026-04-01T00:00:00Z","count":3,"tokens":{"used":0},"cost":{"used":"0"}}},"calls_in_flight":0`) {
 		t.Fatalf("usage: %d %s", rec.Code, rec.Body)
 	}
 	rec = e.do("GET", path+"?tier=free", "", true)

@@ -100,9 +100,9 @@ func TestMeteredCallsAPI(t *testing.T) {
 
 		// Usage and forgetting.
 		{name: "usage: tokens used and calls in flight", method: "GET", path: "/v1/usage/mu", status: 200,
-			want: `"minute":{"count":3,"tokens":{"used":1000},"cost":{"used":"0"}},"hour":{"count":3,"tokens":{"used":1000},"cost":{"used":"0"}},"day":{"count":3,"tokens":{"used":1000},"cost":{"used":"0"}}},"calls_in_flight":1,"period":{`},
+			want: `"minute":{"count":3,"tokens":{"used":1000},"cost":{"used":"0"}},"hour":{"count":3,"tokens":{"used":1000},"cost":{"used":"0"}},"day":{"count":3,"tokens":{"used":1000},"cost":{"used":"0"}},"month":{"start":"2026-03-01T00:00:00Z","end":"2026-04-01T00:00:00Z","count":3,"tokens":{"used":1000},"cost":{"used":"0"}}},"calls_in_flight":1,"period":{`},
 		{name: "usage: with the tier", method: "GET", path: "/v1/usage/mu?tier=meter", status: 200,
-			want: `"minute":{"count":3,"limit":100,"remaining":97,"reset":45,"tokens":{"used":1000,"limit":1000,"remaining":0,"reset":55},"cost":{"used":"0"}},"hour":{"count":3,"limit":1000,"remaining":997,"reset":3585,"tokens":{"used":1000,"limit":5000,"remaining":4000,"reset":3595},"cost":{"used":"0"}},"day":{"count":3,"limit":1000,"remaining":997,"reset":86385,"tokens":{"used":1000},"cost":{"used":"0"}}}`},
+			want: `"minute":{"count":3,"limit":100,"remaining":97,"reset":45,"tokens":{"used":1000,"limit":1000,"remaining":0,"reset":55},"cost":{"used":"0"}},"hour":{"count":3,"limit":1000,"remaining":997,"reset":3585,"tokens":{"used":1000,"limit":5000,"remaining":4000,"reset":3595},"cost":{"used":"0"}},"day":{"count":3,"limit":1000,"remaining":997,"reset":86385,"tokens":{"used":1000},"cost":{"used":"0"}},"month":{"start":"2026-03-01T00:00:00Z","end":"2026-04-01T00:00:00Z","count":3,"tokens":{"used":1000},"cost":{"used":"0"}}}`},
 		{name: "forget", method: "DELETE", path: "/v1/usage/mu", status: 204},
 		{name: "usage: calls forgotten", method: "GET", path: "/v1/usage/mu", status: 200, want: `"tokens":{"used":0},"cost":{"used":"0"}}},"calls_in_flight":0,"period":{`},
 		{name: "finish: forgotten call", method: "POST", path: "/v1/calls/{c3}/finish", status: 404, want: `not found`},

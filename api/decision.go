@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/labstack/echo/v4"
@@ -31,6 +32,9 @@ func setDecisionHeaders(h http.Header, d *policy.Decision) {
 	setCostHeaders(h, d.Windows, d.MinReset(policy.KindCost))
 	if d.Account != nil && d.Windows != nil {
 		setAccountHeaders(h, d)
+	}
+	if d.Month != nil || d.Account != nil && d.Account.Month != nil {
+		setMonthHeaders(h, d)
 	}
 	if d.Outcome == policy.RateLimited {
 		h.Set("Retry-After", strconv.FormatInt(d.RetryAfter, 10))
@@ -91,6 +95,7 @@ func appendDecision(b []byte, d *policy.Decision) []byte {
 		b = appendCost(b, ws.Cost)
 		b = append(b, '}')
 	}
+	b = appendMonth(b, d.Month)
 	b = append(b, `},"call_id":`...)
 	b = appendNullString(b, d.CallID)
 	b = appendConcurrency(b, d.Concurrency)
@@ -135,8 +140,36 @@ func appendAccount(b []byte, a *policy.AccountState) []byte {
 		b = appendCost(b, ws.Cost)
 		b = append(b, '}')
 	}
+	b = appendMonth(b, a.Month)
 	b = append(b, '}')
 	b = appendConcurrency(b, a.Concurrency)
+	return append(b, '}')
+}
+
+// appendMonth appends the month member of a decision's windows, when
+// the check counted a billing period: its start and end (RFC 3339, in
+// the period's time zone), and its limit and remaining (null when
+// requests_per_month is unset), reset, tokens and cost as a window's.
+func appendMonth(b []byte, m *policy.MonthState) []byte {
+	if m == nil {
+		return b
+	}
+	b = append(b, `,"month":{"start":"`...)
+	b = m.Start.AppendFormat(b, time.RFC3339)
+	b = append(b, `","end":"`...)
+	b = m.End.AppendFormat(b, time.RFC3339)
+	if m.Limited {
+		b = append(b, `","limit":`...)
+		b = strconv.AppendInt(b, m.Limit, 10)
+		b = append(b, `,"remaining":`...)
+		b = strconv.AppendInt(b, m.Remaining, 10)
+	} else {
+		b = append(b, `","limit":null,"remaining":null`...)
+	}
+	b = append(b, `,"reset":`...)
+	b = strconv.AppendInt(b, m.Reset, 10)
+	b = appendTokens(b, m.Tokens)
+	b = appendCost(b, m.Cost)
 	return append(b, '}')
 }
 

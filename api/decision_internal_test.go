@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/go-json-experiment/json"
 
@@ -44,6 +45,19 @@ type accountWindowsResponse struct {
 	Minute accountWindowResponse `json:"minute"`
 	Hour   accountWindowResponse `json:"hour"`
 	Day    accountWindowResponse `json:"day"`
+	Month  *monthResponse        `json:"month,omitzero"`
+}
+
+// monthResponse is the billing period a check counted: limit and
+// remaining null where requests_per_month is unset.
+type monthResponse struct {
+	Start     time.Time       `json:"start"`
+	End       time.Time       `json:"end"`
+	Limit     *int64          `json:"limit"`
+	Remaining *int64          `json:"remaining"`
+	Reset     int64           `json:"reset"`
+	Tokens    *tokensResponse `json:"tokens,omitzero"`
+	Cost      *costResponse   `json:"cost,omitzero"`
 }
 
 // accountWindowResponse is one pooled window: limit and remaining null
@@ -89,6 +103,8 @@ type windowsResponse struct {
 	Minute windowResponse `json:"minute"`
 	Hour   windowResponse `json:"hour"`
 	Day    windowResponse `json:"day"`
+	// Month is set when the tier limits months.
+	Month *monthResponse `json:"month,omitzero"`
 }
 
 type windowResponse struct {
@@ -125,6 +141,7 @@ func decisionBody(d *policy.Decision) decisionResponse {
 			Day:    windowOf(w[policy.Day]),
 		}
 	}
+	res.Windows.Month = monthOf(d.Month)
 	if a := d.Account; a != nil {
 		res.Account = &accountResponse{ID: a.ID}
 		window := func(w policy.Window) accountWindowResponse {
@@ -136,7 +153,8 @@ func decisionBody(d *policy.Decision) decisionResponse {
 			}
 			return r
 		}
-		res.Account.Windows = accountWindowsResponse{Minute: window(policy.Minute), Hour: window(policy.Hour), Day: window(policy.Day)}
+		res.Account.Windows = accountWindowsResponse{Minute: window(policy.Minute), Hour: window(policy.Hour), Day: window(policy.Day),
+			Month: monthOf(a.Month)}
 		if c := a.Concurrency; c != nil {
 			res.Account.Concurrency = &concurrencyResponse{Limit: c.Limit, InFlight: c.InFlight}
 		}
@@ -148,6 +166,18 @@ func decisionBody(d *policy.Decision) decisionResponse {
 		}
 	}
 	return res
+}
+
+func monthOf(m *policy.MonthState) *monthResponse {
+	if m == nil {
+		return nil
+	}
+	w := windowOf(m.WindowState)
+	r := &monthResponse{Start: m.Start, End: m.End, Reset: m.Reset, Tokens: w.Tokens, Cost: w.Cost}
+	if m.Limited {
+		r.Limit, r.Remaining = &m.Limit, &m.Remaining
+	}
+	return r
 }
 
 func windowOf(w policy.WindowState) windowResponse {
@@ -203,7 +233,33 @@ func decisionSamples() []policy.Decision {
 			Shadow: &policy.ShadowDecision{Blocked: policy.Minute}},
 		{Outcome: policy.Denied, Reason: "feature not included in tier", Tier: "team", Guardrail: "feature_gate", Windows: windows(false),
 			Account: &policy.AccountState{ID: "none", Windows: *windows(false)}},
+		// Months: the user's in São Paulo, limited in requests and
+		// spend, refused; the pool's in UTC+5:45, limited in tokens only.
+		{Outcome: policy.RateLimited, Reason: "per-month limit exceeded", RetryAfter: 86400, Tier: "monthly", Guardrail: "rate_limiter",
+			Windows: windows(false), Month: month("America/Sao_Paulo", true), Account: func() *policy.AccountState {
+				a := pooled("acme", true)
+				a.Month = month("Asia/Kathmandu", false)
+				return a
+			}()},
 	}
+}
+
+// month is a billing period's state in the time zone zone: with requests,
+// its requests and spend limited, else its tokens alone.
+func month(zone string, requests bool) *policy.MonthState {
+	loc, err := policy.LoadTimeZone(zone)
+	if err != nil {
+		panic(err)
+	}
+	start, end := policy.BillingPeriod(time.Date(2026, 3, 10, 0, 0, 0, 0, time.UTC), loc, 31)
+	m := &policy.MonthState{Start: start, End: end, WindowState: policy.WindowState{Count: 1000, Reset: 86400}}
+	if requests {
+		m.Limited, m.Limit, m.Remaining = true, 1000, 0
+		m.Cost = &policy.TokenState{Limited: true, Limit: 20e12, Used: 3.5e12, Remaining: 16.5e12, Reset: 86400}
+	} else {
+		m.Tokens = &policy.TokenState{Limited: true, Limit: 2000000, Used: 12, Remaining: 1999988, Reset: 86400}
+	}
+	return m
 }
 
 // pooled is the state of the account id after a check: its minute and day
@@ -250,7 +306,7 @@ func FuzzAppendDecision(f *testing.F) {
 	f.Add("free", "rate_limiter", "per-minute limit exceeded", "abc", "acme")
 	f.Add("\xff<\u2028>", "", "", "", "\x00\\\"")
 	f.Fuzz(func(t *testing.T, tier, guardrail, reason, callID, accountID string) {
-		d := decisionSamples()[9] // a member's, metered
+		d := decisionSamples()[12] // a member's, metered, with months
 		d.Tier, d.Guardrail, d.Reason, d.CallID = tier, guardrail, reason, callID
 		a := *d.Account
 		a.ID = accountID

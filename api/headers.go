@@ -243,3 +243,71 @@ func setAccountHeaders(h http.Header, d *policy.Decision) {
 	setTokenHeaders(h, ws, d.MinReset(policy.KindTokens))
 	setCostHeaders(h, ws, d.MinReset(policy.KindCost))
 }
+
+// setMonthHeaders adds to the fields the others wrote the billing periods
+// of a check whose tier (or pool) limits months: a quota policy "month"
+// (the pool's "account-month") where requests_per_month is set, its w the
+// period's length in seconds and its t the seconds to its end, when
+// nothing in it leaves; and X-RateLimit-* (and the token and spend
+// fields) for the month when it is tighter than what they show. Without
+// month limits it writes nothing.
+func setMonthHeaders(h http.Header, d *policy.Decision) {
+	months := [...]struct {
+		prefix string
+		m      *policy.MonthState
+	}{{"", d.Month}, {accountPolicyPrefix, nil}}
+	if d.Account != nil {
+		months[1].m = d.Account.Month
+	}
+	for _, mo := range months {
+		m := mo.m
+		if m == nil {
+			continue
+		}
+		if m.Limited {
+			length := int64(m.End.Sub(m.Start) / time.Second)
+			h[headerRateLimitPolicy] = []string{h.Get(headerRateLimitPolicy) + `, "` + mo.prefix + `month";q=` +
+				strconv.FormatInt(m.Limit, 10) + ";w=" + strconv.FormatInt(length, 10)}
+			h[headerRateLimit] = []string{h.Get(headerRateLimit) + `, "` + mo.prefix + `month";r=` +
+				strconv.FormatInt(m.Remaining, 10) + ";t=" + strconv.FormatInt(m.Reset, 10)}
+			if monthTighter(h, headerXRemaining, headerXReset, m.Remaining, m.Reset) {
+				h[headerXLimit] = []string{strconv.FormatInt(m.Limit, 10)}
+				h[headerXRemaining] = []string{strconv.FormatInt(m.Remaining, 10)}
+				h[headerXReset] = []string{strconv.FormatInt(m.Reset, 10)}
+			}
+		}
+		if t := m.Tokens; t != nil && t.Limited && monthTighter(h, headerXRemainingTokens, headerXResetTokens, t.Remaining, t.Reset) {
+			h[headerXLimitTokens] = []string{strconv.FormatInt(t.Limit, 10)}
+			h[headerXRemainingTokens] = []string{strconv.FormatInt(t.Remaining, 10)}
+			h[headerXResetTokens] = []string{strconv.FormatInt(t.Reset, 10)}
+		}
+		if t := m.Cost; t != nil && t.Limited && monthCostTighter(h, t) {
+			h[headerXLimitCost] = []string{policy.Money(t.Limit).String()}
+			h[headerXRemainingCost] = []string{policy.Money(t.Remaining).String()}
+			h[headerXResetCost] = []string{strconv.FormatInt(t.Reset, 10)}
+		}
+	}
+}
+
+// monthTighter reports whether a month with remaining and reset is to be
+// shown in place of the single-window fields named remainingField and
+// resetField: when they are absent, or it leaves less (or as little and
+// for longer).
+func monthTighter(h http.Header, remainingField, resetField string, remaining, reset int64) bool {
+	r, err := strconv.ParseInt(h.Get(remainingField), 10, 64)
+	if err != nil {
+		return true
+	}
+	t, _ := strconv.ParseInt(h.Get(resetField), 10, 64)
+	return remaining < r || remaining == 0 && r == 0 && reset > t
+}
+
+// monthCostTighter is monthTighter for the spend fields, in dollars.
+func monthCostTighter(h http.Header, t *policy.TokenState) bool {
+	r, err := policy.ParseMoney(h.Get(headerXRemainingCost))
+	if err != nil {
+		return true
+	}
+	reset, _ := strconv.ParseInt(h.Get(headerXResetCost), 10, 64)
+	return t.Remaining < int64(r) || t.Remaining == 0 && r == 0 && t.Reset > reset
+}

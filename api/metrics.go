@@ -506,6 +506,17 @@ func (s meteredRequests) AdmitPooled(ctx context.Context, poolKey, userID string
 	return err
 }
 
+// Periods implements policy.PeriodLister for a store that does.
+func (s meteredRequests) Periods(ctx context.Context, key string, before time.Time, limit int) ([]policy.PeriodTotals, error) {
+	pl, ok := s.RequestStore.(policy.PeriodLister)
+	if !ok {
+		return nil, policy.Errorf(policy.EINTERNAL, "this request store keeps no billing periods")
+	}
+	periods, err := pl.Periods(ctx, key, before, limit)
+	s.m.storageError("periods", err)
+	return periods, err
+}
+
 func (s meteredRequests) View(ctx context.Context, userID string, fn func(policy.History) error) error {
 	err := s.RequestStore.View(ctx, userID, fn)
 	s.m.storageError("view", err)

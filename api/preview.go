@@ -24,6 +24,11 @@ type previewResponse struct {
 	// The pools of the tier's accounts, replayed apart from users.
 	AccountsRefused        int64           `json:"accounts_refused"`
 	RefusedByAccountWindow refusedByWindow `json:"refused_by_account_window"`
+	// UsersOver and AccountsOver count the users replayed, and the
+	// accounts on the tier, whose current billing period or spend
+	// already passes the proposed month and spend limits.
+	UsersOver    int64 `json:"users_over"`
+	AccountsOver int64 `json:"accounts_over"`
 }
 
 type refusedByWindow struct {
@@ -47,6 +52,7 @@ func previewToJSON(p *policy.Preview) previewResponse {
 		AccountsRefused: p.AccountsRefused,
 		RefusedByAccountWindow: refusedByWindow{p.RefusedByAccount[policy.Minute], p.RefusedByAccount[policy.Hour],
 			p.RefusedByAccount[policy.Day]},
+		UsersOver: p.UsersOver, AccountsOver: p.AccountsOver,
 	}
 	for i, u := range p.TopUsers {
 		res.TopUsers[i] = topUserResponse{u.UserID, u.Requests, u.Refused}
@@ -72,7 +78,7 @@ func (s *Server) handlePreviewTier(c echo.Context) error {
 	if len(problems) > 0 {
 		return policy.Errorf(policy.EINVALID, "%s", problems[0])
 	}
-	p, err := s.svc.PreviewTier(c.Request().Context(), name, t.PreviewLimits())
+	p, err := s.svc.PreviewTierChange(c.Request().Context(), name, &t)
 	if err != nil {
 		return err
 	}

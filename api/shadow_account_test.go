@@ -127,7 +127,7 @@ func TestPreviewAccountsOverHTTP(t *testing.T) {
 		`"account":{"requests_per_minute":3,"tokens_per_day":1000}}`
 	rec := e.do(http.MethodPost, "/v1/tiers/team/preview", proposed, true)
 	want := `"users":4,"requests":10,"users_refused":1,"requests_refused":1,"refused_by_window":{"minute":1,"hour":0,"day":0},` +
-		`"top_users":[{"user_id":"b1","requests":4,"refused":1}],"accounts_refused":1,"refused_by_account_window":{"minute":2,"hour":0,"day":0}}`
+		`"top_users":[{"user_id":"b1","requests":4,"refused":1}],"accounts_refused":1,"refused_by_account_window":{"minute":2,"hour":0,"day":0},"users_over":0,"accounts_over":0}`
 	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), want) {
 		t.Fatalf("preview: %d %s, want %s", rec.Code, rec.Body, want)
 	}
@@ -152,7 +152,7 @@ func TestPromoteShadowAccountOverHTTP(t *testing.T) {
 	e.putTier("team", strings.Replace(shadowTeamTier, `"account":{"requests_per_minute":100}`, `"account":{"requests_per_minute":100,"tokens_per_day":5000}`, 1))
 	rec := e.do(http.MethodPost, "/v1/tiers/team/promote", "", true)
 	want := `"account":{"requests_per_minute":2,"requests_per_hour":null,"requests_per_day":null,"burst_allowance":null,` +
-		`"tokens_per_minute":null,"tokens_per_hour":null,"tokens_per_day":5000,"max_concurrent":null,"cost_per_minute":null,"cost_per_hour":null,"cost_per_day":null}`
+		`"tokens_per_minute":null,"tokens_per_hour":null,"tokens_per_day":5000,"max_concurrent":null,"cost_per_minute":null,"cost_per_hour":null,"cost_per_day":null,"requests_per_month":null,"tokens_per_month":null,"cost_per_month":null}`
 	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), want) || strings.Contains(rec.Body.String(), "shadow") {
 		t.Fatalf("promote: %d %s, want %s and no shadow", rec.Code, rec.Body, want)
 	}

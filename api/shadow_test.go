@@ -103,7 +103,7 @@ func TestPreviewStatuses(t *testing.T) {
 		{"replayed", "/v1/tiers/lesson/preview", proposed, true, 200,
 			`"users":3,"requests":12,"users_refused":2,"requests_refused":3,"refused_by_window":{"minute":3,"hour":0,"day":0},` +
 				`"top_users":[{"user_id":"u2","requests":5,"refused":2},{"user_id":"u1","requests":4,"refused":1}],` +
-				`"accounts_refused":0,"refused_by_account_window":{"minute":0,"hour":0,"day":0}}`},
+				`"accounts_refused":0,"refused_by_account_window":{"minute":0,"hour":0,"day":0},"users_over":0,"accounts_over":0}`},
 		{"nothing refused", "/v1/tiers/lesson/preview", `{"name":"lesson","requests_per_minute":9,"requests_per_hour":9,"requests_per_day":9,"burst_allowance":0}`, true, 200,
 			`"users":3,"requests":12,"users_refused":0,"requests_refused":0,"refused_by_window":{"minute":0,"hour":0,"day":0},"top_users":[],`},
 		{"bad body", "/v1/tiers/lesson/preview", `{"requests_per_minute":-1}`, true, 400, "requests_per_minute must be"},

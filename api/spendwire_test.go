@@ -25,7 +25,7 @@ func TestSpendLimitsRoundTripOverHTTP(t *testing.T) {
 	if rec.Code != http.StatusCreated {
 		t.Fatalf("PUT: %d %s", rec.Code, rec.Body)
 	}
-	for _, want := range []string{`"cost_per_minute":null,"cost_per_hour":"5","cost_per_day":"20.5"`, `"cost_per_day":"100.000000000001"}`} {
+	for _, want := range []string{`"cost_per_minute":null,"cost_per_hour":"5","cost_per_day":"20.5"`, `"cost_per_day":"100.000000000001","requests_per_month":null`} {
 		for _, body := range []string{rec.Body.String(), e.do(http.MethodGet, "/v1/tiers/spend", "", true).Body.String()} {
 			if !strings.Contains(body, want) {
 				t.Errorf("tier %s, want %s", body, want)

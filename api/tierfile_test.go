@@ -35,6 +35,9 @@ func TestTiersFileRoundTrip(t *testing.T) {
       "cost_per_minute": null,
       "cost_per_hour": null,
       "cost_per_day": null,
+      "requests_per_month": null,
+      "tokens_per_month": null,
+      "cost_per_month": null,
       "features": [],
       "models": null,
       "description": ""
@@ -52,6 +55,9 @@ func TestTiersFileRoundTrip(t *testing.T) {
       "cost_per_minute": null,
       "cost_per_hour": null,
       "cost_per_day": null,
+      "requests_per_month": null,
+      "tokens_per_month": null,
+      "cost_per_month": null,
       "features": [
         "chat",
         "*"
@@ -230,7 +236,10 @@ func TestTiersFileAccountsRoundTrip(t *testing.T) {
         "max_concurrent": null,
         "cost_per_minute": null,
         "cost_per_hour": null,
-        "cost_per_day": null
+        "cost_per_day": null,
+        "requests_per_month": null,
+        "tokens_per_month": null,
+        "cost_per_month": null
       }`,
 		`"accounts": [
     {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -15,8 +16,8 @@ type usageResponse struct {
 	Windows usageWindowsReponse `json:"windows"`
 	// CallsInFlight is the user's calls open now.
 	CallsInFlight int64 `json:"calls_in_flight"`
-	// Period is the user's current billing period, for information: no
-	// limit counts over it yet.
+	// Period is the user's current billing period, which the month
+	// limits count over (windows.month).
 	Period periodJSON `json:"period"`
 }
 
@@ -37,6 +38,17 @@ type usageWindowsReponse struct {
 	Minute usageWindow `json:"minute"`
 	Hour   usageWindow `json:"hour"`
 	Day    usageWindow `json:"day"`
+	// Month is the current billing period, when the store counts
+	// periods.
+	Month *usageMonth `json:"month,omitzero"`
+}
+
+// usageMonth is a billing period's use: a window's fields, and its start
+// and end.
+type usageMonth struct {
+	Start       time.Time `json:"start"`
+	End         time.Time `json:"end"`
+	usageWindow `json:",inline"`
 }
 
 // usageWindow carries limit, remaining and reset only when a tier was named.
@@ -86,17 +98,18 @@ func (s *Server) handleGetUsage(c echo.Context) error {
 		Tier:          tier,
 		CallsInFlight: report.CallsInFlight,
 		Period:        periodToJSON(period),
-		Windows:       usageWindowsOf(&report.Windows, func(policy.Window) bool { return tier != "" }),
+		Windows:       usageWindowsOf(&report.Windows, report.Month, func(policy.Window) bool { return tier != "" }),
 	})
 }
 
 // usageWindowsOf returns windows on the wire, each with its limit,
 // remaining and reset where limited says the window has a limit.
-func usageWindowsOf(windows *[len(policy.Windows)]policy.WindowState, limited func(policy.Window) bool) usageWindowsReponse {
-	win := func(w policy.Window) usageWindow {
-		ws := windows[w]
+// The month, when month is not nil, has them where requests_per_month is
+// set.
+func usageWindowsOf(windows *[len(policy.Windows)]policy.WindowState, month *policy.MonthState, limited func(policy.Window) bool) usageWindowsReponse {
+	win := func(ws policy.WindowState, limited bool) usageWindow {
 		u := usageWindow{Count: ws.Count}
-		if limited(w) {
+		if limited {
 			u.Limit, u.Remaining, u.Reset = &ws.Limit, &ws.Remaining, &ws.Reset
 		}
 		if t := ws.Tokens; t != nil {
@@ -114,7 +127,12 @@ func usageWindowsOf(windows *[len(policy.Windows)]policy.WindowState, limited fu
 		}
 		return u
 	}
-	return usageWindowsReponse{Minute: win(policy.Minute), Hour: win(policy.Hour), Day: win(policy.Day)}
+	r := usageWindowsReponse{Minute: win(windows[policy.Minute], limited(policy.Minute)), Hour: win(windows[policy.Hour], limited(policy.Hour)),
+		Day: win(windows[policy.Day], limited(policy.Day))}
+	if month != nil {
+		r.Month = &usageMonth{Start: month.Start, End: month.End, usageWindow: win(month.WindowState, month.Limited)}
+	}
+	return r
 }
 
 func (s *Server) handleDeleteUsage(c echo.Context) error {
@@ -126,4 +144,86 @@ func (s *Server) handleDeleteUsage(c echo.Context) error {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
+}
+
+// periodsResponse is GET /v1/usage/{user_id}/periods and GET
+// /v1/accounts/{id}/usage/periods: the key's billing periods, newest
+// first, the current one counted to now.
+type periodsResponse struct {
+	TimeZone      string       `json:"time_zone"`
+	BillingAnchor int          `json:"billing_anchor"`
+	Periods       []periodUsed `json:"periods"`
+}
+
+// periodUsed is one period's use; cost in decimal dollars.
+type periodUsed struct {
+	Start    time.Time `json:"start"`
+	End      time.Time `json:"end"`
+	Requests int64     `json:"requests"`
+	Tokens   int64     `json:"tokens"`
+	Cost     string    `json:"cost"`
+}
+
+// maxPeriods is the most periods one answer lists: the 13 months kept
+// and the current one.
+const maxPeriods = 14
+
+// writePeriods answers with the periods of key, whose current period is
+// cur: ?before= (RFC 3339) lists those that start before it, ?limit= at
+// most that many (1 to 14, default 14).
+func (s *Server) writePeriods(c echo.Context, key string, cur policy.Period) error {
+	limit := maxPeriods
+	if v := c.QueryParam("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxPeriods {
+			return policy.Errorf(policy.EINVALID, "limit must be an integer from 1 to %d", maxPeriods)
+		}
+		limit = n
+	}
+	var before time.Time
+	if v := c.QueryParam("before"); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			return policy.Errorf(policy.EINVALID, "before must be an RFC 3339 time such as 2026-03-01T00:00:00Z")
+		}
+		before = t
+	}
+	periods, err := s.svc.Periods(c.Request().Context(), key, cur, before, limit)
+	if err != nil {
+		return err
+	}
+	loc, _ := policy.LoadTimeZone(cur.TimeZone)
+	out := periodsResponse{TimeZone: cur.TimeZone, BillingAnchor: cur.Anchor, Periods: make([]periodUsed, len(periods))}
+	for i, p := range periods {
+		out.Periods[i] = periodUsed{Start: p.Start.In(loc), End: p.End.In(loc), Requests: p.Requests, Tokens: p.Tokens, Cost: p.Cost.String()}
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (s *Server) handleGetUserPeriods(c echo.Context) error {
+	user, err := pathParam(c, "user_id")
+	if err != nil {
+		return err
+	}
+	cur, err := s.svc.UserPeriod(c.Request().Context(), user)
+	if err != nil {
+		return err
+	}
+	return s.writePeriods(c, user, cur)
+}
+
+func (s *Server) handleGetAccountPeriods(c echo.Context) error {
+	id, err := pathParam(c, "account_id")
+	if err != nil {
+		return err
+	}
+	a, err := s.svc.Account(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	cur, err := s.svc.AccountPeriod(&a)
+	if err != nil {
+		return err
+	}
+	return s.writePeriods(c, policy.AccountKey(id), cur)
 }

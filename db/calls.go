@@ -90,6 +90,9 @@ type ledgerState struct {
 	// windows holds, like userState.windows for requests, a cursor per
 	// window on the oldest rows of finished tokens after its cutoff.
 	windows [len(policy.Windows)]tokCursor
+	// period is the oldest row after a month check's cutoff, as
+	// userState.periodFirst.
+	period tokFirst
 }
 
 // tokCursor holds the oldest rows of finished tokens after cutoff. When
@@ -393,11 +396,18 @@ func (l *ledger) first(cutoff int64) (tokFirst, error) {
 			return f, nil
 		}
 	}
+	if c := l.cached; c != nil && c.period.found && c.period.cutoff == cutoff {
+		return c.period, nil
+	}
 	f := tokFirst{cutoff: cutoff}
 	if err := l.q.queryRow(qTokFirstAfter, l.user, cutoff).Scan(&f.ts, &f.before, &f.tokens, &f.costBefore, &f.cost); err != nil {
 		return f, unavailable(err)
 	}
 	f.found = true
+	if l.cached != nil {
+		// Only a month check's cutoff misses the cursors (see userState.periodFirst).
+		l.cached.period = f
+	}
 	if l.nfirst < len(l.firsts) {
 		l.firsts[l.nfirst] = f
 		l.nfirst++

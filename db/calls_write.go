@@ -553,7 +553,8 @@ func pruneCallsStep(tx *writeTx, _ string, cutoff int64) (deleted int64, next st
 // pruneSettleStep settled what expired by then.
 // Deleting a user's oldest rows keeps the differences of running totals,
 // which is all that counting reads.
-func pruneTokensStep(tx *writeTx, cursor string, cutoff int64) (deleted int64, next string, done bool, err error) {
+// Rows are rolled up into their billing periods first, as pruneStep's.
+func pruneTokensStep(tx *writeTx, cursor string, cutoff int64, def policy.BillingCycle) (deleted int64, next string, done bool, err error) {
 	for visited := 0; visited < pruneBatch && deleted < pruneBatch; visited++ {
 		var user string
 		err := tx.queryRow(qTokNextUser, cursor).Scan(&user)
@@ -562,6 +563,9 @@ func pruneTokensStep(tx *writeTx, cursor string, cutoff int64) (deleted int64, n
 		}
 		if err != nil {
 			return 0, "", false, unavailable(err)
+		}
+		if ok, err := lockForPrune(tx, user, visited); err != nil || !ok {
+			return deleted, cursor, false, err
 		}
 		bound, partial := cutoff, false
 		var nth int64
@@ -572,6 +576,9 @@ func pruneTokensStep(tx *writeTx, cursor string, cutoff int64) (deleted int64, n
 			bound, partial = nth, true
 		case !errors.Is(err, sql.ErrNoRows):
 			return 0, "", false, unavailable(err)
+		}
+		if err := tx.rollUp(tokensRollup, user, bound, def); err != nil {
+			return 0, "", false, err
 		}
 		res, err := tx.exec(qTokPrune, user, bound)
 		if err != nil {

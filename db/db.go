@@ -58,6 +58,10 @@ type Store struct {
 	prices      atomic.Pointer[priceCache] // every price version; see prices.go
 	pricesMu    sync.Mutex                 // serializes price cache reloads
 
+	// billing is the billing cycle of keys whose records and accounts
+	// set none, by which the cleanup buckets their rows (see periods.go).
+	billing policy.BillingCycle
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -83,6 +87,7 @@ type options struct {
 
 	poolSize         int
 	statementTimeout time.Duration
+	timeZone         *time.Location // of billing periods (see WithTimeZone)
 
 	log *slog.Logger
 }
@@ -134,10 +139,16 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	if o.log == nil {
 		o.log = slog.Default()
 	}
+	open := openSQLite
 	if IsPostgres(dsn) {
-		return openPostgres(ctx, dsn, &o)
+		open = openPostgres
 	}
-	return openSQLite(ctx, dsn, &o)
+	s, err := open(ctx, dsn, &o)
+	if err != nil {
+		return nil, err
+	}
+	s.billing = policy.BillingCycle{Location: o.timeZone}
+	return s, nil
 }
 
 func openSQLite(ctx context.Context, path string, o *options) (*Store, error) {

@@ -94,10 +94,11 @@ func (w *pgWriter) submit(j *pgJob) error {
 
 // plannable reports whether admit_batch can decide p: a plan with its
 // tiers and, when metered, a call it can store, unpriced, under no spend
-// limit: admit_batch counts tokens alone. A check with spend is decided
-// in a transaction of its own, by the same code as on SQLite.
+// limit: admit_batch counts tokens alone. A check with spend or month
+// limits is decided in a transaction of its own, by the same code as on
+// SQLite.
 func plannable(p *policy.Plan) bool {
-	return p != nil && p.Tier != nil && p.Base != nil &&
+	return p != nil && p.Tier != nil && p.Base != nil && !p.Tier.Limits.LimitsMonth() &&
 		(p.Call == nil || policy.ValidCallID(p.Call.ID) && p.Call.Price == nil && !p.Tier.Limits.LimitsSpend())
 }
 

@@ -37,8 +37,15 @@ func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 	// Requests, then the calls expired by cutoff (settled, user by user),
 	// the calls finished by then (in finishing order), and the finished
 	// tokens, each step resuming where the one before it stopped.
+	def := s.billing
 	for _, step := range [...]func(*writeTx, string, int64) (int64, string, bool, error){
-		pruneStep, pruneSettleStep, pruneCallsStep, pruneTokensStep,
+		func(tx *writeTx, cursor string, cutoff int64) (int64, string, bool, error) {
+			return pruneStep(tx, cursor, cutoff, def)
+		},
+		pruneSettleStep, pruneCallsStep,
+		func(tx *writeTx, cursor string, cutoff int64) (int64, string, bool, error) {
+			return pruneTokensStep(tx, cursor, cutoff, def)
+		},
 	} {
 		for cursor, done := "", false; !done; {
 			if err := ctx.Err(); err != nil {
@@ -67,13 +74,20 @@ func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 		return total, err
 	}
 	n, err = s.pruneSessions(ctx, now)
+	total += n
+	if err != nil {
+		return total, err
+	}
+	n, err = s.prunePeriods(ctx, now)
 	return total + n, err
 }
 
 // pruneStep visits users after cursor in key order, deleting their rows at
 // or before cutoff, until it has deleted or visited pruneBatch. It returns
-// the cursor to resume from and whether every user has been visited.
-func pruneStep(tx *writeTx, cursor string, cutoff int64) (deleted int64, next string, done bool, err error) {
+// the cursor to resume from and whether every user has been visited. The
+// rows deleted are first rolled up into their billing periods (def is the
+// cycle of keys that set none), under the user's lock: see periods.go.
+func pruneStep(tx *writeTx, cursor string, cutoff int64, def policy.BillingCycle) (deleted int64, next string, done bool, err error) {
 	for visited := 0; visited < pruneBatch && deleted < pruneBatch; visited++ {
 		var user string
 		err := tx.queryRow(qNextUser, cursor).Scan(&user)
@@ -82,6 +96,10 @@ func pruneStep(tx *writeTx, cursor string, cutoff int64) (deleted int64, next st
 		}
 		if err != nil {
 			return 0, "", false, unavailable(err)
+		}
+		// As pruneSettleStep: wait for the first user's lock only.
+		if ok, err := lockForPrune(tx, user, visited); err != nil || !ok {
+			return deleted, cursor, false, err
 		}
 		// Delete at most what is left of the budget: the oldest rows up to
 		// the budget-th old one, or all old rows if there are fewer.
@@ -94,6 +112,9 @@ func pruneStep(tx *writeTx, cursor string, cutoff int64) (deleted int64, next st
 			bound = nth
 		case !errors.Is(err, sql.ErrNoRows):
 			return 0, "", false, unavailable(err)
+		}
+		if err := tx.rollUp(requestsRollup, user, bound, def); err != nil {
+			return 0, "", false, err
 		}
 		res, err := tx.exec(qPruneDelete, user, bound)
 		if err != nil {
@@ -111,6 +132,17 @@ func pruneStep(tx *writeTx, cursor string, cutoff int64) (deleted int64, next st
 		cursor = user
 	}
 	return deleted, cursor, false, nil
+}
+
+// lockForPrune takes user's lock for a step of the cleanup, on
+// PostgreSQL: waiting for the first user of the step (visited 0), only
+// trying the others, so a step never waits holding a lock; ok is false
+// when the lock is held elsewhere, and the step ends there.
+func lockForPrune(tx *writeTx, user string, visited int) (ok bool, err error) {
+	if visited == 0 {
+		return true, tx.lockUser(user)
+	}
+	return tx.tryLockUser(user)
 }
 
 // PruneEvery calls Prune every interval with the cutoff retention before

@@ -26,6 +26,7 @@ const (
 	qNextUser
 	qPruneBound
 	qPruneDelete
+	qPeriodUse
 	// The same for an account's pool (see poolQueries).
 	qPoolLast
 	qPoolFirstAfter
@@ -97,13 +98,17 @@ var queries = [numQueries]string{
 	qNextUser:    `SELECT user_id FROM requests WHERE user_id > ? ORDER BY user_id LIMIT 1`,
 	qPruneBound:  `SELECT ts FROM requests WHERE user_id = ? AND ts <= ? ORDER BY ts, seq LIMIT 1 OFFSET ?`,
 	qPruneDelete: `DELETE FROM requests WHERE user_id = ? AND ts <= ?`,
+	// A billing period's totals and the key's watermarks (see periods.go),
+	// zeros when there are none.
+	qPeriodUse: `SELECT coalesce(m.requests_to, 0), coalesce(m.tokens_to, 0), coalesce(t.requests, 0), coalesce(t.tokens, 0), coalesce(t.cost, 0)
+		FROM (SELECT 1 AS one) o LEFT JOIN period_marks m ON m.key = ?1 LEFT JOIN period_totals t ON t.key = ?1 AND t.period_start = ?2`,
 	qBegin:       `BEGIN IMMEDIATE`,
 	qCommit:      `COMMIT`,
 	qDataVersion: `PRAGMA data_version`,
 }
 
 // readQueries are the queries View runs on the read connections.
-var readQueries = [...]query{qLast, qFirstAfter, qFirstAfter3, qNthAfter, qAround,
+var readQueries = [...]query{qLast, qFirstAfter, qFirstAfter3, qNthAfter, qAround, qPeriodUse,
 	qPoolLast, qPoolFirstAfter, qPoolFirstAfter3, qPoolNthAfter, qPoolAround,
 	qTokLast, qTokFirstAfter, qTokReaching, qCostReaching, qOpenCalls, qExpiredCalls, qCallGet}
 
@@ -134,6 +139,14 @@ type userState struct {
 	// read it (accountLoaded); nil when there is none.
 	account       *policy.Account
 	accountLoaded bool
+	// period is, once a month check read them, the totals of the billing
+	// period starting at periodStart (see PeriodTotals), and periodFirst
+	// the oldest row after the period's live cutoff: both stay true until
+	// rows are pruned, which drops this state (forgetUser), for rows are
+	// only ever appended after.
+	period      *policy.PeriodUse
+	periodStart int64
+	periodFirst firstRow
 }
 
 // cursor holds the oldest rows after cutoff. When valid, the rows numbered
@@ -476,6 +489,9 @@ func (h *history) first(cutoff int64) (firstRow, bool, error) {
 			return r, true, nil
 		}
 	}
+	if st := h.st; st != nil && st.periodFirst.found && st.periodFirst.cutoff == cutoff {
+		return st.periodFirst, true, nil
+	}
 	r := &h.scanned
 	err := h.q.queryRow(h.of(qFirstAfter), h.user, cutoff).Scan(&r.ts, &r.seq)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -488,6 +504,11 @@ func (h *history) first(cutoff int64) (firstRow, bool, error) {
 		return firstRow{}, false, unavailable(err)
 	}
 	r.cutoff, r.found = cutoff, true
+	if h.st != nil && h.st.period != nil {
+		// Asked by a month check (the windows' cutoffs come from the
+		// cursors): the period's cutoff stays put for a month.
+		h.st.periodFirst = *r
+	}
 	if h.firstAfterFilled < len(h.firstAfter) {
 		h.firstAfter[h.firstAfterFilled] = *r
 		h.firstAfterFilled++
@@ -835,6 +856,12 @@ func (s *Store) Forget(ctx context.Context, userID string) error {
 		}
 		for _, q := range [...]query{qForget, qPoolForget, qCallsForget, qTokForget} {
 			if _, err := tx.exec(q, userID); err != nil {
+				return unavailable(err)
+			}
+		}
+		// The periods' totals go with the rows they were counted from.
+		for _, table := range [...]string{"period_totals", "period_marks"} {
+			if _, err := tx.conn.ExecContext(tx.ctx, tx.d.bind(`DELETE FROM `+table+` WHERE key = ?`), userID); err != nil {
 				return unavailable(err)
 			}
 		}

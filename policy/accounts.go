@@ -36,7 +36,7 @@ func (s *LimitSet) Metered() bool {
 func (p *LimitSet) Tier(name string, id int64) Tier {
 	t := Tier{Name: name, ID: id, Limits: *p}
 	for i := range LimitFields {
-		if f := &LimitFields[i]; t.Limits[i] == nil && f.Kind == KindRequests && f.In(ScopeAccount) {
+		if f := &LimitFields[i]; t.Limits[i] == nil && f.Kind == KindRequests && f.In(ScopeAccount) && f.Windowed {
 			t.Limits[i] = new(int64(noPoolLimit))
 		}
 	}
@@ -168,8 +168,11 @@ type CurrentAccounts interface {
 }
 
 // sameAccount reports whether deciding a check under a instead of b could
-// change any answer; the billing cycle cannot yet (see sameDecisions).
-func sameAccount(a, b *Account) bool { return a.Tier == b.Tier && a.Limits.Equal(&b.Limits) }
+// change any answer: its plan, its limits and its billing cycle, which
+// places the period of month limits.
+func sameAccount(a, b *Account) bool {
+	return a.Tier == b.Tier && a.Limits.Equal(&b.Limits) && a.TimeZone == b.TimeZone && a.BillingAnchor == b.BillingAnchor
+}
 
 // errAccountUnconfirmed tells Service.Check that its request store cannot
 // confirm a cached account, so accounts must be read through Account.
@@ -186,6 +189,9 @@ type AccountState struct {
 	// Concurrency is the account's calls in flight against its pooled
 	// max_concurrent; nil when it sets none.
 	Concurrency *ConcurrencyState
+	// Month is the pool's billing period, when its pooled limits count
+	// months; nil otherwise.
+	Month *MonthState
 }
 
 // Limited reports whether the pool limits the requests of window w.
@@ -340,7 +346,15 @@ func (s *Service) AccountUsage(ctx context.Context, id string) (AccountUsage, er
 	}
 	pool := a.Pool(&t)
 	pt := pool.Tier(t.Name, t.ID)
-	u, err := s.limiter.usage(ctx, AccountKey(id), &pt, s.now(), true)
+	var period *Period
+	if s.periodsKept() {
+		p, err := s.AccountPeriod(&a)
+		if err != nil {
+			return AccountUsage{}, err
+		}
+		period = &p
+	}
+	u, err := s.limiter.usage(ctx, AccountKey(id), &pt, s.now(), true, period)
 	return AccountUsage{Account: a, Limits: pool, UsageReport: u}, err
 }
 
@@ -406,7 +420,12 @@ type pool struct {
 	// (its Shadow's Account); nil when it has none.
 	shadow *Tier
 
+	// period is the account's billing period when its pooled limits
+	// count months; nil otherwise.
+	period *Period
+
 	// What the admission found in the pool's history (see decidePool).
-	ev Evaluation
-	m  Metering
+	ev    Evaluation
+	m     Metering
+	month monthVerdict
 }

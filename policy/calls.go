@@ -209,6 +209,8 @@ type UsageReport struct {
 	// CallsKept reports whether the store keeps calls: whether Tokens,
 	// Cost and CallsInFlight are known.
 	CallsKept bool
+	// Month is the billing period's state, when one was asked about.
+	Month *MonthState
 }
 
 // ConcurrencyState is the calls a user has in flight against the tier's

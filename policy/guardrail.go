@@ -84,6 +84,9 @@ type Check struct {
 	pool *pool
 	// pricing prices the call the check opens (see Service.priceCheck).
 	pricing pricing
+	// period is the user's billing period when Tier limits months; nil
+	// otherwise.
+	period *Period
 }
 
 // Decision is a guardrail's answer. A refusal is a Decision, not an error.
@@ -115,6 +118,9 @@ type Decision struct {
 	// Account is the pooled state of the account a member's check drew
 	// on; nil for a user in no account.
 	Account *AccountState
+	// Month is the user's billing period after this check, when the tier
+	// limits months; nil otherwise.
+	Month *MonthState
 }
 
 // Allowed reports whether the request was admitted.
@@ -214,6 +220,9 @@ func (ch *Chain) Check(ctx context.Context, c *Check) (Decision, error) {
 		if gd.Account != nil {
 			d.Account = gd.Account
 		}
+		if gd.Month != nil {
+			d.Month = gd.Month
+		}
 		if !d.Allowed() {
 			break
 		}
@@ -297,7 +306,7 @@ func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 		return Decision{}, errAccountUnconfirmed
 	}
 	ev, m := &a.ev, &a.m
-	ownOK := ev.Allowed && (!a.metered || m.Allowed)
+	ownOK := ev.Allowed && (!a.metered || m.Allowed) && a.month.ok()
 	poolOK, poolReason, poolRetry := true, "", int64(0)
 	if c.pool != nil {
 		poolOK, poolReason, poolRetry = a.poolVerdict()
@@ -307,11 +316,16 @@ func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 	switch {
 	case !ev.Allowed:
 		d.Outcome, d.Reason, d.RetryAfter = RateLimited, ev.Blocked.Reason(), ev.RetryAfter
-	case !ownOK:
+	case a.metered && !m.Allowed:
 		d.Outcome, d.Reason = RateLimited, m.Reason
+	case !ownOK:
+		d.Outcome, d.Reason = RateLimited, a.month.reason
 	}
 	if a.metered && !ownOK {
 		d.RetryAfter = max(d.RetryAfter, m.RetryAfter)
+	}
+	if !a.month.ok() {
+		d.RetryAfter = max(d.RetryAfter, a.month.retry)
 	}
 	if !poolOK && (ownOK || poolRetry > d.RetryAfter) {
 		// Refused by the pool alone, or by both with the pool the
@@ -328,6 +342,9 @@ func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 		if admitted && a.call != nil {
 			d.CallID = a.call.ID
 		}
+	}
+	if c.period != nil {
+		d.Month = a.month.state(c.Tier, admitted, c.Now)
 	}
 	if c.pool != nil {
 		d.Account = a.poolState(admitted)
@@ -348,6 +365,7 @@ type admission struct {
 	ev                Evaluation
 	shadow            *ShadowDecision
 	m                 Metering
+	month             monthVerdict    // of the user's own month limits
 	poolShadow        *ShadowDecision // for a member's check
 	stale             bool
 	unconfirmable     bool
@@ -412,13 +430,21 @@ func (a *admission) decide(h History) (Admission, error) {
 	if a.shadow, err = decideShadow(h, c.Tier, c.Now); err != nil {
 		return Admission{}, err
 	}
+	var l Ledger
+	if a.metered {
+		if a.m, l, err = meter(h, c); err != nil {
+			return Admission{}, err
+		}
+	}
+	if c.period != nil {
+		if a.month, err = meterMonth(h, l, a.m.reserved, c.Tier, c.period, c.want(), c.Now.Truncate(Resolution)); err != nil {
+			return Admission{}, err
+		}
+	}
 	if !a.metered {
-		return Admission{At: a.ev.RecordAt, Record: a.ev.Allowed && !c.DryRun, TierID: c.Tier.ID}, nil
+		return Admission{At: a.ev.RecordAt, Record: a.ev.Allowed && a.month.ok() && !c.DryRun, TierID: c.Tier.ID}, nil
 	}
-	if a.m, err = meter(h, c); err != nil {
-		return Admission{}, err
-	}
-	adm := Admission{At: a.ev.RecordAt, Record: a.ev.Allowed && a.m.Allowed && !c.DryRun, TierID: c.Tier.ID}
+	adm := Admission{At: a.ev.RecordAt, Record: a.ev.Allowed && a.m.Allowed && a.month.ok() && !c.DryRun, TierID: c.Tier.ID}
 	if adm.Record {
 		now := c.Now.Truncate(Resolution)
 		a.call.OpenedAt, a.call.ExpiresAt = now, now.Add(a.r.callTimeout())
@@ -427,17 +453,19 @@ func (a *admission) decide(h History) (Admission, error) {
 	return adm, nil
 }
 
-// meter reads the ledger of c's user from h and meters c's call.
-func meter(h History, c *Check) (Metering, error) {
+// meter reads the ledger of c's user from h and meters c's call; it
+// returns the ledger too, for the month's count.
+func meter(h History, c *Check) (Metering, Ledger, error) {
 	ch, ok := h.(CallHistory)
 	if !ok {
-		return Metering{}, Errorf(EINTERNAL, "tier %s meters calls, which this request store does not keep", Quote(c.Tier.Name))
+		return Metering{}, nil, Errorf(EINTERNAL, "tier %s meters calls, which this request store does not keep", Quote(c.Tier.Name))
 	}
 	l, err := ch.Calls(c.Now.Truncate(Resolution))
 	if err != nil {
-		return Metering{}, err
+		return Metering{}, nil, err
 	}
-	return Meter(l, c.Tier, c.want(), c.Now)
+	m, err := Meter(l, c.Tier, c.want(), c.Now)
+	return m, l, err
 }
 
 // want returns what c's call reserves.
@@ -455,26 +483,33 @@ func (r *RateLimiter) callTimeout() time.Duration {
 // Usage returns userID's window state under tier t (only counts when t is
 // nil) without recording anything.
 func (r *RateLimiter) Usage(ctx context.Context, userID string, t *Tier, now time.Time) ([len(Windows)]WindowState, error) {
-	u, err := r.usage(ctx, userID, t, now, false)
+	u, err := r.usage(ctx, userID, t, now, false, nil)
 	return u.Windows, err
 }
 
 // usage is Usage with, when calls is set and the store keeps them, each
-// window's tokens and the calls in flight.
-func (r *RateLimiter) usage(ctx context.Context, userID string, t *Tier, now time.Time, calls bool) (UsageReport, error) {
+// window's tokens and the calls in flight, and with period set, the
+// state of that billing period (under t's month limits).
+func (r *RateLimiter) usage(ctx context.Context, userID string, t *Tier, now time.Time, calls bool, period *Period) (UsageReport, error) {
 	var u UsageReport
 	err := r.Store.View(ctx, userID, func(h History) error {
 		var err error
-		if u.Windows, err = Usage(h, t, now); err != nil || !calls {
+		if u.Windows, err = Usage(h, t, now); err != nil {
 			return err
 		}
-		ch, ok := h.(CallHistory)
-		if !ok {
+		var l Ledger
+		if ch, ok := h.(CallHistory); ok && (calls || period != nil) {
+			if l, err = ch.Calls(now.Truncate(Resolution)); err != nil {
+				return err
+			}
+		}
+		if period != nil {
+			if u.Month, err = monthUsage(h, l, t, period, now.Truncate(Resolution)); err != nil {
+				return err
+			}
+		}
+		if !calls || l == nil {
 			return nil
-		}
-		l, err := ch.Calls(now.Truncate(Resolution))
-		if err != nil {
-			return err
 		}
 		states, inFlight, err := CallUsage(l, t, now)
 		if err != nil {

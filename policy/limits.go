@@ -66,6 +66,9 @@ type LimitField struct {
 	// Window is the window the limit applies to, when Windowed.
 	Window   Window
 	Windowed bool
+	// Monthly reports whether the limit counts the subscriber's billing
+	// period (see BillingPeriod) rather than a rolling window.
+	Monthly bool
 	// Optional reports whether the limit may be unset (null on the wire):
 	// an unset optional limit limits nothing, and a user's record may
 	// remove it. A required limit is always set; 0 admits nothing.
@@ -103,6 +106,9 @@ const (
 	CostPerMinute
 	CostPerHour
 	CostPerDay
+	RequestsPerMonth
+	TokensPerMonth
+	CostPerMonth
 	MaxRunRequests
 	MaxRunTokens
 	MaxRunCost
@@ -122,8 +128,8 @@ const MaxRunDepthLimit = 64
 // file and the admin page show them; within a kind, the windows run from
 // the shortest to the longest. Each row says which sets of limits hold it
 // (Scopes): a tier's own limits and an account's pooled ones hold the rows
-// up to cost_per_day, a run object (Tier.Run) max_concurrent and the rows
-// after cost_per_day. Every surface that lists a set of limits walks this
+// up to cost_per_month, a run object (Tier.Run) max_concurrent and the rows
+// after cost_per_month. Every surface that lists a set of limits walks this
 // table, the rows of the set's scope only (FieldsIn): the domain's
 // LimitSet and Overrides, validation (each value from its row's Min to its
 // Max), the wording of a change, the API's and the tiers
@@ -156,6 +162,12 @@ var LimitFields = [numLimits]LimitField{
 	CostPerMinute: {Name: "cost_per_minute", Label: "Spend per minute", Kind: KindCost, Window: Minute, Windowed: true, Optional: true, Max: math.MaxInt64},
 	CostPerHour:   {Name: "cost_per_hour", Label: "Spend per hour", Kind: KindCost, Window: Hour, Windowed: true, Optional: true, Max: math.MaxInt64},
 	CostPerDay:    {Name: "cost_per_day", Label: "Spend per day", Doc: "Model spend in US dollars, priced by the price table.", Kind: KindCost, Window: Day, Windowed: true, Optional: true, Max: math.MaxInt64},
+	// The month rows count over the subscriber's billing period, not a
+	// window (see month.go).
+	RequestsPerMonth: {Name: "requests_per_month", Label: "Requests per month", Doc: "Counted over the subscriber's billing period.",
+		Kind: KindRequests, Monthly: true, Optional: true},
+	TokensPerMonth: {Name: "tokens_per_month", Label: "Tokens per month", Kind: KindTokens, Monthly: true, Optional: true},
+	CostPerMonth:   {Name: "cost_per_month", Label: "Spend per month", Kind: KindCost, Monthly: true, Optional: true, Max: math.MaxInt64},
 	// A run's limits count from its first request: none is Windowed.
 	MaxRunRequests: {Name: "max_requests", Label: "Max steps", Doc: "Requests the run and its sub-agents may make.",
 		Kind: KindRequests, Optional: true, Scopes: ScopeRun},
@@ -350,9 +362,18 @@ func (f *LimitField) Set(t *Tier, v *int64) {
 
 // InRequestLimits reports whether f is one of the limits shadow limits,
 // previews and the replay of a user's overrides hold: a tier's request
-// limits and its burst allowance.
+// limits and its burst allowance, not its month's.
 func (f *LimitField) InRequestLimits() bool {
-	return (f.Kind == KindRequests || f.Kind == KindBurst) && f.In(ScopeTier)
+	return (f.Kind == KindRequests || f.Kind == KindBurst) && f.In(ScopeTier) && !f.Monthly
+}
+
+// WindowName returns the name of what f counts over: its window's, or
+// "month".
+func (f *LimitField) WindowName() string {
+	if f.Monthly {
+		return "month"
+	}
+	return f.Window.String()
 }
 
 // LimitNames are the names of the rows of LimitFields in ScopeTier, in
@@ -418,10 +439,10 @@ func limitProblems(prefix string, value func(f *LimitField) (int64, bool)) []lim
 		case !f.InRange(v):
 			name := prefix + f.Name
 			problems = append(problems, limitProblem{f, nil, FieldError{name, f.rangeMessage(name)}})
-		case f.Windowed && f.Kind != KindBurst:
+		case (f.Windowed || f.Monthly) && f.Kind != KindBurst:
 			if s := last[f.Kind]; s.f != nil && v < s.v {
 				problems = append(problems, limitProblem{f, s.f, FieldError{prefix + f.Name,
-					fmt.Sprintf("%s%s (%s) is below %s%s (%s): the %s would refuse first", prefix, f.Name, f.Format(v), prefix, s.f.Name, s.f.Format(s.v), f.Window)}})
+					fmt.Sprintf("%s%s (%s) is below %s%s (%s): the %s would refuse first", prefix, f.Name, f.Format(v), prefix, s.f.Name, s.f.Format(s.v), f.WindowName())}})
 			}
 			last[f.Kind].f, last[f.Kind].v = f, v
 		}

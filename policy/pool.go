@@ -143,8 +143,17 @@ func (a *admission) decidePool(h History, ownAdmits bool) (Admission, error) {
 		if a.c.pool.m, err = Meter(l, &p.tier, c.want(), c.Now); err != nil {
 			return Admission{}, err
 		}
+		if p.period != nil {
+			if p.month, err = meterMonth(h, l, p.m.reserved, &p.tier, p.period, c.want(), c.Now.Truncate(Resolution)); err != nil {
+				return Admission{}, err
+			}
+		}
+	} else if p.period != nil {
+		if p.month, err = meterMonth(h, nil, Amounts{}, &p.tier, p.period, c.want(), c.Now.Truncate(Resolution)); err != nil {
+			return Admission{}, err
+		}
 	}
-	ok := a.c.pool.ev.Allowed && (!a.metered || a.c.pool.m.Allowed)
+	ok := a.c.pool.ev.Allowed && (!a.metered || a.c.pool.m.Allowed) && p.month.ok()
 	adm := Admission{At: a.c.pool.ev.RecordAt, Record: ok && ownAdmits && !c.DryRun, TierID: p.tier.ID}
 	if adm.Record && a.call != nil {
 		pc := *a.call
@@ -157,16 +166,22 @@ func (a *admission) decidePool(h History, ownAdmits bool) (Admission, error) {
 // poolVerdict is how the pool decided: whether it admits, why not and
 // when to retry.
 func (a *admission) poolVerdict() (ok bool, reason string, retry int64) {
-	ok = a.c.pool.ev.Allowed && (!a.metered || a.c.pool.m.Allowed)
+	p := a.c.pool
+	ok = p.ev.Allowed && (!a.metered || p.m.Allowed) && p.month.ok()
 	switch {
-	case !a.c.pool.ev.Allowed:
-		reason = AccountReasonPrefix + a.c.pool.ev.Blocked.Reason()
+	case !p.ev.Allowed:
+		reason = AccountReasonPrefix + p.ev.Blocked.Reason()
+	case a.metered && !p.m.Allowed:
+		reason = AccountReasonPrefix + p.m.Reason
 	case !ok:
-		reason = AccountReasonPrefix + a.c.pool.m.Reason
+		reason = AccountReasonPrefix + p.month.reason
 	}
-	retry = a.c.pool.ev.RetryAfter
-	if a.metered {
-		retry = max(retry, a.c.pool.m.RetryAfter)
+	retry = p.ev.RetryAfter
+	if a.metered && !p.m.Allowed {
+		retry = max(retry, p.m.RetryAfter)
+	}
+	if !p.month.ok() {
+		retry = max(retry, p.month.retry)
 	}
 	return ok, reason, retry
 }
@@ -183,16 +198,19 @@ func (a *admission) poolState(admitted bool) *AccountState {
 		setStates(&s.Windows, &states)
 		s.Concurrency = conc
 	}
+	if p.period != nil {
+		s.Month = p.month.state(&p.tier, admitted, a.c.Now)
+	}
 	return s
 }
 
 // poolView is the pool's state as it stands, with nothing consumed: for a
 // check refused before the RateLimiter ran.
 func (r *RateLimiter) poolView(ctx context.Context, p *pool, now time.Time) (*AccountState, error) {
-	u, err := r.usage(ctx, p.key, &p.tier, now, p.limits.Metered())
+	u, err := r.usage(ctx, p.key, &p.tier, now, p.limits.Metered(), p.period)
 	if err != nil {
 		return nil, err
 	}
 	conc := unconsumed(&u, &p.tier)
-	return &AccountState{ID: p.account.AccountID, Limits: p.limits, Windows: u.Windows, Concurrency: conc}, nil
+	return &AccountState{ID: p.account.AccountID, Limits: p.limits, Windows: u.Windows, Concurrency: conc, Month: u.Month}, nil
 }

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -43,6 +44,12 @@ type Preview struct {
 	// window, as RefusedBy does users'.
 	AccountsRefused  int64
 	RefusedByAccount [len(Windows)]int64
+	// UsersOver counts the users replayed whose use already passes a
+	// month or spend limit of the proposed tier (see PreviewTierChange):
+	// their current billing period's requests, tokens or spend, or a
+	// window's spend now; AccountsOver the accounts on the tier whose
+	// pools pass the proposed pooled ones.
+	UsersOver, AccountsOver int64
 }
 
 // UserPreview is one user's share of a Preview.
@@ -281,6 +288,12 @@ func (s *Service) ShadowRefusals(ctx context.Context, name string) (hour, day Pr
 // proposed.Account as it is. It changes nothing. An unknown tier is
 // ENOTFOUND.
 func (s *Service) PreviewTier(ctx context.Context, name string, proposed RequestLimits) (Preview, error) {
+	return s.previewTier(ctx, name, proposed, nil)
+}
+
+// previewTier is PreviewTier, telling seen, when not nil, the key of each
+// request replayed.
+func (s *Service) previewTier(ctx context.Context, name string, proposed RequestLimits, seen func(key string)) (Preview, error) {
 	if errs := proposed.validate(""); len(errs) > 0 {
 		return Preview{}, &Error{Code: EINVALID, Message: errs[0].Message}
 	}
@@ -291,12 +304,105 @@ func (s *Service) PreviewTier(ctx context.Context, name string, proposed Request
 	now := s.now()
 	r := NewReplayer(proposed, now.Add(-PreviewWindow), now, s.overrides(proposed))
 	r.SetAccounts(s.accountOverrides(ctx))
-	if err := s.replay(ctx, &t, now.Add(-PreviewWindow), now, r.Add); err != nil {
+	add := r.Add
+	if seen != nil {
+		add = func(key string, at int64) error {
+			seen(key)
+			return r.Add(key, at)
+		}
+	}
+	if err := s.replay(ctx, &t, now.Add(-PreviewWindow), now, add); err != nil {
 		return Preview{}, err
 	}
 	p := r.Result()
 	p.Tier = name
 	return p, nil
+}
+
+// PreviewTierChange is PreviewTier for the proposed tier whole: besides
+// the replay of its request limits, it counts the users replayed, and the
+// accounts on the tier, whose current billing periods (and spend windows)
+// already pass its month and spend limits (Preview.UsersOver and
+// AccountsOver). A user's own overrides of those limits are not applied:
+// the figures say what the tier's new values would find.
+func (s *Service) PreviewTierChange(ctx context.Context, name string, proposed *Tier) (Preview, error) {
+	overLimits := func(l *LimitSet) bool { return l.LimitsMonth() || l.LimitsSpend() }
+	var pool LimitSet
+	if proposed.Account != nil {
+		pool = *proposed.Account
+	}
+	if !overLimits(&proposed.Limits) && !overLimits(&pool) {
+		return s.PreviewTier(ctx, name, proposed.PreviewLimits())
+	}
+	users := map[string]bool{}
+	p, err := s.previewTier(ctx, name, proposed.PreviewLimits(), func(key string) {
+		if !IsAccountKey(key) {
+			users[key] = true
+		}
+	})
+	if err != nil {
+		return Preview{}, err
+	}
+	if overLimits(&proposed.Limits) {
+		for _, id := range slices.Sorted(maps.Keys(users)) {
+			u, err := s.UsageReport(ctx, id, "")
+			if err != nil {
+				return Preview{}, err
+			}
+			if usageOver(&u, &proposed.Limits) {
+				p.UsersOver++
+			}
+		}
+	}
+	if overLimits(&pool) && s.accounts != nil {
+		for after := ""; ; {
+			page, err := s.accounts.Accounts(ctx, after, 100)
+			if err != nil {
+				return Preview{}, err
+			}
+			for i := range page {
+				if page[i].Tier != name {
+					continue
+				}
+				u, err := s.AccountUsage(ctx, page[i].AccountID)
+				if err != nil {
+					return Preview{}, err
+				}
+				limits := pool.WithOverrides(page[i].Limits)
+				if usageOver(&u.UsageReport, &limits) {
+					p.AccountsOver++
+				}
+			}
+			if len(page) < 100 {
+				break
+			}
+			after = page[len(page)-1].AccountID
+		}
+	}
+	return p, nil
+}
+
+// usageOver reports whether the use u reports passes a month or spend
+// limit of l: its billing period's requests, tokens or spend, or a
+// window's spend.
+func usageOver(u *UsageReport, l *LimitSet) bool {
+	over := func(id LimitID, used int64) bool { return l[id] != nil && used > *l[id] }
+	for w, id := range [...]LimitID{CostPerMinute, CostPerHour, CostPerDay} {
+		if c := u.Windows[w].Cost; c != nil && over(id, c.Used) {
+			return true
+		}
+	}
+	m := u.Month
+	if m == nil {
+		return false
+	}
+	if over(RequestsPerMonth, m.Count) {
+		return true
+	}
+	if m.Tokens != nil && over(TokensPerMonth, m.Tokens.Used) {
+		return true
+	}
+	return m.Cost != nil && over(CostPerMonth, m.Cost.Used)
 }
 
 // overrides returns the request limits of each user whose record

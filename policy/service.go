@@ -159,6 +159,9 @@ func (s *Service) Check(ctx context.Context, req Request, dryRun bool) (Decision
 			}
 			c.pool.cached = acctCached
 		}
+		if err := s.periodsOf(c, rec, acct); err != nil {
+			return Decision{}, err
+		}
 		if err := s.priceCheck(ctx, c); err != nil && (cached || recCached || acctCached) {
 			continue // memory may lag behind a change lifting the limit: the error is given on what is stored
 		} else if err != nil {
@@ -243,11 +246,11 @@ func (s *Service) baseTier(ctx context.Context, base *Tier, name string, fromMem
 // limiter ran, with the windows as they stand, nothing consumed, and what
 // its shadow limits and its pool would have said.
 func (s *Service) viewUnconsumed(ctx context.Context, c *Check, d *Decision) error {
-	u, err := s.limiter.usage(ctx, c.UserID, c.Tier, c.Now, c.Tier.Metered())
+	u, err := s.limiter.usage(ctx, c.UserID, c.Tier, c.Now, c.Tier.Metered(), c.period)
 	if err != nil {
 		return err
 	}
-	d.Windows, d.Concurrency = &u.Windows, unconsumed(&u, c.Tier)
+	d.Windows, d.Concurrency, d.Month = &u.Windows, unconsumed(&u, c.Tier), u.Month
 	if d.Shadow, err = s.limiter.shadowView(ctx, c); err != nil {
 		return err
 	}
@@ -281,7 +284,7 @@ func (s *Service) Usage(ctx context.Context, userID, tierName string) ([len(Wind
 		}
 		tier = &t
 	}
-	u, err := s.limiter.usage(ctx, userID, tier, s.now(), true)
+	u, err := s.limiter.usage(ctx, userID, tier, s.now(), true, nil)
 	return u.Windows, err
 }
 

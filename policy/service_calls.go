@@ -67,7 +67,15 @@ func (s *Service) UsageReport(ctx context.Context, userID, tierName string) (Usa
 		}
 		tier = &t
 	}
-	return s.limiter.usage(ctx, userID, tier, s.now(), true)
+	var period *Period
+	if s.periodsKept() {
+		p, err := s.UserPeriod(ctx, userID)
+		if err != nil {
+			return UsageReport{}, err
+		}
+		period = &p
+	}
+	return s.limiter.usage(ctx, userID, tier, s.now(), true, period)
 }
 
 // callNotFound is the error for a call id that names no call.

@@ -70,6 +70,7 @@ var measureFields = func() (fs [numMeasures][len(Windows)]*LimitField) {
 
 // limit returns t's limit of m in window w; ok is false when t sets none.
 func (t *Tier) limit(m Measure, w Window) (limit int64, ok bool) {
+	// measureFields holds only windowed rows: a month is no Window.
 	if f := measureFields[m][w]; f != nil {
 		return f.Value(t)
 	}

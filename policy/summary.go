@@ -114,6 +114,17 @@ func limitWords(value func(*LimitField) (int64, bool)) (requests, metering strin
 		if !ok {
 			continue
 		}
+		switch {
+		case f.Monthly && f.Kind == KindRequests:
+			req = append(req, GroupDigits(v)+"/month")
+			continue
+		case f.Monthly && f.Kind == KindTokens:
+			met = append(met, GroupDigits(v)+" tokens/month")
+			continue
+		case f.Monthly:
+			met = append(met, f.Format(v)+" spend/month")
+			continue
+		}
 		switch f.Kind {
 		case KindRequests:
 			if !f.Windowed {

@@ -73,6 +73,11 @@ func (d *Decision) RefusedBy() (kind LimitKind, ok bool) {
 			return KindCost, true
 		}
 	}
+	for _, k := range [...]LimitKind{KindRequests, KindTokens, KindCost} {
+		if reason == MonthReason(k) {
+			return k, true // see RefusedByMonth
+		}
+	}
 	return 0, false
 }
 

@@ -84,14 +84,16 @@ func SameRecord(a, b *UserRecord) bool {
 
 // sameDecisions reports whether deciding a check under a instead of b
 // could change any answer: a nil record assigns and overrides nothing.
-// TimeZone and BillingAnchor are left out while no limit counts over a
-// billing period; a limit that does must bring them in, here and in what
-// the stores confirm.
+// TimeZone and BillingAnchor place the period month limits count over.
 func sameDecisions(a, b *UserRecord) bool {
 	if a == nil || b == nil {
-		return (a == nil || a.Tier == "" && a.Account == "" && a.Limits.IsZero()) && (b == nil || b.Tier == "" && b.Account == "" && b.Limits.IsZero())
+		empty := func(r *UserRecord) bool {
+			return r == nil || r.Tier == "" && r.Account == "" && r.Limits.IsZero() && r.TimeZone == "" && r.BillingAnchor == 0
+		}
+		return empty(a) && empty(b)
 	}
-	return a.Tier == b.Tier && a.Account == b.Account && a.Limits.Equal(&b.Limits)
+	return a.Tier == b.Tier && a.Account == b.Account && a.Limits.Equal(&b.Limits) &&
+		a.TimeZone == b.TimeZone && a.BillingAnchor == b.BillingAnchor
 }
 
 // UserChange is one change to one user record, as the audit log keeps it.

@@ -49,8 +49,9 @@ type adminAccountForm struct {
 // adminAccountView is an account's page.
 type adminAccountView struct {
 	ID, Tier, Summary, Note, Updated string
-	// Period is the pool's current billing period in words.
-	Period string
+	// Period is the pool's current billing period in words; Month its
+	// tokens and spend so far, empty for a store without periods.
+	Period, Month string
 	// Limits are the pooled limits, a row per policy.LimitFields: the
 	// plan's, the account's override and the one that applies.
 	Limits []adminPoolLimitRow
@@ -379,6 +380,18 @@ func (a *Admin) renderAccount(c echo.Context, id string, status int, alert strin
 			}
 		}
 		view.Windows = append(view.Windows, row)
+	}
+	if m := u.Month; m != nil {
+		w := monthRow(m, true, now)
+		row := adminPoolWindowRow{Name: w.Name, Title: w.Title, Count: w.Count, Limit: w.Limit, Remaining: w.Remaining, Reset: w.Reset}
+		if tok := m.Tokens; tok != nil {
+			row.TokensUsed = policy.GroupDigits(tok.Used)
+			if tok.Limited {
+				row.TokenLimit, row.TokensRemaining = policy.GroupDigits(tok.Limit), policy.GroupDigits(tok.Remaining)
+			}
+		}
+		view.Windows = append(view.Windows, row)
+		view.Month = monthText(m)
 	}
 	if view.Members, view.NextMembers, err = a.memberRows(ctx, acct, c.QueryParam("members_after")); err != nil {
 		return a.fail(c, err)

@@ -53,11 +53,11 @@ func (adminView) TierTableWidth() int { return len(tierColumns) + 7 }
 func columnLabel(f *policy.LimitField) string {
 	switch f.Kind {
 	case policy.KindRequests:
-		return "Per " + f.Window.String()
+		return "Per " + f.WindowName()
 	case policy.KindBurst:
 		return "Burst"
 	case policy.KindTokens:
-		return "Tokens per " + f.Window.String()
+		return "Tokens per " + f.WindowName()
 	}
 	return f.Label
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -34,7 +35,10 @@ type adminUsageResult struct {
 	Tier    string // empty: counts only
 	AsOf    string
 	Windows []adminWindowRow
-	Day     *adminUserDay // the last day's chart, calls and tokens (user.go)
+	// Month says the current billing period and its tokens and spend
+	// against the tier's month limits; empty for a store without periods.
+	Month string
+	Day   *adminUserDay // the last day's chart, calls and tokens (user.go)
 }
 
 // adminWindowRow is one window of a looked-up user. Limit, Remaining and
@@ -85,7 +89,8 @@ func (a *Admin) renderUsage(c echo.Context, user, tierName string, asked bool, p
 		errs["user_id"] = policy.ErrorMessage(policy.ValidateUserID(user))
 	default:
 		now := a.svc.Now()
-		states, err := a.svc.Usage(ctx, user, tierName)
+		report, err := a.svc.UsageReport(ctx, user, tierName)
+		states := report.Windows
 		if policy.ErrorCode(err) == policy.EINVALID {
 			errs["tier"] = policy.ErrorMessage(err) // the user id was checked above
 			break
@@ -100,6 +105,10 @@ func (a *Admin) renderUsage(c echo.Context, user, tierName string, asked bool, p
 				row.Limit, row.Remaining, row.Reset = policy.GroupDigits(s.Limit), policy.GroupDigits(s.Remaining), resetText(now, s.Reset)
 			}
 			result.Windows = append(result.Windows, row)
+		}
+		if m := report.Month; m != nil {
+			result.Windows = append(result.Windows, monthRow(m, tierName != "", now))
+			result.Month = monthText(m)
 		}
 		if result.Day, err = a.userDay(ctx, user, tierName); err != nil {
 			return a.fail(c, err)
@@ -171,6 +180,44 @@ func (a *Admin) handleClearUsage(c echo.Context) error {
 		q.Set("tier", tierName)
 	}
 	return c.Redirect(http.StatusSeeOther, "/admin/usage?"+q.Encode())
+}
+
+// monthRow is the row of the current billing period in a table of
+// windows: its requests, and with limited, its limit, what remains and
+// when it ends (nothing leaves a period before then).
+func monthRow(m *policy.MonthState, limited bool, now time.Time) adminWindowRow {
+	row := adminWindowRow{Name: "month", Title: "This billing period", Count: policy.GroupDigits(m.Count)}
+	if limited && m.Limited {
+		row.Limit, row.Remaining, row.Reset = policy.GroupDigits(m.Limit), policy.GroupDigits(m.Remaining), resetText(now, m.Reset)
+	}
+	return row
+}
+
+// monthText says a billing period's dates and its tokens and spend so
+// far, against their month limits where set: "1 Mar 2026 00:00 to 1 Apr
+// 2026 00:00 (UTC): 1,200 of 2,000,000 tokens, $0.35 spent".
+func monthText(m *policy.MonthState) string {
+	const layout = "2 Jan 2006 15:04"
+	s := m.Start.Format(layout) + " to " + m.End.Format(layout) + " (" + m.Start.Location().String() + ")"
+	var parts []string
+	if t := m.Tokens; t != nil {
+		p := policy.GroupDigits(t.Used) + " tokens"
+		if t.Limited {
+			p = policy.GroupDigits(t.Used) + " of " + policy.GroupDigits(t.Limit) + " tokens"
+		}
+		parts = append(parts, p)
+	}
+	if c := m.Cost; c != nil {
+		p := "$" + policy.Money(c.Used).String() + " spent"
+		if c.Limited {
+			p += " of $" + policy.Money(c.Limit).String()
+		}
+		parts = append(parts, p)
+	}
+	if len(parts) > 0 {
+		s += ": " + strings.Join(parts, ", ")
+	}
+	return s
 }
 
 // resetText says when a window next frees a slot: in how long and at what

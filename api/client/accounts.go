@@ -80,6 +80,9 @@ type AccountWindows struct {
 	Minute AccountWindow `json:"minute"`
 	Hour   AccountWindow `json:"hour"`
 	Day    AccountWindow `json:"day"`
+	// Month is the account's billing period; nil unless the pooled
+	// limits limit months.
+	Month *MonthWindow `json:"month"`
 }
 
 // AccountWindow is one pooled window's state.
@@ -116,6 +119,7 @@ type AccountUsage struct {
 		Minute UsageWindow `json:"minute"`
 		Hour   UsageWindow `json:"hour"`
 		Day    UsageWindow `json:"day"`
+		Month  *UsageMonth `json:"month"`
 	} `json:"windows"`
 	// CallsInFlight is the members' calls open now.
 	CallsInFlight int64 `json:"calls_in_flight"`
@@ -184,6 +188,12 @@ func (c *Client) AccountUsage(ctx context.Context, id string) (AccountUsage, err
 	var out AccountUsage
 	_, err := c.do(ctx, http.MethodGet, accountPath(id)+"/usage", c.adminToken, nil, &out, http.StatusOK)
 	return out, err
+}
+
+// AccountPeriods returns the pooled billing periods of the account named
+// id, as UserPeriods.
+func (c *Client) AccountPeriods(ctx context.Context, id string, before time.Time, limit int) (Periods, error) {
+	return c.periods(ctx, accountPath(id)+"/usage/periods", before, limit)
 }
 
 // ForgetAccountUsage deletes the pooled requests, tokens and calls of the

@@ -17,6 +17,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -171,6 +172,23 @@ type Windows struct {
 	Minute Window `json:"minute"`
 	Hour   Window `json:"hour"`
 	Day    Window `json:"day"`
+	// Month is the billing period's state; nil unless the tier limits
+	// months.
+	Month *MonthWindow `json:"month"`
+}
+
+// MonthWindow is a billing period's state after a check: nothing leaves
+// it before End, so Reset is always the seconds to End.
+type MonthWindow struct {
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+	// Limit and Remaining are nil unless requests_per_month is set.
+	Limit     *int64 `json:"limit"`
+	Remaining *int64 `json:"remaining"`
+	Reset     int64  `json:"reset"`
+	// Tokens and Cost are nil unless the month limits them.
+	Tokens *WindowTokens `json:"tokens"`
+	Cost   *WindowCost   `json:"cost"`
 }
 
 // Window is one rolling window's state.
@@ -415,6 +433,9 @@ type Usage struct {
 		Minute UsageWindow `json:"minute"`
 		Hour   UsageWindow `json:"hour"`
 		Day    UsageWindow `json:"day"`
+		// Month is the current billing period; nil from a service that
+		// keeps no periods.
+		Month *UsageMonth `json:"month"`
 	} `json:"windows"`
 	// CallsInFlight is the user's metered calls open now.
 	CallsInFlight int64 `json:"calls_in_flight"`
@@ -445,6 +466,54 @@ type UsageWindow struct {
 	// Cost is the window's spend in dollars, as Tokens; nil from a
 	// service that keeps no calls.
 	Cost *UsageCost `json:"cost"`
+}
+
+// UsageMonth is the current billing period in a Usage, as a window: its
+// Limit, Remaining and Reset are set where month limits apply.
+type UsageMonth struct {
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+	UsageWindow
+}
+
+// Periods is a list of billing periods, newest first.
+type Periods struct {
+	TimeZone      string         `json:"time_zone"`
+	BillingAnchor int            `json:"billing_anchor"`
+	Periods       []PeriodTotals `json:"periods"`
+}
+
+// PeriodTotals is what one billing period used; Cost in US dollars as a
+// decimal string.
+type PeriodTotals struct {
+	Start    time.Time `json:"start"`
+	End      time.Time `json:"end"`
+	Requests int64     `json:"requests"`
+	Tokens   int64     `json:"tokens"`
+	Cost     string    `json:"cost"`
+}
+
+// UserPeriods returns userID's billing periods newest first, at most limit
+// (0: the service's most, 14) starting before before (zero: the current
+// one first).
+func (c *Client) UserPeriods(ctx context.Context, userID string, before time.Time, limit int) (Periods, error) {
+	return c.periods(ctx, "/v1/usage/"+url.PathEscape(userID)+"/periods", before, limit)
+}
+
+func (c *Client) periods(ctx context.Context, path string, before time.Time, limit int) (Periods, error) {
+	q := url.Values{}
+	if !before.IsZero() {
+		q.Set("before", before.Format(time.RFC3339))
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var p Periods
+	_, err := c.do(ctx, http.MethodGet, path, c.adminToken, nil, &p, http.StatusOK)
+	return p, err
 }
 
 // UsageCost is one window's spend in a Usage, in US dollars as decimal

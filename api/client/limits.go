@@ -35,6 +35,12 @@ type Limits struct {
 	CostPerMinute *string `json:"cost_per_minute,omitempty"`
 	CostPerHour   *string `json:"cost_per_hour,omitempty"`
 	CostPerDay    *string `json:"cost_per_day,omitempty"`
+	// RequestsPerMonth, TokensPerMonth and CostPerMonth count over the
+	// subscriber's billing period, from local midnight of its anchor day
+	// in its time zone to the next month's.
+	RequestsPerMonth *int64  `json:"requests_per_month,omitempty"`
+	TokensPerMonth   *int64  `json:"tokens_per_month,omitempty"`
+	CostPerMonth     *string `json:"cost_per_month,omitempty"`
 }
 
 // Dollars returns a pointer to amount, an amount of US dollars as a

@@ -96,13 +96,16 @@ func (x *exchange) failErr(err error) {
 // refusal is the protocol's answer to an exhausted quota, and is never
 // retried by the SDK: the wait for money to leave a window is the
 // window's, which no client should sleep through, and a budget is not a
-// rate.
+// rate. A month limit's refusal is answered alike, whatever it counts:
+// nothing leaves a billing period before it ends.
 func (x *exchange) rateLimited(d *policy.Decision) {
 	kind, retry := errRateLimit, true
-	switch k, _ := d.RefusedBy(); k {
-	case policy.KindTokens:
+	switch k, _ := d.RefusedBy(); {
+	case d.RefusedByMonth():
+		kind, retry = errQuota, false
+	case k == policy.KindTokens:
 		kind = errRateLimitTokens
-	case policy.KindCost:
+	case k == policy.KindCost:
 		kind, retry = errQuota, false
 	}
 	x.waitFields(max(d.RetryAfter, 1), retry)

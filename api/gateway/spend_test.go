@@ -476,3 +476,44 @@ func TestGatewayReplicasShareTheSpendBudget(t *testing.T) {
 	r, key := newReplicas(t, tier, db.WithStatementTimeout(time.Minute), db.WithBusyTimeout(time.Minute))
 	spendRace(t, r.urls, key, r.svc)
 }
+
+// A month limit's refusal is answered as a spend limit's: the protocol's
+// exhausted quota, not retried, Retry-After the seconds to the period's
+// end, whatever the month counts.
+func TestGatewayMonthLimitIsAnExhaustedQuota(t *testing.T) {
+	e, _ := newGatewayEnv(t, nil)
+	ctx := context.Background()
+	// The windows admit what the month does; a day apart, they are empty
+	// and the month alone refuses.
+	e.putTier("monthly", `{"requests_per_minute":1,"requests_per_hour":1,"requests_per_day":1,"burst_allowance":0,"requests_per_month":1}`)
+	e.assign("mo", "monthly")
+	key := e.newKey("mo")
+	e.clock.Set(time.Date(2026, 3, 30, 12, 0, 0, 0, time.UTC))
+	call := func(a *attempts) error {
+		params := chat("gpt-4o-mini")
+		c := e.openai(key, option.WithMaxRetries(2), option.WithMiddleware(a.middleware))
+		_, err := c.Chat.Completions.New(ctx, params)
+		return err
+	}
+	var a attempts
+	if err := call(&a); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Set(time.Date(2026, 3, 31, 13, 0, 0, 0, time.UTC)) // 11 hours to 1 April
+	a = attempts{}
+	a.onFirst = func(res *http.Response) {
+		for name, want := range map[string]string{"X-Should-Retry": "false", "Retry-After": "39600"} {
+			if got := res.Header.Values(name); len(got) != 1 || got[0] != want {
+				t.Errorf("%s: %q, want %q", name, got, want)
+			}
+		}
+	}
+	err := call(&a)
+	var oe *openai.Error
+	if !errors.As(err, &oe) || oe.StatusCode != http.StatusTooManyRequests || oe.Code != "insufficient_quota" || oe.Message != "per-month limit exceeded" {
+		t.Errorf("%v (%s), want OpenAI's 429 insufficient_quota", err, rawError(err))
+	}
+	if n := a.n.Load(); n != 1 {
+		t.Errorf("the SDK sent %d requests, want 1: no retry", n)
+	}
+}

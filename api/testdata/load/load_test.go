@@ -130,6 +130,8 @@ func TestLoad(t *testing.T) {
 	metered.meter(t)
 	spend := startService(t, bin, dir, filepath.Join(dir, "spend.db"), "FULL", time.Hour)
 	spend.spend(t)
+	monthly := startService(t, bin, dir, filepath.Join(dir, "monthly.db"), "FULL", time.Hour)
+	monthly.monthly(t)
 	base := startBaseline(t, baseline, "do-nothing handler")
 	bare := startBaseline(t, baseline, "bare durable FULL", "-bare", filepath.Join(dir, "bare.db"))
 	pg := startPostgres(t, out, cfg, bin, dir) // nil without a server
@@ -142,7 +144,7 @@ func TestLoad(t *testing.T) {
 	fmt.Fprintf(out, "load generator: %s\n", gen.name())
 
 	// Throughput and latency at cfg.conns connections.
-	targets := []*target{base, bare, full, normal, metered, spend}
+	targets := []*target{base, bare, full, normal, metered, spend, monthly}
 	if pg != nil {
 		targets = append(targets, pg.sets[:]...)
 	}
@@ -190,6 +192,9 @@ func TestLoad(t *testing.T) {
 	spendCost := medianRatio(results[metered], results[spend])
 	fmt.Fprintf(out, "a check with spend limits costs %.3fx a metered one with token limits only per round %v   target <= 1.25x: %s\n",
 		spendCost, ratios(results[metered], results[spend]), verdict(spendCost <= 1.25))
+	monthCost := medianRatio(results[spend], results[monthly])
+	fmt.Fprintf(out, "a check with month limits costs %.3fx the same tier without them per round %v   target <= 1.25x: %s\n",
+		monthCost, ratios(results[spend], results[monthly]), verdict(monthCost <= 1.25))
 	cost := 1 - medianRatio(results[full], results[normal])
 	fmt.Fprintf(out, "FULL costs %.1f%% of NORMAL's throughput   target <= 10%%: %s\n", 100*cost, verdict(cost <= 0.10))
 	p99 := medianResult(results[full]).p99
@@ -229,6 +234,7 @@ func TestLoad(t *testing.T) {
 	normal.stop(t)
 	metered.stop(t)
 	spend.stop(t)
+	monthly.stop(t)
 	base.stop(t)
 	bare.stop(t)
 
@@ -639,6 +645,19 @@ func (tg *target) spend(t *testing.T) {
 	tg.put(t, "/v1/prices", `{"prices":[{"model":"gpt-4o-mini","input":"0.15","output":"0.6"}]}`)
 	tg.putTier(t, spendTier)
 }
+
+// monthly makes tg's benchmark tier spendTier with month limits no check
+// reaches: every check then also reads its billing period's totals and
+// counts the period's rows still stored.
+func (tg *target) monthly(t *testing.T) {
+	t.Helper()
+	tg.name += ", monthly"
+	tg.put(t, "/v1/prices", `{"prices":[{"model":"gpt-4o-mini","input":"0.15","output":"0.6"}]}`)
+	tg.putTier(t, monthlyTier)
+}
+
+// monthlyTier is spendTier with month limits.
+var monthlyTier = strings.TrimSuffix(spendTier, "}") + fmt.Sprintf(`,"requests_per_month":%d,"tokens_per_month":%[1]d,"cost_per_month":"1000000"}`, policy.MaxLimit)
 
 // spendTier is meteredTier with spend limits of a million dollars.
 var spendTier = strings.TrimSuffix(meteredTier, "}") + `,"cost_per_minute":"1000000","cost_per_hour":"1000000","cost_per_day":"1000000"}`

@@ -86,7 +86,7 @@ func readLimitValues(raw map[string]jsontext.Value, prefix string) (map[string]*
 	values := make(map[string]*int64, len(raw))
 	for name, v := range raw {
 		f, ok := policy.LimitFieldNamed(name)
-		if !ok {
+		if !ok || !f.In(policy.ScopeAccount) {
 			return nil, policy.Errorf(policy.EINVALID, "unknown field %s in %s", policy.Quote(name), prefix)
 		}
 		field := prefix + "." + name
@@ -201,7 +201,7 @@ func (s *Server) handleGetAccountUsage(c echo.Context) error {
 		Period:        periodToJSON(period),
 		AccountID:     id,
 		Tier:          u.Account.Tier,
-		Limits:        u.Limits.Values(),
+		Limits:        u.Limits.Values(policy.ScopeAccount),
 		CallsInFlight: u.CallsInFlight,
 		Windows:       usageWindowsOf(&u.Windows, st.Limited),
 	})

@@ -64,7 +64,7 @@ func (j tierJSON) MarshalJSONTo(enc *jsontext.Encoder) error {
 	}
 	err := writeMember(enc, "name", j.Name)
 	if err == nil {
-		err = writeLimits(enc, &j.Limits, nil, false)
+		err = writeLimits(enc, &j.Limits, inScope(policy.ScopeTier), false)
 	}
 	if err == nil {
 		err = writeMember(enc, "features", j.Features)
@@ -110,20 +110,20 @@ func (j *tierJSON) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 		case "account":
 			return true, json.UnmarshalDecode(dec, &j.Account)
 		}
-		return readLimit(dec, &j.Limits, name, nil, false)
+		return readLimit(dec, &j.Limits, name, inScope(policy.ScopeTier), false)
 	})
 }
 
 // MarshalJSONTo implements json.MarshalerTo.
 func (p poolJSON) MarshalJSONTo(enc *jsontext.Encoder) error {
-	return writeLimitsObject(enc, &p.Limits, nil)
+	return writeLimitsObject(enc, &p.Limits, inScope(policy.ScopeAccount))
 }
 
 // UnmarshalJSONFrom implements json.UnmarshalerFrom.
 func (p *poolJSON) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 	*p = poolJSON{}
 	return readObject(dec, reflect.TypeFor[poolJSON](), func(name string) (bool, error) {
-		return readLimit(dec, &p.Limits, name, nil, true)
+		return readLimit(dec, &p.Limits, name, inScope(policy.ScopeAccount), true)
 	})
 }
 
@@ -164,6 +164,12 @@ func (l *limitsJSON) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 		}
 		return readLimit(dec, &l.Limits, name, (*policy.LimitField).InRequestLimits, false)
 	})
+}
+
+// inScope returns the want of writeLimits and readLimit for the limits of
+// scope sc.
+func inScope(sc policy.Scope) func(*policy.LimitField) bool {
+	return func(f *policy.LimitField) bool { return f.In(sc) }
 }
 
 // writeMember writes the member name with value v.
@@ -286,8 +292,8 @@ func readObject(dec *jsontext.Decoder, goType reflect.Type, member func(name str
 
 func tierToJSON(t policy.Tier) tierJSON {
 	j := tierJSON{Name: t.Name, Features: t.Features, Models: t.Models, Description: t.Description, UpdatedAt: t.UpdatedAt.UTC()}
-	for i := range policy.LimitFields {
-		j.Limits[i] = policy.LimitFields[i].Get(&t)
+	for f := range policy.FieldsIn(policy.ScopeTier) {
+		j.Limits[f.ID()] = f.Get(&t)
 	}
 	if l := t.Shadow; l != nil {
 		j.Shadow = &limitsJSON{Limits: l.Limits}
@@ -317,8 +323,8 @@ var tierFields = func() []string {
 		}
 	}
 	fields = append(fields, "account")
-	for _, name := range policy.LimitNames {
-		fields = append(fields, "account."+name)
+	for f := range policy.FieldsIn(policy.ScopeAccount) {
+		fields = append(fields, "account."+f.Name)
 	}
 	return fields
 }()
@@ -419,8 +425,8 @@ func readTier(data []byte, pathName string) (policy.Tier, []string) {
 	if in.Shadow != nil {
 		t.Shadow = &policy.RequestLimits{}
 	}
-	for i := range policy.LimitFields {
-		f := &policy.LimitFields[i]
+	for f := range policy.FieldsIn(policy.ScopeTier) {
+		i := f.ID()
 		f.Set(&t, in.Limits[i])
 		if !f.Optional && !present[f.Name] {
 			problems[f.Name] = append(problems[f.Name], f.Name+" is required")

@@ -22,8 +22,12 @@ func TestTierWireWalksTheTable(t *testing.T) {
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
 		v := int64(i + 1)
-		f.Set(&tier, &v)
-		tier.Account.Set(f, new(200+v))
+		if f.In(policy.ScopeTier) {
+			f.Set(&tier, &v)
+		}
+		if f.In(policy.ScopeAccount) {
+			tier.Account.Set(f, new(200+v))
+		}
 		if f.InRequestLimits() {
 			tier.Shadow.Limits.Set(f, new(100+v))
 			tier.Shadow.Account.Set(f, new(300+v))
@@ -47,15 +51,21 @@ func TestTierWireWalksTheTable(t *testing.T) {
 		f := &policy.LimitFields[i]
 		member := `"` + f.Name + `":` + wire(f, i+1) + `,`
 		next := strings.Index(body, member)
-		if next < at {
+		switch {
+		case !f.In(policy.ScopeTier):
+			if next >= 0 {
+				t.Errorf("%s: %s, a run's limit, among the tier's own in %s", f.Name, member, body)
+			}
+		case next < at:
 			t.Errorf("%s: %s missing or out of the table's order in %s", f.Name, member, body)
+		default:
+			at = next
 		}
-		at = next
 		for _, in := range []struct {
 			obj  string
 			v    int
 			want bool
-		}{{`"shadow":{`, 101 + i, f.InRequestLimits()}, {`"account":{`, 201 + i, true}} {
+		}{{`"shadow":{`, 101 + i, f.InRequestLimits()}, {`"account":{`, 201 + i, f.In(policy.ScopeAccount)}} {
 			obj := body[strings.Index(body, in.obj):]
 			if got := strings.Contains(obj, `"`+f.Name+`":`+wire(f, in.v)); got != in.want {
 				t.Errorf("%s: in %s %v, want %v: %s", f.Name, in.obj, got, in.want, body)

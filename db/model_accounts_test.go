@@ -257,7 +257,7 @@ func comparePool(run *modelRun, what string, got *policy.AccountState, want *ref
 		run.fatalf("%s: account %q, reference %q", what, got.ID, want.id)
 	}
 	if p := policyPool(want.limits); !got.Limits.Equal(&p) {
-		run.fatalf("%s: account limits %v, reference %v", what, got.Limits.Values(), want.limits)
+		run.fatalf("%s: account limits %v, reference %v", what, got.Limits.Values(policy.ScopeAccount), want.limits)
 	}
 	for i, w := range got.Windows {
 		ws := want.windows[i]
@@ -339,7 +339,7 @@ func (h *modelHarness) compareAccounts(run *modelRun) {
 		}
 		limits := h.ref.poolLimits(a)
 		if p := policyPool(limits); !u.Limits.Equal(&p) || u.Account.Tier != a.tier {
-			run.fatalf("account %q: tier %q limits %v, reference %q %v", id, u.Account.Tier, u.Limits.Values(), a.tier, limits)
+			run.fatalf("account %q: tier %q limits %v, reference %q %v", id, u.Account.Tier, u.Limits.Values(policy.ScopeAccount), a.tier, limits)
 		}
 		key := policy.AccountKey(id)
 		view := h.ref.clone()

@@ -114,13 +114,12 @@ func (l limitsRow) Value() (driver.Value, error) {
 
 func rowOf(t *policy.Tier) tierRow {
 	r := tierRow{Name: t.Name, Features: t.Features, Models: t.Models, Description: t.Description, ID: t.ID,
-		Limits: make(limitValues, len(policy.LimitFields))}
-	for i := range policy.LimitFields {
-		f := &policy.LimitFields[i]
+		Limits: make(limitValues, len(policy.LimitNames))}
+	for f := range policy.FieldsIn(policy.ScopeTier) {
 		r.Limits[f.Name] = f.Get(t)
 	}
 	if t.Account != nil {
-		p := poolRow(t.Account.Values())
+		p := poolRow(t.Account.Values(policy.ScopeAccount))
 		r.Account = &p
 	}
 	if l := t.Shadow; l != nil {
@@ -148,8 +147,7 @@ func rowOf(t *policy.Tier) tierRow {
 
 func (r *tierRow) tier() policy.Tier {
 	t := policy.Tier{Name: r.Name, Description: r.Description, Features: r.Features, Models: r.Models, ID: r.ID}
-	for i := range policy.LimitFields {
-		f := &policy.LimitFields[i]
+	for f := range policy.FieldsIn(policy.ScopeTier) {
 		f.Set(&t, r.Limits[f.Name])
 	}
 	if l := r.Shadow; l != nil {

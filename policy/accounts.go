@@ -36,7 +36,7 @@ func (s *LimitSet) Metered() bool {
 func (p *LimitSet) Tier(name string, id int64) Tier {
 	t := Tier{Name: name, ID: id, Limits: *p}
 	for i := range LimitFields {
-		if t.Limits[i] == nil && LimitFields[i].Kind == KindRequests {
+		if f := &LimitFields[i]; t.Limits[i] == nil && f.Kind == KindRequests && f.In(ScopeAccount) {
 			t.Limits[i] = new(int64(noPoolLimit))
 		}
 	}
@@ -81,7 +81,7 @@ func (a *Account) ValidateFields() []FieldError {
 	if !ValidTierName(a.Tier) {
 		errs = append(errs, FieldError{"tier", "tier must match [a-z0-9][a-z0-9_-]{0,62}"})
 	}
-	errs = append(errs, a.Limits.ValidateFields("limits.")...)
+	errs = append(errs, a.Limits.ValidateFields(ScopeAccount, "limits.")...)
 	if e := validTimeZone(a.TimeZone); e != nil {
 		errs = append(errs, *e)
 	}
@@ -191,7 +191,7 @@ type AccountState struct {
 // Limited reports whether the pool limits the requests of window w.
 func (a *AccountState) Limited(w Window) bool {
 	for i := range LimitFields {
-		if f := &LimitFields[i]; f.Kind == KindRequests && f.Window == w {
+		if f := &LimitFields[i]; f.Kind == KindRequests && f.Windowed && f.Window == w {
 			return a.Limits[i] != nil
 		}
 	}
@@ -276,7 +276,7 @@ func (s *Service) checkPool(ctx context.Context, a *Account, listed map[string]*
 		t = &stored
 	}
 	pool := a.Pool(t)
-	if errs := pool.ValidateFields("limits."); len(errs) > 0 {
+	if errs := pool.ValidateFields(ScopeAccount, "limits."); len(errs) > 0 {
 		return &Error{Code: EINVALID, Message: errs[0].Message}
 	}
 	return nil

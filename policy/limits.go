@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"iter"
 	"math"
 	"slices"
 	"strings"
@@ -22,7 +23,29 @@ const (
 	// KindCost limits the money the calls of a window cost: its values
 	// are Money, picodollars, shown in dollars on every surface.
 	KindCost
+	// KindDuration limits a run's time, in whole seconds from its first
+	// request.
+	KindDuration
+	// KindDepth limits the levels of a tree of runs, the root counting as
+	// one.
+	KindDepth
 	numKinds // the number of kinds, not one
+)
+
+// Scope is the sets of limits a limit may be set in, a bit each: a row of
+// LimitFields says where it belongs, and every surface that lists a set of
+// limits lists the rows of that set's scope only.
+type Scope uint8
+
+const (
+	// ScopeTier is a tier's own limits (Tier.Limits), a user's overrides
+	// of them and, for the request limits, its shadow limits.
+	ScopeTier Scope = 1 << iota
+	// ScopeAccount is the pooled limits of the accounts on a plan
+	// (Tier.Account) and an account's overrides of them.
+	ScopeAccount
+	// ScopeRun is the limits of each run of an agent (Tier.Run).
+	ScopeRun
 )
 
 // LimitField is one limit a tier sets, described once for every surface
@@ -51,6 +74,13 @@ type LimitField struct {
 	// Every value of the limit, wherever it is set, is checked against
 	// it here and nowhere else: the database stores what policy accepts.
 	Max int64
+	// Min is the smallest value the limit may take: 0 but for a run's
+	// max_depth, whose root alone is one level.
+	Min int64
+	// Scopes are the sets of limits the limit belongs to; 0 reads as
+	// ScopeTier|ScopeAccount. A set never holds a limit outside its scope:
+	// its parsing reads the name as unknown, and validation refuses it.
+	Scopes Scope
 
 	// id is the limit's row in LimitFields and its index in a LimitSet.
 	id LimitID
@@ -73,8 +103,20 @@ const (
 	CostPerMinute
 	CostPerHour
 	CostPerDay
+	MaxRunRequests
+	MaxRunTokens
+	MaxRunCost
+	MaxRunDuration
+	MaxRunDepth
 	numLimits // the number of limits, not one
 )
+
+// DefaultRunMaxDepth is the levels a tree of runs may have when its tier's
+// run object sets no max_depth: the root and three levels of sub-agents.
+const DefaultRunMaxDepth = 4
+
+// MaxRunDepthLimit is the largest max_depth a run object may set.
+const MaxRunDepthLimit = 64
 
 // LimitFields lists every limit of a tier, in the order the API, the tiers
 // file and the admin page show them; within a kind, the windows run from
@@ -104,10 +146,21 @@ var LimitFields = [numLimits]LimitField{
 	TokensPerMinute: {Name: "tokens_per_minute", Label: "Tokens per minute", Kind: KindTokens, Window: Minute, Windowed: true, Optional: true},
 	TokensPerHour:   {Name: "tokens_per_hour", Label: "Tokens per hour", Kind: KindTokens, Window: Hour, Windowed: true, Optional: true},
 	TokensPerDay:    {Name: "tokens_per_day", Label: "Tokens per day", Kind: KindTokens, Window: Day, Windowed: true, Optional: true},
-	MaxConcurrent:   {Name: "max_concurrent", Label: "Max concurrent calls", Doc: "Calls open at once.", Kind: KindConcurrency, Optional: true},
-	CostPerMinute:   {Name: "cost_per_minute", Label: "Spend per minute", Kind: KindCost, Window: Minute, Windowed: true, Optional: true, Max: math.MaxInt64},
-	CostPerHour:     {Name: "cost_per_hour", Label: "Spend per hour", Kind: KindCost, Window: Hour, Windowed: true, Optional: true, Max: math.MaxInt64},
-	CostPerDay:      {Name: "cost_per_day", Label: "Spend per day", Doc: "Model spend in US dollars, priced by the price table.", Kind: KindCost, Window: Day, Windowed: true, Optional: true, Max: math.MaxInt64},
+	MaxConcurrent: {Name: "max_concurrent", Label: "Max concurrent calls", Doc: "Calls open at once.", Kind: KindConcurrency, Optional: true,
+		Scopes: ScopeTier | ScopeAccount | ScopeRun},
+	CostPerMinute: {Name: "cost_per_minute", Label: "Spend per minute", Kind: KindCost, Window: Minute, Windowed: true, Optional: true, Max: math.MaxInt64},
+	CostPerHour:   {Name: "cost_per_hour", Label: "Spend per hour", Kind: KindCost, Window: Hour, Windowed: true, Optional: true, Max: math.MaxInt64},
+	CostPerDay:    {Name: "cost_per_day", Label: "Spend per day", Doc: "Model spend in US dollars, priced by the price table.", Kind: KindCost, Window: Day, Windowed: true, Optional: true, Max: math.MaxInt64},
+	// A run's limits count from its first request: none is Windowed.
+	MaxRunRequests: {Name: "max_requests", Label: "Max steps", Doc: "Requests the run and its sub-agents may make.",
+		Kind: KindRequests, Optional: true, Scopes: ScopeRun},
+	MaxRunTokens: {Name: "max_tokens", Label: "Max tokens", Kind: KindTokens, Optional: true, Scopes: ScopeRun},
+	MaxRunCost: {Name: "max_cost", Label: "Max spend", Doc: "Model spend in US dollars over the whole run.",
+		Kind: KindCost, Optional: true, Max: math.MaxInt64, Scopes: ScopeRun},
+	MaxRunDuration: {Name: "max_duration", Label: "Max duration", Doc: "Seconds from the run's first request.",
+		Kind: KindDuration, Optional: true, Scopes: ScopeRun},
+	MaxRunDepth: {Name: "max_depth", Label: "Max depth", Doc: "Levels of sub-agents, the run itself counting as one (4 when unset).",
+		Kind: KindDepth, Optional: true, Min: 1, Max: MaxRunDepthLimit, Scopes: ScopeRun},
 }
 
 func init() {
@@ -116,6 +169,30 @@ func init() {
 		f.id = LimitID(i)
 		if f.Max == 0 {
 			f.Max = MaxLimit
+		}
+		if f.Scopes == 0 {
+			f.Scopes = ScopeTier | ScopeAccount
+		}
+	}
+}
+
+// In reports whether f belongs to a set of limits of scope s.
+func (f *LimitField) In(s Scope) bool {
+	sc := f.Scopes
+	if sc == 0 { // as init sets it, for the package's variables set before
+		sc = ScopeTier | ScopeAccount
+	}
+	return sc&s != 0
+}
+
+// FieldsIn returns the rows of LimitFields in scope s, in order: the
+// limits a set of that scope holds.
+func FieldsIn(s Scope) iter.Seq[*LimitField] {
+	return func(yield func(*LimitField) bool) {
+		for i := range LimitFields {
+			if f := &LimitFields[i]; f.In(s) && !yield(f) {
+				return
+			}
 		}
 	}
 }
@@ -164,7 +241,10 @@ func (s LimitSet) Value(id LimitID) int64 {
 func (s LimitSet) String() string {
 	b := []byte{'{'}
 	for i, p := range s {
-		if i > 0 {
+		if p == nil && !LimitFields[i].In(ScopeTier|ScopeAccount) {
+			continue // a run's limit, unset: most sets are no run's
+		}
+		if len(b) > 1 {
 			b = append(b, ' ')
 		}
 		b = append(b, LimitFields[i].Name...)
@@ -191,24 +271,47 @@ func (s *LimitSet) Equal(q *LimitSet) bool {
 	return true
 }
 
-// Values returns s by field name: a nil value sets no limit.
-func (s *LimitSet) Values() map[string]*int64 {
+// Values returns s by field name, the limits of scope sc: a nil value sets
+// no limit.
+func (s *LimitSet) Values(sc Scope) map[string]*int64 {
 	m := make(map[string]*int64, len(s))
-	for i := range LimitFields {
-		m[LimitFields[i].Name] = s[i]
+	for f := range FieldsIn(sc) {
+		m[f.Name] = s[f.id]
 	}
 	return m
 }
 
-// ValidateFields returns the problems of s, each field named with prefix
-// ("account."), by the rules of a tier's limits: an unset limit has none.
-func (s *LimitSet) ValidateFields(prefix string) []FieldError {
-	return fieldErrors(limitProblems(prefix, func(f *LimitField) (int64, bool) {
-		if v := s.Get(f); v != nil {
+// ValidateFields returns the problems of s, a set of limits of scope sc,
+// each field named with prefix ("account."), by the rules of a tier's
+// limits: an unset limit has none, and a limit outside sc is one.
+func (s *LimitSet) ValidateFields(sc Scope, prefix string) []FieldError {
+	errs := outOfScope(sc, prefix, func(f *LimitField) bool { return s[f.id] != nil })
+	return append(errs, fieldErrors(limitProblems(prefix, func(f *LimitField) (int64, bool) {
+		if v := s.Get(f); v != nil && f.In(sc) {
 			return *v, true
 		}
 		return 0, false
-	}))
+	}))...)
+}
+
+// outOfScope returns a problem for each limit set reports set that a set
+// of scope sc cannot hold, each named with prefix.
+func outOfScope(sc Scope, prefix string, set func(*LimitField) bool) []FieldError {
+	var errs []FieldError
+	for i := range LimitFields {
+		if f := &LimitFields[i]; !f.In(sc) && set(f) {
+			errs = append(errs, FieldError{prefix + f.Name, prefix + f.Name + " cannot be set here: " + scopeWords(f.Scopes)})
+		}
+	}
+	return errs
+}
+
+// scopeWords says where a limit of scopes s belongs.
+func scopeWords(s Scope) string {
+	if s == ScopeRun {
+		return "it is a limit of a run, set in the tier's run object"
+	}
+	return "it is not a limit of this set"
 }
 
 // Value returns f's value in t; ok is false when f is optional and t sets
@@ -240,15 +343,18 @@ func (f *LimitField) Set(t *Tier, v *int64) {
 }
 
 // InRequestLimits reports whether f is one of the limits shadow limits,
-// previews and the replay of a user's overrides hold: the request limits
-// and the burst allowance.
-func (f *LimitField) InRequestLimits() bool { return f.Kind == KindRequests || f.Kind == KindBurst }
+// previews and the replay of a user's overrides hold: a tier's request
+// limits and its burst allowance.
+func (f *LimitField) InRequestLimits() bool {
+	return (f.Kind == KindRequests || f.Kind == KindBurst) && f.In(ScopeTier)
+}
 
-// LimitNames are the names of LimitFields, in order: the limits a user's
-// record can override, as the API and the tiers file name them.
-var LimitNames = func() (names [len(LimitFields)]string) {
-	for i := range LimitFields {
-		names[i] = LimitFields[i].Name
+// LimitNames are the names of the rows of LimitFields in ScopeTier, in
+// order: the limits a user's record can override, as the API and the
+// tiers file name them.
+var LimitNames = func() (names []string) {
+	for f := range FieldsIn(ScopeTier) {
+		names = append(names, f.Name)
 	}
 	return names
 }()
@@ -263,15 +369,16 @@ func LimitFieldNamed(name string) (f *LimitField, ok bool) {
 	return nil, false
 }
 
-// InRange reports whether v is a value of f: from 0 to f.Max.
-func (f *LimitField) InRange(v int64) bool { return v >= 0 && v <= f.Max }
+// InRange reports whether v is a value of f: from f.Min (0 but for a
+// run's max_depth) to f.Max.
+func (f *LimitField) InRange(v int64) bool { return v >= f.Min && v <= f.Max }
 
 // rangeMessage is the message of a value of f, named field, out of range.
 func (f *LimitField) rangeMessage(field string) string {
 	if f.Kind == KindCost {
 		return fmt.Sprintf("%s must be a dollar amount from %s to %s", field, f.Format(0), f.Format(f.Max))
 	}
-	return fmt.Sprintf("%s must be an integer from 0 to %d", field, f.Max)
+	return fmt.Sprintf("%s must be an integer from %d to %d", field, f.Min, f.Max)
 }
 
 // limitProblem is one problem of a set of limits: field's value out of
@@ -326,9 +433,15 @@ func fieldErrors(problems []limitProblem) []FieldError {
 }
 
 // validateLimits returns the problems of t's limits, in the order of
-// LimitFields (see limitProblems).
+// LimitFields (see limitProblems): a limit outside ScopeTier is one.
 func (t *Tier) validateLimits() []FieldError {
-	return fieldErrors(limitProblems("", func(f *LimitField) (int64, bool) { return f.Value(t) }))
+	errs := outOfScope(ScopeTier, "", func(f *LimitField) bool { return t.Limits[f.id] != nil })
+	return append(errs, fieldErrors(limitProblems("", func(f *LimitField) (int64, bool) {
+		if !f.In(ScopeTier) {
+			return 0, false
+		}
+		return f.Value(t)
+	}))...)
 }
 
 // validate returns the problems of l, naming each field with prefix, and
@@ -348,7 +461,7 @@ func (l *RequestLimits) validate(prefix string) []FieldError {
 				errs = append(errs, FieldError{pre + f.Name, pre + f.Name + " cannot be set: only request limits and the burst allowance are replayed and shadowed"})
 			}
 		}
-		errs = append(errs, a.ValidateFields(pre)...)
+		errs = append(errs, a.ValidateFields(ScopeAccount, pre)...)
 	}
 	return errs
 }
@@ -359,8 +472,7 @@ func sameValue(a, b *int64) bool { return (a == nil) == (b == nil) && (a == nil 
 // sameLimitValues reports whether a and b set the same limits to the same
 // values.
 func sameLimitValues(a, b *Tier) bool {
-	for i := range LimitFields {
-		f := &LimitFields[i]
+	for f := range FieldsIn(ScopeTier) {
 		x, xok := f.Value(a)
 		y, yok := f.Value(b)
 		if xok != yok || x != y {
@@ -429,11 +541,12 @@ func (o *Overrides) Values() map[string]*int64 {
 }
 
 // ValidateFields returns every value of o out of range, in field order,
-// each named with prefix ("limits.") and worded as a tier's. Whether the
-// limits could all bind depends on the limits they apply to: see
-// ValidateOn.
-func (o *Overrides) ValidateFields(prefix string) []FieldError {
-	var errs []FieldError
+// each named with prefix ("limits.") and worded as a tier's, and every
+// limit o sets that a set of scope sc does not hold (a user's overrides
+// are ScopeTier's, an account's ScopeAccount's). Whether the limits could
+// all bind depends on the limits they apply to: see ValidateOn.
+func (o *Overrides) ValidateFields(sc Scope, prefix string) []FieldError {
+	errs := outOfScope(sc, prefix, func(f *LimitField) bool { return o[f.id].Set })
 	for _, p := range limitProblems(prefix, o.value) {
 		if p.shorter == nil {
 			errs = append(errs, p.FieldError)
@@ -529,7 +642,7 @@ func LimitsOf(values map[string]*int64) (Overrides, error) {
 		v := values[name]
 		f, ok := LimitFieldNamed(name)
 		switch {
-		case !ok:
+		case !ok || !f.In(ScopeTier):
 			return Overrides{}, Errorf(EINVALID, "unknown field %s in limits", Quote(name))
 		case !f.Optional && v == nil:
 			return Overrides{}, Errorf(EINVALID, "%s", NullRequiredLimit(name))
@@ -546,7 +659,7 @@ func PoolOverridesOf(values map[string]*int64) (Overrides, error) {
 	var o Overrides
 	for _, name := range sortedKeys(values) {
 		f, ok := LimitFieldNamed(name)
-		if !ok {
+		if !ok || !f.In(ScopeAccount) {
 			return Overrides{}, Errorf(EINVALID, "unknown field %s in limits", Quote(name))
 		}
 		o[f.id] = Override{Set: true, Limit: values[name]}
@@ -555,13 +668,27 @@ func PoolOverridesOf(values map[string]*int64) (Overrides, error) {
 }
 
 // PoolLimitsOf returns the pooled LimitSet whose Values are values; a name
-// missing sets no limit. An unknown name is an EINVALID error naming it.
+// missing sets no limit. An unknown name, or one outside ScopeAccount, is
+// an EINVALID error naming it.
 func PoolLimitsOf(values map[string]*int64) (LimitSet, error) {
+	return limitSetOf(ScopeAccount, "account", values)
+}
+
+// RunLimitsOf returns the run's LimitSet (Tier.Run) whose Values are
+// values; a name missing sets no limit. An unknown name, or one outside
+// ScopeRun, is an EINVALID error naming it.
+func RunLimitsOf(values map[string]*int64) (LimitSet, error) {
+	return limitSetOf(ScopeRun, "run", values)
+}
+
+// limitSetOf returns the LimitSet of scope sc whose values are values,
+// naming the set in the error of a name it cannot hold.
+func limitSetOf(sc Scope, set string, values map[string]*int64) (LimitSet, error) {
 	var s LimitSet
 	for _, name := range sortedKeys(values) {
 		f, ok := LimitFieldNamed(name)
-		if !ok {
-			return LimitSet{}, Errorf(EINVALID, "unknown field %s in account", Quote(name))
+		if !ok || !f.In(sc) {
+			return LimitSet{}, Errorf(EINVALID, "unknown field %s in %s", Quote(name), set)
 		}
 		s.Set(f, values[name])
 	}

@@ -3,6 +3,7 @@ package policy_test
 import (
 	"context"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,18 +16,25 @@ import (
 // surface would silently leave out.
 func TestLimitFieldsCoverTheDomainTypes(t *testing.T) {
 	seen := map[string]bool{}
+	var tierNames []string
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
-		if seen[f.Name] || f.Name != policy.LimitNames[i] || f.Label == "" {
-			t.Errorf("row %d: name %q (LimitNames %q), label %q: want a unique name, listed in LimitNames, and a label", i, f.Name, policy.LimitNames[i], f.Label)
+		if seen[f.Name] || f.Label == "" || !f.In(policy.ScopeTier|policy.ScopeAccount|policy.ScopeRun) {
+			t.Errorf("row %d: name %q, label %q, scopes %b: want a unique name, a label and a scope", i, f.Name, f.Label, f.Scopes)
+		}
+		if f.In(policy.ScopeTier) {
+			tierNames = append(tierNames, f.Name)
 		}
 		seen[f.Name] = true
 		if g, ok := policy.LimitFieldNamed(f.Name); !ok || g != f {
 			t.Errorf("LimitFieldNamed(%q) = %v, %v", f.Name, g, ok)
 		}
-		if f.Optional == f.InRequestLimits() {
+		if f.In(policy.ScopeTier) && f.Optional == f.InRequestLimits() {
 			t.Errorf("%s: optional %v, in RequestLimits %v: a request limit is required, a metering limit optional", f.Name, f.Optional, f.InRequestLimits())
 		}
+	}
+	if !slices.Equal(tierNames, policy.LimitNames) {
+		t.Errorf("LimitNames = %v, want the rows in ScopeTier, %v", policy.LimitNames, tierNames)
 	}
 	if _, ok := policy.LimitFieldNamed("rpm"); ok {
 		t.Error(`LimitFieldNamed("rpm") found a limit`)
@@ -48,6 +56,9 @@ func TestLimitFieldsCoverTheDomainTypes(t *testing.T) {
 		v := int64(1000 + i)
 		if f.ID() != policy.LimitID(i) || f.ID().Field() != f {
 			t.Errorf("row %d: ID %d", i, f.ID())
+		}
+		if !f.In(policy.ScopeTier) {
+			continue // a run's limit: see TestRunLimitsAreRowsOfTheTable
 		}
 
 		var tier policy.Tier

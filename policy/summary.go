@@ -43,7 +43,43 @@ func TierSummary(t *Tier) string {
 	if t.Account != nil {
 		account = "; account " + PoolSummary(t.Account)
 	}
-	return requests + metering + "; " + features + shadow + account
+	return requests + metering + "; " + features + shadow + account + runWords(t.Run, t.RunRequired)
+}
+
+// runWords words a tier's run object for TierSummary: "; run 50 steps,
+// $2.00 spend, depth 3, required"; "" for a tier without one that
+// requires no run.
+func runWords(run *LimitSet, required bool) string {
+	var s string
+	switch {
+	case run != nil:
+		s = "; run " + RunSummary(run)
+	case required:
+		s = "; run"
+	}
+	if required {
+		s += ", required"
+	}
+	return s
+}
+
+// RunSummary describes a run object's limits in one line, those it sets
+// in the order of LimitFields: "50 steps, 200,000 tokens, $2.00 spend, 600
+// seconds, 4 concurrent calls, depth 3"; "no limits" when it sets none.
+func RunSummary(r *LimitSet) string {
+	requests, metering := limitWords(func(f *LimitField) (int64, bool) {
+		if v := r.Get(f); v != nil && f.In(ScopeRun) {
+			return *v, true
+		}
+		return 0, false
+	})
+	switch {
+	case requests == "" && metering == "":
+		return "no limits"
+	case requests == "" || metering == "":
+		return requests + metering
+	}
+	return requests + ", " + metering
 }
 
 // PoolSummary describes an account's pooled limits in one line, those it
@@ -51,7 +87,7 @@ func TierSummary(t *Tier) string {
 // tokens/day, 10 concurrent calls"; "no limits" when it sets none.
 func PoolSummary(p *LimitSet) string {
 	requests, metering := limitWords(func(f *LimitField) (int64, bool) {
-		if v := p.Get(f); v != nil {
+		if v := p.Get(f); v != nil && f.In(ScopeAccount) {
 			return *v, true
 		}
 		return 0, false
@@ -80,6 +116,10 @@ func limitWords(value func(*LimitField) (int64, bool)) (requests, metering strin
 		}
 		switch f.Kind {
 		case KindRequests:
+			if !f.Windowed {
+				req = append(req, GroupDigits(v)+" steps")
+				break
+			}
 			windowAt[f.Window] = len(req)
 			req = append(req, GroupDigits(v)+"/"+windowUnit(f.Window))
 		case KindBurst:
@@ -89,14 +129,27 @@ func limitWords(value func(*LimitField) (int64, bool)) (requests, metering strin
 				req = append(req, "+"+GroupDigits(v)+" burst")
 			}
 		case KindTokens:
-			met = append(met, GroupDigits(v)+" tokens/"+windowUnit(f.Window))
+			met = append(met, GroupDigits(v)+" tokens"+perWindow(f))
 		case KindConcurrency:
 			met = append(met, GroupDigits(v)+" concurrent calls")
 		case KindCost:
-			met = append(met, f.Format(v)+" spend/"+windowUnit(f.Window))
+			met = append(met, f.Format(v)+" spend"+perWindow(f))
+		case KindDuration:
+			met = append(met, GroupDigits(v)+" seconds")
+		case KindDepth:
+			met = append(met, "depth "+GroupDigits(v))
 		}
 	}
 	return strings.Join(req, ", "), strings.Join(met, ", ")
+}
+
+// perWindow is "/" and the unit of f's window ("/min"), "" for a limit
+// without one (a run's).
+func perWindow(f *LimitField) string {
+	if !f.Windowed {
+		return ""
+	}
+	return "/" + windowUnit(f.Window)
 }
 
 // windowUnit is w as a summary abbreviates it: "min", "hour", "day".
@@ -122,8 +175,7 @@ func LimitText(v *int64) string {
 // changed nothing reads "saved without a change".
 func TierDiff(before, after *Tier) []string {
 	var out []string
-	for i := range LimitFields {
-		f := &LimitFields[i]
+	for f := range FieldsIn(ScopeTier) {
 		if b, a := f.Text(f.Get(before)), f.Text(f.Get(after)); b != a {
 			out = append(out, fmt.Sprintf("%s: %s → %s", f.Name, b, a))
 		}
@@ -145,18 +197,27 @@ func TierDiff(before, after *Tier) []string {
 	}; shadow(before) != shadow(after) {
 		out = append(out, fmt.Sprintf("shadow: %s → %s", shadow(before), shadow(after)))
 	}
-	out = append(out, poolDiff(before.Account, after.Account)...)
+	out = append(out, setDiff(ScopeAccount, before.Account, after.Account)...)
+	out = append(out, setDiff(ScopeRun, before.Run, after.Run)...)
+	if before.RunRequired != after.RunRequired {
+		out = append(out, fmt.Sprintf("run.required: %t → %t", before.RunRequired, after.RunRequired))
+	}
 	if len(out) == 0 {
 		out = append(out, "saved without a change")
 	}
 	return out
 }
 
-// poolDiff lists how a tier's pooled limits for accounts changed, field by
-// field as "account.requests_per_minute: none → 600" (a tier without them
-// limits nothing), or as "account: none → no limits" when only their
-// presence did.
-func poolDiff(before, after *LimitSet) []string {
+// setDiff lists how a tier's set of limits of scope sc (ScopeAccount: the
+// pooled limits for accounts; ScopeRun: its run object) changed, field by
+// field as "account.requests_per_minute: none → 600",
+// "run.max_requests: none → 50" (a tier without the set limits nothing),
+// or as "account: none → no limits" when only their presence did.
+func setDiff(sc Scope, before, after *LimitSet) []string {
+	set, summary := "account", PoolSummary
+	if sc == ScopeRun {
+		set, summary = "run", RunSummary
+	}
 	var none LimitSet
 	b, a := before, after
 	if b == nil {
@@ -166,10 +227,9 @@ func poolDiff(before, after *LimitSet) []string {
 		a = &none
 	}
 	var out []string
-	for i := range LimitFields {
-		f := &LimitFields[i]
+	for f := range FieldsIn(sc) {
 		if bv, av := f.Text(b.Get(f)), f.Text(a.Get(f)); bv != av {
-			out = append(out, fmt.Sprintf("account.%s: %s → %s", f.Name, bv, av))
+			out = append(out, fmt.Sprintf("%s.%s: %s → %s", set, f.Name, bv, av))
 		}
 	}
 	if len(out) == 0 && (before == nil) != (after == nil) {
@@ -177,9 +237,9 @@ func poolDiff(before, after *LimitSet) []string {
 			if p == nil {
 				return "none"
 			}
-			return PoolSummary(p)
+			return summary(p)
 		}
-		out = append(out, fmt.Sprintf("account: %s → %s", words(before), words(after)))
+		out = append(out, fmt.Sprintf("%s: %s → %s", set, words(before), words(after)))
 	}
 	return out
 }
@@ -233,9 +293,9 @@ func cycleWords(parts []string, zone string, anchor int) []string {
 // of LimitNames: "requests_per_minute 5", "cost_per_day $20.00",
 // "tokens_per_day none" for a limit removed.
 func overrideWords(parts []string, values map[string]*int64) []string {
-	for i, name := range LimitNames {
-		if v, ok := values[name]; ok {
-			parts = append(parts, name+" "+LimitFields[i].Text(v))
+	for f := range FieldsIn(ScopeTier | ScopeAccount) {
+		if v, ok := values[f.Name]; ok {
+			parts = append(parts, f.Name+" "+f.Text(v))
 		}
 	}
 	return parts

@@ -63,6 +63,15 @@ type Tier struct {
 	// plan, which all its members' checks draw on (see Account.Pool).
 	Account *LimitSet
 
+	// Run, when set, holds the limits of each run of an agent under the
+	// tier, its sub-agents' use included: the rows of LimitFields in
+	// ScopeRun, each nil for none (see RunLimit and RunMaxDepth). nil: the
+	// tier has no run object.
+	Run *LimitSet
+	// RunRequired reports whether every gateway request under the tier
+	// must name a run.
+	RunRequired bool
+
 	// ID is the tier's number in its store, which records it with each
 	// request checked under the tier; 0 when the store gave it none. A
 	// name keeps its ID, so it is no limit: SameLimits ignores it.
@@ -142,7 +151,10 @@ func (t *Tier) ValidateFields() []FieldError {
 		errs = append(errs, t.Shadow.validate("shadow.")...)
 	}
 	if t.Account != nil {
-		errs = append(errs, t.Account.ValidateFields("account.")...)
+		errs = append(errs, t.Account.ValidateFields(ScopeAccount, "account.")...)
+	}
+	if t.Run != nil {
+		errs = append(errs, t.Run.ValidateFields(ScopeRun, "run.")...)
 	}
 	seen := make(map[string]bool, len(t.Features))
 	for _, f := range t.Features {
@@ -275,14 +287,16 @@ func (c *TierChange) Created() bool { return c.Old == nil && c.New != nil }
 // Deleted reports whether the change deleted its tier.
 func (c *TierChange) Deleted() bool { return c.New == nil }
 
-// SameLimits reports whether a and b have the same limits, features,
-// models and description: whether deciding a check on one instead of the
+// SameLimits reports whether a and b have the same limits (their pooled
+// and run limits and RunRequired included), features, models and
+// description: whether deciding a check on one instead of the
 // other could change any answer. Names and UpdatedAt are not compared; a
 // nil Models (any model) differs from an empty one (none).
 func SameLimits(a, b *Tier) bool {
 	return sameLimitValues(a, b) &&
 		sameShadow(a, b) &&
 		(a.Account == nil) == (b.Account == nil) && (a.Account == nil || a.Account.Equal(b.Account)) &&
+		(a.Run == nil) == (b.Run == nil) && (a.Run == nil || a.Run.Equal(b.Run)) && a.RunRequired == b.RunRequired &&
 		a.Description == b.Description &&
 		slices.Equal(a.Features, b.Features) &&
 		(a.Models == nil) == (b.Models == nil) && slices.Equal(a.Models, b.Models)

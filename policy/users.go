@@ -55,7 +55,7 @@ func (r *UserRecord) ValidateFields() []FieldError {
 	if r.Tier != "" && !ValidTierName(r.Tier) {
 		errs = append(errs, FieldError{"tier", "tier must be null or match [a-z0-9][a-z0-9_-]{0,62}"})
 	}
-	errs = append(errs, r.Limits.ValidateFields("")...)
+	errs = append(errs, r.Limits.ValidateFields(ScopeTier, "")...)
 	if r.Account != "" {
 		if err := validAccountID(r.Account); err != nil {
 			errs = append(errs, FieldError{"account", strings.Replace(ErrorMessage(err), "account_id", "account", 1)})

@@ -189,8 +189,7 @@ func accountForm(id string, tiers []policy.Tier, form url.Values, errs map[strin
 	}
 	f.Fields = append(f.Fields, adminField{ID: "account-tier", Name: "tier", Label: "Plan", Options: options, Error: errs["tier"],
 		Hint: "The tier whose pooled limits the account has; members without a tier of their own are checked under it."})
-	for i := range policy.LimitFields {
-		lf := &policy.LimitFields[i]
+	for lf := range policy.FieldsIn(policy.ScopeAccount) {
 		name := "limits." + lf.Name
 		f.Fields = append(f.Fields, adminField{ID: "account-" + strings.ReplaceAll(lf.Name, "_", "-"), Name: name, Label: lf.Label,
 			Value: form.Get(name), InputMode: limitInputMode(lf), Error: errs[name],
@@ -206,8 +205,7 @@ func accountForm(id string, tiers []policy.Tier, form url.Values, errs map[strin
 func accountFormValues(acct *policy.Account) url.Values {
 	form := url.Values{"tier": {acct.Tier}, "note": {acct.Note}}
 	setBillingValues(form, acct.TimeZone, acct.BillingAnchor)
-	for i := range policy.LimitFields {
-		f := &policy.LimitFields[i]
+	for f := range policy.FieldsIn(policy.ScopeAccount) {
 		if o := acct.Limits.Get(f); o.Set && o.Limit == nil {
 			form.Set("limits."+f.Name, noLimit)
 		} else if o.Set {
@@ -224,14 +222,14 @@ func accountFromForm(id string, form url.Values) (policy.Account, map[string]str
 	acct := policy.Account{AccountID: id, Tier: form.Get("tier"), Note: strings.ReplaceAll(form.Get("note"), "\r\n", "\n")}
 	acct.TimeZone, acct.BillingAnchor = billingFromForm(form, errs)
 	values := map[string]*int64{}
-	for i := range policy.LimitFields {
-		name := "limits." + policy.LimitFields[i].Name
+	for f := range policy.FieldsIn(policy.ScopeAccount) {
+		name := "limits." + f.Name
 		raw := strings.TrimSpace(form.Get(name))
 		switch {
 		case raw == "":
 			continue
 		case strings.EqualFold(raw, noLimit):
-			values[policy.LimitFields[i].Name] = nil
+			values[f.Name] = nil
 			continue
 		}
 		v, err := policy.ParseLimit(name, raw)
@@ -239,7 +237,7 @@ func accountFromForm(id string, form url.Values) (policy.Account, map[string]str
 			errs[name] = policy.ErrorMessage(err)
 			continue
 		}
-		values[policy.LimitFields[i].Name] = &v
+		values[f.Name] = &v
 	}
 	o, err := policy.PoolOverridesOf(values)
 	if err != nil {
@@ -262,7 +260,7 @@ func (a *Admin) putAccount(ctx context.Context, acct policy.Account, errs map[st
 		// PutAccount checks the same; this says which field.
 		if t, err := a.svc.Tier(ctx, acct.Tier); err == nil {
 			pool := acct.Pool(&t)
-			for _, fe := range pool.ValidateFields("limits.") {
+			for _, fe := range pool.ValidateFields(policy.ScopeAccount, "limits.") {
 				if errs[fe.Field] == "" {
 					errs[fe.Field] = fe.Message
 				}
@@ -356,8 +354,8 @@ func (a *Admin) renderAccount(c echo.Context, id string, status int, alert strin
 		return a.fail(c, err)
 	}
 	view.Period = periodText(p)
-	for i := range policy.LimitFields {
-		f := &policy.LimitFields[i]
+	for f := range policy.FieldsIn(policy.ScopeAccount) {
+		i := f.ID()
 		row := adminPoolLimitRow{Field: f.Name, Label: f.Label, Plan: f.Text(plan.Get(f)), Override: "—", Applies: f.Text(u.Limits.Get(f))}
 		if o := acct.Limits[i]; o.Set {
 			row.Override = f.Text(o.Limit)

@@ -324,8 +324,7 @@ func TestAdminPageTierAccountFields(t *testing.T) {
 	if pageAttr(box, "type") != "checkbox" || pageHasAttr(box, "checked") {
 		t.Fatalf("the checkbox of a tier without an account object: type %q, checked %v", pageAttr(box, "type"), pageHasAttr(box, "checked"))
 	}
-	for i := range policy.LimitFields {
-		f := &policy.LimitFields[i]
+	for f := range policy.FieldsIn(policy.ScopeAccount) {
 		label := "Account: " + strings.ToLower(f.Label[:1]) + f.Label[1:]
 		if c := doc.control(label); pageAttr(c, "name") != "account."+f.Name || pageValue(c) != "" {
 			t.Errorf("%s: name %q value %q", label, pageAttr(c, "name"), pageValue(c))

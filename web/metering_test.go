@@ -81,9 +81,8 @@ func TestTiersTableShowsEveryLimit(t *testing.T) {
 		}
 		return int64(1000 * (i + 1)), policy.GroupDigits(int64(1000 * (i + 1)))
 	}
-	for i := range policy.LimitFields {
-		f := &policy.LimitFields[i]
-		v, _ := value(i)
+	for f := range policy.FieldsIn(policy.ScopeTier) {
+		v, _ := value(int(f.ID()))
 		f.Set(&tier, &v)
 	}
 	tier.Account = &policy.LimitSet{policy.RequestsPerMinute: new(int64(50)), policy.TokensPerDay: new(int64(9000))}
@@ -92,9 +91,8 @@ func TestTiersTableShowsEveryLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	page := parsePage(t, b.get("/admin"), http.StatusOK)
-	for i := range policy.LimitFields {
-		f := &policy.LimitFields[i]
-		_, want := value(i)
+	for f := range policy.FieldsIn(policy.ScopeTier) {
+		_, want := value(int(f.ID()))
 		if got := page.cell("tier-free", f.Name); got != want {
 			t.Errorf("%s: the tiers table shows %q, want %q", f.Name, got, want)
 		}

@@ -3,6 +3,7 @@ package web
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,14 +33,8 @@ type adminLimitCell struct {
 }
 
 // tierColumns are the limits the tiers table shows, a column each: every
-// limit of the table.
-var tierColumns = func() []*policy.LimitField {
-	fs := make([]*policy.LimitField, len(policy.LimitFields))
-	for i := range policy.LimitFields {
-		fs[i] = &policy.LimitFields[i]
-	}
-	return fs
-}()
+// limit of a tier's own.
+var tierColumns = slices.Collect(policy.FieldsIn(policy.ScopeTier))
 
 // TierColumns returns the headings of the tiers table's limit columns.
 func (adminView) TierColumns() []string {
@@ -149,8 +144,7 @@ type adminTierField struct {
 // policy.LimitFields.
 var adminTierFields = func() []adminTierField {
 	fields := []adminTierField{{name: "name", label: "Name", hint: "Lowercase letters, digits, - and _."}}
-	for i := range policy.LimitFields {
-		f := &policy.LimitFields[i]
+	for f := range policy.FieldsIn(policy.ScopeTier) {
 		hint := f.Doc
 		if f.Optional {
 			hint = strings.TrimSpace(hint + " Empty for no limit.")
@@ -179,8 +173,7 @@ var adminTierFields = func() []adminTierField {
 	}
 	fields = append(fields, adminTierField{name: accountField, label: "Pooled limits for accounts on this plan", checkbox: true, wide: true,
 		hint: "The members of an account on this plan share these limits, checked with each one's own. An empty field sets no pooled limit; an account may override each."})
-	for i := range policy.LimitFields {
-		f := &policy.LimitFields[i]
+	for f := range policy.FieldsIn(policy.ScopeAccount) {
 		fields = append(fields, adminTierField{name: accountField + "." + f.Name, label: "Account: " + strings.ToLower(f.Label[:1]) + f.Label[1:],
 			hint: limitHint(f, ""), inputMode: limitInputMode(f)})
 	}
@@ -249,14 +242,16 @@ func tierFormValues(t policy.Tier) map[string]string {
 	}
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
-		v[f.Name] = limitFormValue(f, f.Get(&t))
+		if f.In(policy.ScopeTier) {
+			v[f.Name] = limitFormValue(f, f.Get(&t))
+		}
 		if t.Shadow != nil && f.InRequestLimits() {
 			v["shadow."+f.Name] = strconv.FormatInt(t.Shadow.Limits.Value(f.ID()), 10)
 			if t.Shadow.Account != nil {
 				v["shadow.account."+f.Name] = limitFormValue(f, t.Shadow.Account.Get(f))
 			}
 		}
-		if t.Account != nil {
+		if t.Account != nil && f.In(policy.ScopeAccount) {
 			v[accountField+"."+f.Name] = limitFormValue(f, t.Account.Get(f))
 		}
 	}
@@ -352,7 +347,9 @@ func (a *Admin) tierFromForm(name string, values map[string]string) (policy.Tier
 	}
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
-		f.Set(&t, parse(f.Name, f.Optional))
+		if f.In(policy.ScopeTier) {
+			f.Set(&t, parse(f.Name, f.Optional))
+		}
 		if t.Shadow != nil && f.InRequestLimits() {
 			if v := parse("shadow."+f.Name, false); v != nil {
 				t.Shadow.Limits.Set(f, v)
@@ -363,6 +360,7 @@ func (a *Admin) tierFromForm(name string, values map[string]string) (policy.Tier
 		}
 		name := accountField + "." + f.Name
 		switch {
+		case !f.In(policy.ScopeAccount):
 		case pooled:
 			t.Account.Set(f, parse(name, true))
 		case strings.TrimSpace(values[name]) != "" && errs[accountField] == "":

@@ -62,8 +62,7 @@ func (a *Admin) recordForm(ctx context.Context, user string, tiers []policy.Tier
 	if form == nil { // the form shows the record as stored
 		form = url.Values{"tier": {r.Tier}, "account": {r.Account}, "note": {r.Note}}
 		setBillingValues(form, r.TimeZone, r.BillingAnchor)
-		for i := range policy.LimitFields {
-			f := &policy.LimitFields[i]
+		for f := range policy.FieldsIn(policy.ScopeTier) {
 			if o := r.Limits.Get(f); o.Set && o.Limit == nil {
 				form.Set(f.Name, noLimit)
 			} else if o.Set {
@@ -95,8 +94,8 @@ func (a *Admin) recordForm(ctx context.Context, user string, tiers []policy.Tier
 		return nil, err
 	}
 	f.Period = periodText(p)
-	for i, name := range policy.LimitNames {
-		lf := &policy.LimitFields[i]
+	for lf := range policy.FieldsIn(policy.ScopeTier) {
+		name := lf.Name
 		hint := "Empty keeps the tier's limit."
 		if lf.Optional {
 			hint = `Empty keeps the tier's limit; "none" removes it for this user.`
@@ -151,12 +150,13 @@ func (a *Admin) recordFromForm(user string, form url.Values) (policy.UserRecord,
 		Note: strings.ReplaceAll(form.Get("note"), "\r\n", "\n")}
 	r.TimeZone, r.BillingAnchor = billingFromForm(form, errs)
 	values := map[string]*int64{}
-	for i, name := range policy.LimitNames {
+	for lf := range policy.FieldsIn(policy.ScopeTier) {
+		name := lf.Name
 		raw := strings.TrimSpace(form.Get(name))
 		switch {
 		case raw == "":
 			continue
-		case policy.LimitFields[i].Optional && strings.EqualFold(raw, noLimit):
+		case lf.Optional && strings.EqualFold(raw, noLimit):
 			values[name] = nil
 			continue
 		}

@@ -216,10 +216,10 @@ func budget(r *Run, t *Tier, want Amounts) (cause RunCause, exhausted bool) {
 	}
 	// Tokens and cost count open calls' reservations: used up for good
 	// only once no call is open (what is open may settle for less).
-	if m := t.RunLimit(MaxRunTokens); m != nil && addSat(r.Tokens, want[MeasureTokens]) > *m {
+	if m := t.RunLimit(MaxRunTokens); m != nil && (r.Tokens >= *m || addSat(r.Tokens, want[MeasureTokens]) > *m) {
 		return CauseTokens, r.Tokens >= *m && r.CallsInFlight == 0
 	}
-	if m := t.RunLimit(MaxRunCost); m != nil && addSat(int64(r.Cost), want[MeasureCost]) > *m {
+	if m := t.RunLimit(MaxRunCost); m != nil && (int64(r.Cost) >= *m || addSat(int64(r.Cost), want[MeasureCost]) > *m) {
 		return CauseCost, int64(r.Cost) >= *m && r.CallsInFlight == 0
 	}
 	if m := t.RunLimit(MaxConcurrent); m != nil && r.CallsInFlight >= *m {
@@ -269,6 +269,7 @@ func DecideRun(q *RunQuery, t *Tier, now time.Time) (RunVerdict, error) {
 		}
 		v.Admission.Open = &chain[0]
 	}
+	v.Run = chain[0]
 	for i := range chain {
 		r := &chain[i]
 		if r.State != RunOpen && r.State != "" {
@@ -290,7 +291,6 @@ func DecideRun(q *RunQuery, t *Tier, now time.Time) (RunVerdict, error) {
 			if cause == CauseConcurrency {
 				v.Outcome, v.RetryAfter = RateLimited, 1
 			}
-			v.Run = chain[0]
 			return v, nil
 		}
 	}

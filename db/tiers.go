@@ -42,6 +42,11 @@ type tierRow struct {
 	// Account is the pooled limits of an account on the tier, NULL (and
 	// null in the audit log) for none.
 	Account *poolRow `json:"account"`
+	// Run is the tier's run object, every run limit a member (null: no
+	// limit), NULL (and null in the audit log) for none; RunRequired
+	// says whether every gateway request under the tier must name a run.
+	Run         *poolRow `json:"run"`
+	RunRequired bool     `json:"run_required"`
 	// ID is tier_ids.id, read with the row and never written from it.
 	ID int64 `json:"-"`
 
@@ -67,7 +72,7 @@ func (l limitValues) Value() (driver.Value, error) {
 
 // tierColumns are the columns of the tiers table, in the order of
 // tierRow.scanArgs.
-const tierColumns = `name, limits, features, description, updated_at, shadow, models, account`
+const tierColumns = `name, limits, features, description, updated_at, shadow, models, account, run, run_required`
 
 // tierSelect reads tierColumns and the tier's ID.
 var tierSelect = `SELECT ` + tierColumns + `, COALESCE((SELECT id FROM tier_ids WHERE tier_ids.name = tiers.name), 0) AS id FROM tiers`
@@ -85,13 +90,13 @@ var tierUpsert = `INSERT INTO tiers (` + tierColumns + `) VALUES (?` + strings.R
 // scanTier reads a row of tierSelect.
 func scanTier(row interface{ Scan(...any) error }) (tierRow, error) {
 	var r tierRow
-	err := row.Scan(&r.Name, &r.Limits, &r.Features, &r.Description, &r.UpdatedAt, &r.Shadow, &r.Models, &r.Account, &r.ID)
+	err := row.Scan(&r.Name, &r.Limits, &r.Features, &r.Description, &r.UpdatedAt, &r.Shadow, &r.Models, &r.Account, &r.Run, &r.RunRequired, &r.ID)
 	return r, err
 }
 
 // args returns r's values for tierUpsert.
 func (r *tierRow) args() []any {
-	return []any{r.Name, r.Limits, r.Features, r.Description, r.UpdatedAt, r.Shadow, r.Models, r.Account}
+	return []any{r.Name, r.Limits, r.Features, r.Description, r.UpdatedAt, r.Shadow, r.Models, r.Account, r.Run, r.RunRequired}
 }
 
 // limitsRow is the shadow column: the request limits as a JSON object with
@@ -122,6 +127,11 @@ func rowOf(t *policy.Tier) tierRow {
 		p := poolRow(t.Account.Values(policy.ScopeAccount))
 		r.Account = &p
 	}
+	if t.Run != nil {
+		p := poolRow(t.Run.Values(policy.ScopeRun))
+		r.Run = &p
+	}
+	r.RunRequired = t.RunRequired
 	if l := t.Shadow; l != nil {
 		r.Shadow = &limitsRow{Limits: limitValues{}}
 		for i := range policy.LimitFields {
@@ -166,6 +176,11 @@ func (r *tierRow) tier() policy.Tier {
 		p, _ := policy.PoolLimitsOf(*r.Account) // names unknown to this version are dropped
 		t.Account = &p
 	}
+	if r.Run != nil {
+		p, _ := policy.RunLimitsOf(*r.Run) // names unknown to this version are dropped
+		t.Run = &p
+	}
+	t.RunRequired = r.RunRequired
 	if t.Features == nil {
 		t.Features = []string{}
 	}

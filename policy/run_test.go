@@ -118,6 +118,7 @@ func TestRunValidation(t *testing.T) {
 		{"every limit", policy.Tier{Run: run(map[policy.LimitID]int64{policy.MaxRunRequests: 50, policy.MaxRunTokens: 200_000,
 			policy.MaxRunCost: 2_000_000_000_000, policy.MaxRunDuration: 600, policy.MaxConcurrent: 4, policy.MaxRunDepth: 64})}, ""},
 		{"empty", policy.Tier{Run: run(nil), RunRequired: true}, ""},
+		{"required without a run object", policy.Tier{RunRequired: true}, "run.required: run.required needs a run object"},
 		{"zero steps", policy.Tier{Run: run(map[policy.LimitID]int64{policy.MaxRunRequests: 0})}, ""},
 		{"depth 0", policy.Tier{Run: run(map[policy.LimitID]int64{policy.MaxRunDepth: 0})},
 			"run.max_depth: run.max_depth must be an integer from 1 to 64"},

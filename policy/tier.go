@@ -69,7 +69,7 @@ type Tier struct {
 	// tier has no run object.
 	Run *LimitSet
 	// RunRequired reports whether every gateway request under the tier
-	// must name a run.
+	// must name a run; it needs a Run (which may set no limit).
 	RunRequired bool
 
 	// ID is the tier's number in its store, which records it with each
@@ -155,6 +155,10 @@ func (t *Tier) ValidateFields() []FieldError {
 	}
 	if t.Run != nil {
 		errs = append(errs, t.Run.ValidateFields(ScopeRun, "run.")...)
+	} else if t.RunRequired {
+		// On every surface but this type, required is a member of the
+		// run object: a tier without one could not say it.
+		errs = append(errs, FieldError{"run.required", "run.required needs a run object (one with no limits will do)"})
 	}
 	seen := make(map[string]bool, len(t.Features))
 	for _, f := range t.Features {

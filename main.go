@@ -161,7 +161,7 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (*db.Store, er
 func newService(cfg config, store *db.Store, metrics *api.Metrics, now func() time.Time) *policy.Service {
 	tiers, requests := metrics.MeterStorage(store, store)
 	svc := policy.NewService(tiers, requests, policy.WithDefaultTier(cfg.DefaultTier), policy.WithClock(now),
-		policy.WithCallTimeout(cfg.CallTimeout), policy.WithStats(store, store),
+		policy.WithCallTimeout(cfg.CallTimeout), policy.WithRunIdle(cfg.RunIdle), policy.WithStats(store, store),
 		policy.WithUsers(store), policy.WithTrustClientTier(cfg.TrustClientTier), policy.WithReplays(store),
 		policy.WithKeys(store), policy.WithPrices(store), policy.WithAdmins(store), policy.WithAudit(store), policy.WithTimeZone(cfg.TimeZone))
 	metrics.SetCallsInFlight(func(ctx context.Context) (int64, error) {
@@ -243,7 +243,7 @@ type config struct {
 	Addr, DBPath, AdminToken, APIToken, DefaultTier string
 	Sync, LogFormat, MetricsAddr, TLSCert, TLSKey   string
 	FailOpen, TrustClientTier, TestClock            bool
-	CleanupInterval, CallTimeout                    time.Duration
+	CleanupInterval, CallTimeout, RunIdle           time.Duration
 	TrustedProxies                                  []*net.IPNet
 	TimeZone                                        *time.Location // of billing periods that name none
 	// PostgreSQL's; SQLite ignores them.
@@ -287,6 +287,9 @@ func settings(cfg *config, gw *gateway.Config, getenv func(string) string) []cli
 		{Flag: "call-timeout", Env: "GUARDRAIL_CALL_TIMEOUT", Default: policy.DefaultCallTimeout.String(), Hint: "DURATION",
 			Usage: "how long a metered call stays open without a finish or keepalive before the service finishes it with its reserved tokens",
 			Parse: cli.SetDuration(&cfg.CallTimeout, 1, "call timeout %q: must be a positive duration such as 10m or 90s (-call-timeout, GUARDRAIL_CALL_TIMEOUT)")},
+		{Flag: "run-idle", Env: "GUARDRAIL_RUN_IDLE", Default: policy.DefaultRunIdle.String(), Hint: "DURATION",
+			Usage: "how long an agent run may go without a request before it expires, refused for good",
+			Parse: cli.SetDuration(&cfg.RunIdle, 1, "run idle %q: must be a positive duration such as 1h or 30m (-run-idle, GUARDRAIL_RUN_IDLE)")},
 		{Flag: "cleanup-interval", Env: "GUARDRAIL_CLEANUP_INTERVAL", Default: "1m", Hint: "DURATION",
 			Usage: "how often rows older than 25 hours (a day and an hour's slack for clock steps) are deleted",
 			Parse: cli.SetDuration(&cfg.CleanupInterval, 1, "cleanup interval %q: must be a positive duration such as 1m or 30s")},

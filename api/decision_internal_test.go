@@ -30,6 +30,8 @@ type decisionResponse struct {
 	Account *accountResponse `json:"account,omitzero"`
 	// Shadow is left out when the tier has no shadow limits.
 	Shadow *shadowResponse `json:"shadow,omitzero"`
+	// Run is left out for a check in no run.
+	Run *runUsageJSON `json:"run,omitzero"`
 }
 
 // accountResponse is the pooled state of a member's account, in the shape
@@ -147,6 +149,7 @@ func decisionBody(d *policy.Decision) decisionResponse {
 			res.Shadow.Reason = &r
 		}
 	}
+	res.Run = runUsageToJSON(d.Run)
 	return res
 }
 

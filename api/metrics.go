@@ -52,6 +52,8 @@ type Metrics struct {
 	tokensSettled prometheus.Counter
 	spend         *prometheus.CounterVec
 	spendOverrun  *prometheus.CounterVec
+	runsOpened    prometheus.Counter
+	runsRefused   *prometheus.CounterVec
 	inFlight      atomic.Pointer[func(context.Context) (int64, error)]
 	shadow        *prometheus.CounterVec
 	shadowCounts  sync.Map // shadowKey -> prometheus.Counter
@@ -143,6 +145,14 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 		Name: "policyguard_spend_overrun_dollars_total",
 		Help: "US dollars that priced calls finished by their caller cost above what their check reserved, by tier: the one way spend passes a spend limit.",
 	}, []string{"tier"})
+	m.runsOpened = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "policyguard_runs_opened_total",
+		Help: "Agent runs opened: checks admitted as the first request of a run (context.run_id), not dry runs.",
+	})
+	m.runsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "policyguard_runs_refused_total",
+		Help: "Checks refused by a run's budget or state, by limit: requests, tokens, cost, duration, idle, concurrency, depth, ended or parent.",
+	}, []string{"limit"})
 	inFlight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "policyguard_calls_in_flight",
 		Help: "Calls open now, over every user: read from storage at each scrape; NaN when no store was given (SetCallsInFlight) or it failed.",
@@ -180,7 +190,7 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 		Help: "Upstream exchanges (streams, mostly) whose client went away before the end, which the gateway read on for at most -gateway-drain to learn the usage, by upstream and what settled them: usage (the upstream's count) or reservation (none came in time).",
 	}, []string{"upstream", "settled"})
 	reg.MustRegister(m.checks, duration, m.rowsStored, m.rowsDeleted, storageErrors, m.failOpen,
-		m.callsOpened, m.callsFinished, m.callsExpired, m.tokensSettled, m.spend, m.spendOverrun, inFlight, m.shadow,
+		m.callsOpened, m.callsFinished, m.callsExpired, m.tokensSettled, m.spend, m.spendOverrun, m.runsOpened, m.runsRefused, inFlight, m.shadow,
 		m.gatewayRequests, m.gatewayTokens, m.upstreamLatency, m.gatewayDrained)
 	return m
 }
@@ -327,6 +337,16 @@ func (m *Metrics) observeCheck(d *policy.Decision, err error, dryRun bool, took 
 		}
 	}
 	m.checkCounter(k).Inc()
+	if err == nil && !dryRun && d.Run != nil {
+		switch {
+		case d.RunRefused != policy.CauseNone:
+			m.runsRefused.WithLabelValues(string(d.RunRefused)).Inc()
+		case d.Allowed() && d.Run.Requests == 1:
+			// The named run's first request: a later one, or a
+			// child's, counts it past 1.
+			m.runsOpened.Inc()
+		}
+	}
 	if err == nil && !dryRun && d.Shadow != nil && !d.Shadow.Allowed {
 		m.observeShadowRefusal(d.Tier, d.Shadow)
 	}

@@ -48,25 +48,25 @@ var runQueries = map[query]string{
 	// A run and its open descendants.
 	qRunEnd: `UPDATE runs SET state = 'ended', cause = 'ended', ended_at = ?2
 		WHERE state = 'open' AND run_id IN (SELECT run_id FROM run_tree WHERE ancestor = ?1)`,
-	qRunsForget:     `DELETE FROM runs WHERE user_id = ?`,
-	qRunTreeForget:  `DELETE FROM run_tree WHERE run_id IN (SELECT run_id FROM runs WHERE user_id = ?)`,
-	qRunTreePrune:   `DELETE FROM run_tree WHERE run_id IN (SELECT run_id FROM runs WHERE last_at <= ? ORDER BY last_at LIMIT ?)`,
-	qRunsPrune:      `DELETE FROM runs WHERE run_id IN (SELECT run_id FROM runs WHERE last_at <= ? ORDER BY last_at LIMIT ?)`,
-	qRunUser:        `SELECT user_id FROM runs WHERE run_id = ?`,
-	qRunChildren:    `SELECT run_id FROM runs WHERE parent = ? ORDER BY run_id`,
-	qRunGet:         `SELECT ` + runColumns + ` FROM runs AS r WHERE r.run_id = ?1`,
-	qRunsByUser:     `SELECT ` + runColumns + ` FROM runs AS r WHERE r.user_id = ?1 AND r.run_id > ?3 ORDER BY r.run_id LIMIT ?4`,
-	qRunsByState:    `SELECT ` + runColumns + ` FROM runs AS r WHERE r.state = ?1 AND r.run_id > ?3 ORDER BY r.run_id LIMIT ?4`,
+	qRunsForget:      `DELETE FROM runs WHERE user_id = ?`,
+	qRunTreeForget:   `DELETE FROM run_tree WHERE run_id IN (SELECT run_id FROM runs WHERE user_id = ?)`,
+	qRunTreePrune:    `DELETE FROM run_tree WHERE run_id IN (SELECT run_id FROM runs WHERE last_at <= ? ORDER BY last_at LIMIT ?)`,
+	qRunsPrune:       `DELETE FROM runs WHERE run_id IN (SELECT run_id FROM runs WHERE last_at <= ? ORDER BY last_at LIMIT ?)`,
+	qRunUser:         `SELECT user_id FROM runs WHERE run_id = ?`,
+	qRunChildren:     `SELECT run_id FROM runs WHERE parent = ? ORDER BY run_id`,
+	qRunGet:          `SELECT ` + runColumns + ` FROM runs AS r WHERE r.run_id = ?1`,
+	qRunsByUser:      `SELECT ` + runColumns + ` FROM runs AS r WHERE r.user_id = ?1 AND r.run_id > ?3 ORDER BY r.run_id LIMIT ?4`,
+	qRunsByState:     `SELECT ` + runColumns + ` FROM runs AS r WHERE r.state = ?1 AND r.run_id > ?3 ORDER BY r.run_id LIMIT ?4`,
 	qRunsByUserState: `SELECT ` + runColumns + ` FROM runs AS r WHERE r.user_id = ?1 AND r.state = ?5 AND r.run_id > ?3 ORDER BY r.run_id LIMIT ?4`,
-	qRunsAll:        `SELECT ` + runColumns + ` FROM runs AS r WHERE r.run_id > ?3 AND ?1 = ?1 ORDER BY r.run_id LIMIT ?4`,
+	qRunsAll:         `SELECT ` + runColumns + ` FROM runs AS r WHERE r.run_id > ?3 AND ?1 = ?1 ORDER BY r.run_id LIMIT ?4`,
 }
 
 // runRow scans a Run read with runColumns.
 type runRow struct {
-	r                        policy.Run
-	state, cause             string
-	openedAt, lastAt, ended  int64
-	cost                     int64
+	r                       policy.Run
+	state, cause            string
+	openedAt, lastAt, ended int64
+	cost                    int64
 }
 
 func (w *runRow) dest() []any {

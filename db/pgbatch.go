@@ -510,10 +510,10 @@ type batchArgs struct {
 	// callModel and callUpstream name what an unpriced call was asked
 	// for, kept as SQLite keeps them.
 	callModel, callUpstream []pgtype.Text
-	tokens   []int64
-	tokLim   []pgtype.Int8
-	maxConc  []pgtype.Int8
-	expires  []int64
+	tokens                  []int64
+	tokLim                  []pgtype.Int8
+	maxConc                 []pgtype.Int8
+	expires                 []int64
 }
 
 // Modes of confirming a user's record (p_user_mode).

@@ -506,6 +506,10 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{"name":"team",` + limits + `}`, true, 200, nil, ""},
 		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{` + limits + `,"models":["gpt-4o-mini*","o3","*"]}`, true, 200, nil, ""},
 		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{` + limits + `,"models":[]}`, true, 200, nil, ""},
+		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{` + limits + `,"run":{"max_requests":50,"max_cost":"2.5","max_depth":3,"required":true}}`, true, 200, nil, ""},
+		{"GET", "/v1/tiers/{name}", "/v1/tiers/team", "", true, 200, nil, ""}, // with its run object
+		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{` + limits + `,"run":{"max_depth":0}}`, true, 400, nil, ""},
+		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{` + limits + `,"run":null}`, true, 200, nil, ""},
 		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{` + limits + `,"models":["*gpt"]}`, true, 400, nil, ""},
 		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{` + limits + `}`, true, 412, map[string]string{"If-None-Match": "*"}, ""},
 		{"PUT", "/v1/tiers/{name}", "/v1/tiers/team", `{"requests_per_minute":-1}`, true, 400, nil, ""},

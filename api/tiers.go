@@ -39,6 +39,16 @@ type tierJSON struct {
 	// Account is the pooled limits of an account on the tier, left out
 	// when it has none; each limit null (or absent) for none.
 	Account *poolJSON
+	// Run is the tier's run object, left out when it has none (a body may
+	// send it null).
+	Run *runJSON
+}
+
+// runJSON is a tier's run object: every limit of a run, each optional,
+// and whether every gateway request under the tier must name a run.
+type runJSON struct {
+	Limits   policy.LimitSet
+	Required bool
 }
 
 // poolJSON is the pooled limits of an account on a tier: every limit of a
@@ -84,6 +94,9 @@ func (j tierJSON) MarshalJSONTo(enc *jsontext.Encoder) error {
 	if err == nil && j.Account != nil {
 		err = writeMember(enc, "account", j.Account)
 	}
+	if err == nil && j.Run != nil {
+		err = writeMember(enc, "run", j.Run)
+	}
 	if err != nil {
 		return err
 	}
@@ -109,6 +122,8 @@ func (j *tierJSON) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 			return true, json.UnmarshalDecode(dec, &j.Shadow)
 		case "account":
 			return true, json.UnmarshalDecode(dec, &j.Account)
+		case "run":
+			return true, json.UnmarshalDecode(dec, &j.Run)
 		}
 		return readLimit(dec, &j.Limits, name, inScope(policy.ScopeTier), false)
 	})
@@ -124,6 +139,32 @@ func (p *poolJSON) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 	*p = poolJSON{}
 	return readObject(dec, reflect.TypeFor[poolJSON](), func(name string) (bool, error) {
 		return readLimit(dec, &p.Limits, name, inScope(policy.ScopeAccount), true)
+	})
+}
+
+// MarshalJSONTo implements json.MarshalerTo.
+func (r runJSON) MarshalJSONTo(enc *jsontext.Encoder) error {
+	if err := enc.WriteToken(jsontext.BeginObject); err != nil {
+		return err
+	}
+	err := writeLimits(enc, &r.Limits, inScope(policy.ScopeRun), true)
+	if err == nil {
+		err = writeMember(enc, "required", r.Required)
+	}
+	if err != nil {
+		return err
+	}
+	return enc.WriteToken(jsontext.EndObject)
+}
+
+// UnmarshalJSONFrom implements json.UnmarshalerFrom.
+func (r *runJSON) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	*r = runJSON{}
+	return readObject(dec, reflect.TypeFor[runJSON](), func(name string) (bool, error) {
+		if name == "required" {
+			return true, json.UnmarshalDecode(dec, &r.Required)
+		}
+		return readLimit(dec, &r.Limits, name, inScope(policy.ScopeRun), true)
 	})
 }
 
@@ -304,6 +345,12 @@ func tierToJSON(t policy.Tier) tierJSON {
 	if p := t.Account; p != nil {
 		j.Account = &poolJSON{Limits: *p}
 	}
+	if t.Run != nil || t.RunRequired {
+		j.Run = &runJSON{Required: t.RunRequired}
+		if t.Run != nil {
+			j.Run.Limits = *t.Run
+		}
+	}
 	return j
 }
 
@@ -326,7 +373,11 @@ var tierFields = func() []string {
 	for f := range policy.FieldsIn(policy.ScopeAccount) {
 		fields = append(fields, "account."+f.Name)
 	}
-	return fields
+	fields = append(fields, "run")
+	for f := range policy.FieldsIn(policy.ScopeRun) {
+		fields = append(fields, "run."+f.Name)
+	}
+	return append(fields, "run.required")
 }()
 
 // decodeTier reads data into a tierJSON, noting in present each field it
@@ -351,7 +402,7 @@ func decodeTier(data []byte, problems map[string][]string, present map[string]bo
 		}
 	}
 	limit, str := must(fmt.Sprintf("an integer from 0 to %d", policy.MaxLimit)), must("a string")
-	strs := must("an array of strings")
+	strs, boolean := must("an array of strings"), must("true or false")
 	err = unmarshalObject(data, &in, json.JoinOptions(strictOptions, json.WithUnmarshalers(json.JoinUnmarshalers(
 		// A required limit has no null: null would read as 0, a tier that
 		// admits nothing, where the sender may have meant no limit. (An
@@ -380,6 +431,7 @@ func decodeTier(data []byte, problems map[string][]string, present map[string]bo
 		}),
 		json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *string) error { return str(dec, v) }),
 		json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *[]string) error { return strs(dec, v) }),
+		json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *bool) error { return boolean(dec, v) }),
 	))))
 	return in, err
 }
@@ -446,6 +498,10 @@ func readTier(data []byte, pathName string) (policy.Tier, []string) {
 	if in.Shadow != nil && in.Shadow.Account != nil {
 		a := in.Shadow.Account.Limits
 		t.Shadow.Account = &a
+	}
+	if in.Run != nil {
+		r := in.Run.Limits
+		t.Run, t.RunRequired = &r, in.Run.Required
 	}
 	for _, fe := range t.ValidateFields() {
 		if fe.Field != "name" && problems[fe.Field] == nil { // said above, in the API's words

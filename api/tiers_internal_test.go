@@ -10,8 +10,9 @@ import (
 	"github.com/policyguard/policyguard/policy"
 )
 
-// The wire shape walks policy.LimitFields: every limit is a member of a
-// tier, in the table's order after the name, and of its account; every
+// The wire shape walks policy.LimitFields: every limit of a tier's own is
+// a member of a tier, in the table's order after the name, every pooled
+// limit of its account and every run limit of its run object; every
 // request limit is a member of its shadow and of the shadow's account, and
 // no other; and each reads back as it was written.
 func TestTierWireWalksTheTable(t *testing.T) {
@@ -19,6 +20,10 @@ func TestTierWireWalksTheTable(t *testing.T) {
 	tier.Name = "t"
 	tier.Shadow = &policy.RequestLimits{Account: &policy.LimitSet{}}
 	tier.Account = &policy.LimitSet{}
+	tier.Run, tier.RunRequired = &policy.LimitSet{}, true
+	// runValue is the run limit of row i: 401 and on, within the row's
+	// range (max_depth's is 1 to 64).
+	runValue := func(f *policy.LimitField, i int) int { return int(min(int64(401+i), f.Max)) }
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
 		v := int64(i + 1)
@@ -27,6 +32,9 @@ func TestTierWireWalksTheTable(t *testing.T) {
 		}
 		if f.In(policy.ScopeAccount) {
 			tier.Account.Set(f, new(200+v))
+		}
+		if f.In(policy.ScopeRun) {
+			tier.Run.Set(f, new(int64(runValue(f, i))))
 		}
 		if f.InRequestLimits() {
 			tier.Shadow.Limits.Set(f, new(100+v))
@@ -65,12 +73,15 @@ func TestTierWireWalksTheTable(t *testing.T) {
 			obj  string
 			v    int
 			want bool
-		}{{`"shadow":{`, 101 + i, f.InRequestLimits()}, {`"account":{`, 201 + i, f.In(policy.ScopeAccount)}} {
+		}{{`"shadow":{`, 101 + i, f.InRequestLimits()}, {`"account":{`, 201 + i, f.In(policy.ScopeAccount)}, {`"run":{`, runValue(f, i), f.In(policy.ScopeRun)}} {
 			obj := body[strings.Index(body, in.obj):]
 			if got := strings.Contains(obj, `"`+f.Name+`":`+wire(f, in.v)); got != in.want {
 				t.Errorf("%s: in %s %v, want %v: %s", f.Name, in.obj, got, in.want, body)
 			}
 		}
+	}
+	if !strings.HasSuffix(body, `,"required":true}}`) {
+		t.Errorf("the run object's required: %s", body)
 	}
 	if !strings.Contains(body, `"account":{"requests_per_minute":301,`) {
 		t.Errorf("the shadow's account: %s", body)

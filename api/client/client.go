@@ -297,6 +297,9 @@ type Tier struct {
 	// Account holds the pooled limits of an account on this plan, which
 	// every member's check must also pass; nil for none.
 	Account *Limits `json:"account,omitzero"`
+	// Run holds the limits of each run of an agent under the tier; nil
+	// for none.
+	Run *RunLimits `json:"run,omitzero"`
 }
 
 // Preview is what replaying a tier's last day of requests through proposed

@@ -111,6 +111,29 @@ func (l *limitValues) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
+// RunLimits is a tier's run object: the limits of each run of an agent
+// under the tier, counted over the run and its sub-agents from the run's
+// first request, each nil for none (left out of what the client sends).
+type RunLimits struct {
+	// MaxConcurrent limits the calls open at once in the run.
+	MaxConcurrent *int64 `json:"max_concurrent,omitempty"`
+	// MaxRequests limits the run's requests: its steps.
+	MaxRequests *int64 `json:"max_requests,omitempty"`
+	MaxTokens   *int64 `json:"max_tokens,omitempty"`
+	// MaxCost limits the run's model spend: an amount of US dollars as a
+	// decimal string (see Dollars).
+	MaxCost *string `json:"max_cost,omitempty"`
+	// MaxDuration limits the run's time, in whole seconds from its first
+	// request.
+	MaxDuration *int64 `json:"max_duration,omitempty"`
+	// MaxDepth limits the levels of a tree of runs, the root counting as
+	// one; nil reads as 4.
+	MaxDepth *int64 `json:"max_depth,omitempty"`
+	// Required reports whether every gateway request under the tier must
+	// name a run.
+	Required bool `json:"required,omitempty"`
+}
+
 // ShadowLimits are a tier's shadow: request limits every check under the
 // tier is also decided against and never refused by.
 type ShadowLimits struct {

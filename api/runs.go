@@ -10,9 +10,9 @@ import (
 	"github.com/policyguard/policyguard/policy"
 )
 
-// runJSON is a run as GET /v1/runs/{run_id} and GET /v1/runs answer it.
+// runInfoJSON is a run as GET /v1/runs/{run_id} and GET /v1/runs answer it.
 // Cost is decimal dollars; limits is the tier's run object, null for none.
-type runJSON struct {
+type runInfoJSON struct {
 	RunID         string          `json:"run_id"`
 	UserID        string          `json:"user_id"`
 	Tier          string          `json:"tier"`
@@ -63,12 +63,12 @@ func nullable(s string) *string {
 	return &s
 }
 
-func runToJSON(r *policy.RunUsage) runJSON {
+func runToJSON(r *policy.RunUsage) runInfoJSON {
 	children := r.Children
 	if children == nil {
 		children = []string{}
 	}
-	return runJSON{RunID: r.ID, UserID: r.UserID, Tier: r.Tier, Parent: nullable(r.Parent), Children: children,
+	return runInfoJSON{RunID: r.ID, UserID: r.UserID, Tier: r.Tier, Parent: nullable(r.Parent), Children: children,
 		OpenedAt: r.OpenedAt.UTC(), LastAt: r.LastAt.UTC(), State: string(r.State), Requests: r.Requests,
 		Tokens: r.Tokens, Cost: r.Cost.String(), CallsInFlight: r.CallsInFlight, Limits: runLimitsJSON(r.Limits)}
 }
@@ -124,13 +124,13 @@ func (s *Server) handleListRuns(c echo.Context) error {
 		runs = runs[:limit]
 		next = &runs[limit-1].ID
 	}
-	out := make([]runJSON, len(runs))
+	out := make([]runInfoJSON, len(runs))
 	for i := range runs {
 		out[i] = runToJSON(&runs[i])
 		out[i].Children = nil // only GET /v1/runs/{run_id} lists them
 	}
 	return c.JSON(http.StatusOK, struct {
-		Runs []runJSON `json:"runs"`
+		Runs []runInfoJSON `json:"runs"`
 		Next *string   `json:"next"`
 	}{out, next})
 }

@@ -537,3 +537,45 @@ func (s meteredRequests) Forget(ctx context.Context, userID string) error {
 	s.m.storageError("forget", err)
 	return err
 }
+
+// runStore returns the store's runs, or an error when it keeps none.
+func (s meteredRequests) runStore() (policy.RunStore, error) {
+	rs, ok := s.RequestStore.(policy.RunStore)
+	if !ok {
+		return nil, policy.Errorf(policy.EINTERNAL, "this request store does not keep runs")
+	}
+	return rs, nil
+}
+
+// GetRun implements policy.RunStore for a store that does.
+func (s meteredRequests) GetRun(ctx context.Context, id string, now time.Time) (policy.Run, error) {
+	rs, err := s.runStore()
+	if err != nil {
+		return policy.Run{}, err
+	}
+	r, err := rs.GetRun(ctx, id, now)
+	s.m.storageError("view", err)
+	return r, err
+}
+
+// ListRuns implements policy.RunStore for a store that does.
+func (s meteredRequests) ListRuns(ctx context.Context, f policy.RunFilter, now time.Time) ([]policy.Run, error) {
+	rs, err := s.runStore()
+	if err != nil {
+		return nil, err
+	}
+	runs, err := rs.ListRuns(ctx, f, now)
+	s.m.storageError("view", err)
+	return runs, err
+}
+
+// EndRun implements policy.RunStore for a store that does.
+func (s meteredRequests) EndRun(ctx context.Context, id string, now time.Time) (policy.Run, error) {
+	rs, err := s.runStore()
+	if err != nil {
+		return policy.Run{}, err
+	}
+	r, err := rs.EndRun(ctx, id, now)
+	s.m.storageError("admit", err)
+	return r, err
+}

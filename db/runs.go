@@ -109,18 +109,12 @@ func (h *history) RunChain(id string, now time.Time) ([]policy.Run, error) {
 }
 
 // writeRuns stores what a's admission does to runs, in the transaction
-// that records it (when it does).
+// that records it (when it does): the run it opens first, then the
+// request counted, then the runs it closes, which may include the run
+// just opened (a budget of one step).
 func (tx *writeTx) writeRuns(a *policy.Admission) error {
 	ra := a.Run
-	for _, c := range ra.Close {
-		if _, err := tx.exec(qRunClose, c.ID, string(c.State), string(c.Cause), c.At.UnixMicro()); err != nil {
-			return unavailable(err)
-		}
-	}
-	if !a.Record {
-		return nil
-	}
-	if r := ra.Open; r != nil {
+	if r := ra.Open; r != nil && a.Record {
 		res, err := tx.exec(qRunInsert, r.ID, r.UserID, r.Tier, nullText(r.Parent), r.Root, r.Depth,
 			r.OpenedAt.UnixMicro(), r.LastAt.UnixMicro())
 		if err != nil {
@@ -137,8 +131,13 @@ func (tx *writeTx) writeRuns(a *policy.Admission) error {
 			return unavailable(err)
 		}
 	}
-	if ra.ID != "" {
+	if ra.ID != "" && a.Record {
 		if _, err := tx.exec(qRunCount, ra.ID, a.At.Truncate(policy.Resolution).UnixMicro()); err != nil {
+			return unavailable(err)
+		}
+	}
+	for _, c := range ra.Close {
+		if _, err := tx.exec(qRunClose, c.ID, string(c.State), string(c.Cause), c.At.UnixMicro()); err != nil {
 			return unavailable(err)
 		}
 	}

@@ -61,21 +61,21 @@ var runQueries = map[query]string{
 	qRunsAll:         `SELECT ` + runColumns + ` FROM runs AS r WHERE r.run_id > ?3 AND ?1 = ?1 ORDER BY r.run_id LIMIT ?4`,
 }
 
-// runRow scans a Run read with runColumns.
-type runRow struct {
+// runScan scans a Run read with runColumns.
+type runScan struct {
 	r                       policy.Run
 	state, cause            string
 	openedAt, lastAt, ended int64
 	cost                    int64
 }
 
-func (w *runRow) dest() []any {
+func (w *runScan) dest() []any {
 	r := &w.r
 	return []any{&r.ID, &r.UserID, &r.Tier, &r.Parent, &r.Root, &r.Depth, &w.openedAt, &w.lastAt,
 		&w.state, &w.cause, &w.ended, &r.Requests, &r.Tokens, &w.cost, &r.CallsInFlight}
 }
 
-func (w *runRow) run() policy.Run {
+func (w *runScan) run() policy.Run {
 	r := w.r
 	r.OpenedAt, r.LastAt = time.UnixMicro(w.openedAt).UTC(), time.UnixMicro(w.lastAt).UTC()
 	r.State, r.Cause, r.Cost = policy.RunState(w.state), policy.RunCause(w.cause), policy.Money(w.cost)
@@ -90,7 +90,7 @@ func scanRuns(rows *sql.Rows) ([]policy.Run, error) {
 	defer rows.Close()
 	out := []policy.Run{}
 	for rows.Next() {
-		var w runRow
+		var w runScan
 		if err := rows.Scan(w.dest()...); err != nil {
 			return nil, unavailable(err)
 		}

@@ -212,14 +212,20 @@ func (s *Store) EndRun(ctx context.Context, id string, now time.Time) (policy.Ru
 	case err != nil:
 		return policy.Run{}, unavailable(err)
 	}
+	at := now.Truncate(policy.Resolution)
+	audit := auditBy(ctx, at)
 	err = s.writer.do(ctx, func(tx *writeTx) error {
 		if err := tx.lockUser(user); err != nil {
 			return err
 		}
-		if _, err := tx.exec(qRunEnd, id, now.Truncate(policy.Resolution).UnixMicro()); err != nil {
+		res, err := tx.exec(qRunEnd, id, at.UnixMicro())
+		if err != nil {
 			return unavailable(err)
 		}
-		return nil
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return unavailable(err) // nil: nothing was open, nothing to log
+		}
+		return audit.insert(tx, auditEntry{kind: policy.AuditRuns, subject: id, action: policy.AuditEnded})
 	})
 	if err != nil {
 		return policy.Run{}, fmt.Errorf("end run %q: %w", id, err)

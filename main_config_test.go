@@ -201,6 +201,30 @@ func TestCallTimeoutSetting(t *testing.T) {
 	}
 }
 
+// -run-idle and GUARDRAIL_RUN_IDLE take a positive duration, 1h when
+// neither is set, the flag first; anything else stops the service.
+func TestRunIdleSetting(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string // the idle limit, or the error
+	}{
+		{nil, nil, "1h0m0s"},
+		{[]string{"-run-idle", "30m"}, map[string]string{"GUARDRAIL_RUN_IDLE": "2h"}, "30m0s"},
+		{nil, map[string]string{"GUARDRAIL_RUN_IDLE": "2h"}, "2h0m0s"},
+		{[]string{"-run-idle", "0s"}, nil, `run idle "0s": must be a positive duration`},
+	} {
+		cfg, err := parseConfig(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+		got := cfg.RunIdle.String()
+		if err != nil {
+			got = err.Error()
+		}
+		if !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%q %v: %s, want %s", tc.args, tc.env, got, tc.want)
+		}
+	}
+}
+
 // TestTrustClientTierSetting: -trust-client-tier and
 // GUARDRAIL_TRUST_CLIENT_TIER, true unless told otherwise, the flag first.
 func TestTrustClientTierSetting(t *testing.T) {

@@ -41,6 +41,10 @@ type checkContext struct {
 	Feature  string `json:"feature"`
 	// AccountID names the account of a user whose record names none.
 	AccountID string `json:"account_id"`
+	// RunID names the run the request is a step of; ParentRunID, on a
+	// run's first request, its parent.
+	RunID       string `json:"run_id"`
+	ParentRunID string `json:"parent_run_id"`
 	// Tokens is read only to refuse it: tokens is a top-level member, and
 	// context would otherwise ignore it in silence.
 	Tokens jsontext.Value `json:"tokens"`
@@ -94,13 +98,15 @@ func readCheck(c echo.Context) (policy.Request, bool, error) {
 		}
 	}
 	return policy.Request{
-		InputText: body.InputText,
-		UserID:    body.Context.UserID,
-		Tier:      body.Context.UserTier,
-		Feature:   body.Context.Feature,
-		Account:   body.Context.AccountID,
-		Tokens:    tokens,
-		Model:     body.Model,
+		InputText:   body.InputText,
+		UserID:      body.Context.UserID,
+		Tier:        body.Context.UserTier,
+		Feature:     body.Context.Feature,
+		Account:     body.Context.AccountID,
+		RunID:       body.Context.RunID,
+		ParentRunID: body.Context.ParentRunID,
+		Tokens:      tokens,
+		Model:       body.Model,
 	}, dryRun, nil
 }
 
@@ -134,7 +140,7 @@ func parseDryRun(s string) (bool, error) {
 
 // contextNames are the members of a check's context, which a client
 // sometimes sends at the top level.
-var contextNames = []string{"user_id", "user_tier", "feature", "account_id"}
+var contextNames = []string{"user_id", "user_tier", "feature", "account_id", "run_id", "parent_run_id"}
 
 // unknownCheckMember is the error for a check body with top-level members
 // no field takes, collected in unknown: it names the first, and says where

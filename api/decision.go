@@ -109,6 +109,7 @@ func appendDecision(b []byte, d *policy.Decision) []byte {
 		b = appendNullString(b, sd.Reason())
 		b = append(b, '}')
 	}
+	b = appendRun(b, d.Run)
 	return append(b, "}\n"...)
 }
 

@@ -31,6 +31,8 @@ type decisionResponse struct {
 	Account *accountResponse `json:"account,omitzero"`
 	// Shadow is left out when the tier has no shadow limits.
 	Shadow *shadowResponse `json:"shadow,omitzero"`
+	// Run is left out for a check in no run.
+	Run *runUsageJSON `json:"run,omitzero"`
 }
 
 // accountResponse is the pooled state of a member's account, in the shape
@@ -165,6 +167,7 @@ func decisionBody(d *policy.Decision) decisionResponse {
 			res.Shadow.Reason = &r
 		}
 	}
+	res.Run = runUsageToJSON(d.Run)
 	return res
 }
 
@@ -241,6 +244,13 @@ func decisionSamples() []policy.Decision {
 				a.Month = month("Asia/Kathmandu", false)
 				return a
 			}()},
+		// Checks in runs: a sub-agent's admitted step, and a refusal by
+		// a used-up ancestor of a tier without a run object.
+		{Outcome: policy.Admitted, Tier: "agents", Guardrail: "rate_limiter", Windows: windows(true), CallID: "0OmdGH_-Tk8Mdi6tqUt48M",
+			Run: &policy.RunUsage{Run: policy.Run{ID: "r-42-search", Parent: "r-42", State: policy.RunOpen, Requests: 3, Tokens: 1200, Cost: 5_000_000, CallsInFlight: 1},
+				Limits: &policy.LimitSet{policy.MaxRunRequests: new(int64(50)), policy.MaxRunCost: new(int64(2_500_000_000_000))}}},
+		{Outcome: policy.Denied, Reason: `run "r-42" step limit exceeded`, Tier: "agents", Guardrail: "rate_limiter", Windows: windows(false),
+			Run: &policy.RunUsage{Run: policy.Run{ID: "q\"uote\\ \u2028\xff", State: policy.RunExhausted, Requests: 50}}, RunRefused: policy.CauseRequests},
 	}
 }
 
@@ -311,6 +321,10 @@ func FuzzAppendDecision(f *testing.F) {
 		a := *d.Account
 		a.ID = accountID
 		d.Account = &a
+		// In a run named as the account is, whose parent is the call.
+		r := *decisionSamples()[12].Run
+		r.ID, r.Parent = accountID, callID
+		d.Run = &r
 		var want bytes.Buffer
 		if err := json.MarshalWrite(&want, decisionBody(&d), answerOptions); err != nil {
 			t.Fatal(err)

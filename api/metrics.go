@@ -52,6 +52,8 @@ type Metrics struct {
 	tokensSettled prometheus.Counter
 	spend         *prometheus.CounterVec
 	spendOverrun  *prometheus.CounterVec
+	runsOpened    prometheus.Counter
+	runsRefused   *prometheus.CounterVec
 	inFlight      atomic.Pointer[func(context.Context) (int64, error)]
 	shadow        *prometheus.CounterVec
 	shadowCounts  sync.Map // shadowKey -> prometheus.Counter
@@ -143,6 +145,7 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 		Name: "policyguard_spend_overrun_dollars_total",
 		Help: "US dollars that priced calls finished by their caller cost above what their check reserved, by tier: the one way spend passes a spend limit.",
 	}, []string{"tier"})
+	m.runsOpened, m.runsRefused = runMetrics()
 	inFlight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "policyguard_calls_in_flight",
 		Help: "Calls open now, over every user: read from storage at each scrape; NaN when no store was given (SetCallsInFlight) or it failed.",
@@ -180,7 +183,7 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 		Help: "Upstream exchanges (streams, mostly) whose client went away before the end, which the gateway read on for at most -gateway-drain to learn the usage, by upstream and what settled them: usage (the upstream's count) or reservation (none came in time).",
 	}, []string{"upstream", "settled"})
 	reg.MustRegister(m.checks, duration, m.rowsStored, m.rowsDeleted, storageErrors, m.failOpen,
-		m.callsOpened, m.callsFinished, m.callsExpired, m.tokensSettled, m.spend, m.spendOverrun, inFlight, m.shadow,
+		m.callsOpened, m.callsFinished, m.callsExpired, m.tokensSettled, m.spend, m.spendOverrun, m.runsOpened, m.runsRefused, inFlight, m.shadow,
 		m.gatewayRequests, m.gatewayTokens, m.upstreamLatency, m.gatewayDrained)
 	return m
 }
@@ -327,6 +330,16 @@ func (m *Metrics) observeCheck(d *policy.Decision, err error, dryRun bool, took 
 		}
 	}
 	m.checkCounter(k).Inc()
+	if err == nil && !dryRun && d.Run != nil {
+		switch {
+		case d.RunRefused != policy.CauseNone:
+			m.runsRefused.WithLabelValues(string(d.RunRefused)).Inc()
+		case d.Allowed() && d.Run.Requests == 1:
+			// The named run's first request: a later one, or a
+			// child's, counts it past 1.
+			m.runsOpened.Inc()
+		}
+	}
 	if err == nil && !dryRun && d.Shadow != nil && !d.Shadow.Allowed {
 		m.observeShadowRefusal(d.Tier, d.Shadow)
 	}
@@ -527,4 +540,58 @@ func (s meteredRequests) Forget(ctx context.Context, userID string) error {
 	err := s.RequestStore.Forget(ctx, userID)
 	s.m.storageError("forget", err)
 	return err
+}
+
+// runStore returns the store's runs, or an error when it keeps none.
+func (s meteredRequests) runStore() (policy.RunStore, error) {
+	rs, ok := s.RequestStore.(policy.RunStore)
+	if !ok {
+		return nil, policy.Errorf(policy.EINTERNAL, "this request store does not keep runs")
+	}
+	return rs, nil
+}
+
+// GetRun implements policy.RunStore for a store that does.
+func (s meteredRequests) GetRun(ctx context.Context, id string, now time.Time) (policy.Run, error) {
+	rs, err := s.runStore()
+	if err != nil {
+		return policy.Run{}, err
+	}
+	r, err := rs.GetRun(ctx, id, now)
+	s.m.storageError("view", err)
+	return r, err
+}
+
+// ListRuns implements policy.RunStore for a store that does.
+func (s meteredRequests) ListRuns(ctx context.Context, f policy.RunFilter, now time.Time) ([]policy.Run, error) {
+	rs, err := s.runStore()
+	if err != nil {
+		return nil, err
+	}
+	runs, err := rs.ListRuns(ctx, f, now)
+	s.m.storageError("view", err)
+	return runs, err
+}
+
+// EndRun implements policy.RunStore for a store that does.
+func (s meteredRequests) EndRun(ctx context.Context, id string, now time.Time) (policy.Run, error) {
+	rs, err := s.runStore()
+	if err != nil {
+		return policy.Run{}, err
+	}
+	r, err := rs.EndRun(ctx, id, now)
+	s.m.storageError("admit", err)
+	return r, err
+}
+
+// runMetrics returns the counters of agent runs: runs opened, and checks
+// a run refused by what refused them.
+func runMetrics() (prometheus.Counter, *prometheus.CounterVec) {
+	return prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "policyguard_runs_opened_total",
+			Help: "Agent runs opened: checks admitted as the first request of a run (context.run_id), not dry runs.",
+		}), prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "policyguard_runs_refused_total",
+			Help: "Checks refused by a run's budget or state, by limit: requests, tokens, cost, duration, idle, concurrency, depth, ended or parent.",
+		}, []string{"limit"})
 }

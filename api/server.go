@@ -220,6 +220,9 @@ func (s *Server) routes() {
 	e.PUT("/v1/admins/:name", s.handlePutAdmin, requireJSON)
 	e.DELETE("/v1/admins/:name", s.handleRevokeAdmin)
 	e.GET("/v1/audit", s.handleAudit)
+	e.GET("/v1/runs", s.handleListRuns)
+	e.GET("/v1/runs/:run_id", s.handleGetRun)
+	e.POST("/v1/runs/:run_id/end", s.handleEndRun)
 	s.testClockRoutes()
 	if s.gateway != nil {
 		// Every method: what is not metered is a 404 or, with

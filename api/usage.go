@@ -19,6 +19,9 @@ type usageResponse struct {
 	// Period is the user's current billing period, which the month
 	// limits count over (windows.month).
 	Period periodJSON `json:"period"`
+	// Run is the run ?run_id= names, which must be the user's; left out
+	// without one.
+	Run *runUsageJSON `json:"run,omitzero"`
 }
 
 // periodJSON is a billing period on the wire: start and end carry the
@@ -93,7 +96,19 @@ func (s *Server) handleGetUsage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	var run *runUsageJSON
+	if id := c.QueryParam("run_id"); id != "" {
+		r, err := s.svc.GetRun(c.Request().Context(), id)
+		if err != nil {
+			return err
+		}
+		if r.UserID != user {
+			return policy.Errorf(policy.ECONFLICT, "run %s belongs to another user", policy.Quote(id))
+		}
+		run = runUsageToJSON(&r)
+	}
 	return c.JSON(http.StatusOK, usageResponse{
+		Run:           run,
 		UserID:        user,
 		Tier:          tier,
 		CallsInFlight: report.CallsInFlight,

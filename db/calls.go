@@ -43,8 +43,8 @@ var callQueries = map[query]string{
 	qExpiredCalls: `SELECT id, reserved, reserved_cost, expires_at FROM calls
 		WHERE user_id = ? AND finished_at IS NULL AND expires_at <= ? ORDER BY expires_at, id`,
 	qCallInsert: `INSERT INTO calls (id, user_id, tier, reserved, opened_at, expires_at, account,
-		model, upstream, price_version, price_model, price_upstream, price_input, price_output, price_cache_read, price_cache_write, reserved_cost)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		model, upstream, price_version, price_model, price_upstream, price_input, price_output, price_cache_read, price_cache_write, reserved_cost, run_id)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 	qCallGet: `SELECT user_id, tier, reserved, opened_at, expires_at, finished_at, tokens, reported, expired, account,
 		model, upstream, price_version, price_model, price_upstream, price_input, price_output, price_cache_read, price_cache_write,
 		reserved_cost, cost, reported_cost FROM calls WHERE id = ?`,

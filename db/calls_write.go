@@ -168,7 +168,7 @@ func (tx *writeTx) openCall(h *history, c *policy.Call) error {
 	p := pricedRowOf(c)
 	if _, err := tx.exec(qCallInsert, c.ID, h.user, c.Tier, c.Reserved, c.OpenedAt.UnixMicro(), exp, nullText(c.Account),
 		nullText(c.Model), nullText(c.Upstream), p.version, p.model, p.upstream, p.input, p.output, p.cacheRead, p.cacheWrite,
-		int64(c.ReservedCost)); err != nil {
+		int64(c.ReservedCost), nullText(c.RunID)); err != nil {
 		return unavailable(err)
 	}
 	l.open++

@@ -37,6 +37,9 @@ func init() {
 	for q, text := range callQueries {
 		queries[q] = text
 	}
+	for q, text := range runQueries {
+		queries[q] = text
+	}
 	pg := queries
 	for q, text := range pgPoolQueries() {
 		pg[q] = text

@@ -65,9 +65,22 @@ func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 			cursor = next
 		}
 	}
-	// Then the counts of checks, kept longer than requests, and the
-	// sessions that expired (cutoff is policy.KeepFor before now).
+	// Then the runs, kept policy.RunKeepFor after their last request
+	// (cutoff is policy.KeepFor before now), the counts of checks, kept
+	// longer than requests, and the sessions that expired.
 	now := cutoff.Add(policy.KeepFor)
+	for done := false; !done; {
+		var deleted int64
+		err := s.writer.do(ctx, func(tx *writeTx) error {
+			var err error
+			deleted, _, done, err = pruneRunsStep(tx, "", now.Add(-policy.RunKeepFor).UnixMicro())
+			return err
+		})
+		if err != nil {
+			return total, err
+		}
+		total += deleted
+	}
 	n, err := s.pruneCounts(ctx, now.Add(-policy.StatsKeepFor))
 	total += n
 	if err != nil {

@@ -62,6 +62,24 @@ const (
 	qCallsForget
 	qCallNextExpired
 	qCallsPrune
+	// Runs (see runs.go).
+	qRunChain
+	qRunInsert
+	qRunTreeInsert
+	qRunCount
+	qRunClose
+	qRunEnd
+	qRunsForget
+	qRunTreeForget
+	qRunTreePrune
+	qRunsPrune
+	qRunUser
+	qRunChildren
+	qRunGet
+	qRunsByUser
+	qRunsByState
+	qRunsByUserState
+	qRunsAll
 	numQueries
 )
 
@@ -110,7 +128,7 @@ var queries = [numQueries]string{
 // readQueries are the queries View runs on the read connections.
 var readQueries = [...]query{qLast, qFirstAfter, qFirstAfter3, qNthAfter, qAround, qPeriodUse,
 	qPoolLast, qPoolFirstAfter, qPoolFirstAfter3, qPoolNthAfter, qPoolAround,
-	qTokLast, qTokFirstAfter, qTokReaching, qCostReaching, qOpenCalls, qExpiredCalls, qCallGet}
+	qTokLast, qTokFirstAfter, qTokReaching, qCostReaching, qOpenCalls, qExpiredCalls, qCallGet, qRunChain}
 
 // rowQuerier runs one of the queries.
 type rowQuerier interface {
@@ -719,8 +737,14 @@ func (tx *writeTx) admit(user string, decide func(policy.History) (policy.Admiss
 	h := &tx.hist
 	h.reset(tx, tx, user)
 	a, err := decide(h)
-	if err != nil || !a.Record {
+	if err != nil {
 		return err
+	}
+	if !a.Record {
+		if a.Run != nil {
+			return tx.writeRuns(&a)
+		}
+		return nil
 	}
 	return tx.record(h, &a)
 }
@@ -791,6 +815,13 @@ func (tx *writeTx) record(h *history, a *policy.Admission) error {
 	for i := range st.windows {
 		st.windows[i].appended(ts, seq)
 	}
+	if a.Run != nil {
+		// Before the call, whose trigger counts its reservation in the
+		// run's chain.
+		if err := tx.writeRuns(a); err != nil {
+			return err
+		}
+	}
 	if a.Call != nil {
 		return tx.openCall(h, a.Call)
 	}
@@ -854,7 +885,7 @@ func (s *Store) Forget(ctx context.Context, userID string) error {
 		if tx.w != nil {
 			tx.w.unstage(userID)
 		}
-		for _, q := range [...]query{qForget, qPoolForget, qCallsForget, qTokForget} {
+		for _, q := range [...]query{qForget, qPoolForget, qCallsForget, qTokForget, qRunTreeForget, qRunsForget} {
 			if _, err := tx.exec(q, userID); err != nil {
 				return unavailable(err)
 			}

@@ -107,6 +107,9 @@ var Routes = []RouteRule{
 	{"PUT", "/v1/admins/:name", AccessAdmin},
 	{"DELETE", "/v1/admins/:name", AccessAdmin},
 	{"GET", "/v1/audit", AccessViewer},
+	{"GET", "/v1/runs", AccessViewer},
+	{"GET", "/v1/runs/:run_id", AccessViewer},
+	{"POST", "/v1/runs/:run_id/end", AccessAdmin},
 	{"GET", "/v1/test/clock", AccessViewer},
 	{"POST", "/v1/test/clock", AccessAdmin},
 

@@ -92,6 +92,9 @@ type Call struct {
 	// ReportedCost is the cost of what the caller reported, set with
 	// Reported.
 	ReportedCost Money
+	// RunID names the run the call is a step of, "" for none: what the
+	// call reserves and uses counts in the run and its ancestors.
+	RunID string
 }
 
 // Open reports whether the call has not finished.
@@ -149,6 +152,9 @@ type Admission struct {
 	// TierID is the ID of the tier the request was checked under, stored
 	// with it for previews; 0 stores none.
 	TierID int64
+	// Run is what the admission does to runs, for a check in one; nil
+	// otherwise. Its Close is stored even when Record is not set.
+	Run *RunAdmission
 }
 
 // Ledger is a read view of one user's metered calls at one instant: their

@@ -59,6 +59,11 @@ type Request struct {
 	// and its call, if any, is unpriced. A spend window already full
 	// still refuses it.
 	NoModel bool
+	// RunID names the run the request is a step of (see Run): its first
+	// request opens it. ParentRunID names the run's parent, on the run's
+	// first request (and, if given, the same on every later one). Both
+	// follow the rules of user ids; "" for none.
+	RunID, ParentRunID string
 }
 
 // Check is a Request resolved for the guardrails: defaults applied, the tier
@@ -121,6 +126,13 @@ type Decision struct {
 	// Month is the user's billing period after this check, when the tier
 	// limits months; nil otherwise.
 	Month *MonthState
+	// Run is the run the check named, as the check leaves it; nil for a
+	// check in no run. A refusal by a run's budget is Denied, which is
+	// never worth retrying; by its max_concurrent, RateLimited.
+	Run *RunUsage
+	// RunRefused is what in the run refused the check; CauseNone when no
+	// run refused it.
+	RunRefused RunCause
 }
 
 // Allowed reports whether the request was admitted.
@@ -223,6 +235,7 @@ func (ch *Chain) Check(ctx context.Context, c *Check) (Decision, error) {
 		if gd.Month != nil {
 			d.Month = gd.Month
 		}
+		d.Run, d.RunRefused = gd.Run, gd.RunRefused
 		if !d.Allowed() {
 			break
 		}
@@ -257,6 +270,9 @@ type RateLimiter struct {
 	// CallTimeout is how long a call it opens stays open without a finish
 	// or keepalive; 0 means DefaultCallTimeout.
 	CallTimeout time.Duration
+	// RunIdle is how long a run may go without a request before it
+	// expires; 0 means DefaultRunIdle.
+	RunIdle time.Duration
 }
 
 // Name implements Guardrail.
@@ -271,12 +287,12 @@ func (*RateLimiter) Priority() int { return 5 }
 func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 	// What decide finds lives in one allocation: captured one by one by
 	// a closure, each was an allocation of its own (seven per check).
-	a := &admission{r: r, c: c, metered: c.OpenCall || c.Tier.Metered() || c.pool != nil && c.pool.limits.Metered()}
+	a := &admission{r: r, c: c, metered: c.OpenCall || c.RunID != "" || c.Tier.Metered() || c.pool != nil && c.pool.limits.Metered()}
 	if a.metered && !c.DryRun {
 		// Drawn before the admission, which then spends no time on it.
 		a.call = &Call{ID: newCallID(c.Now), UserID: c.UserID, Tier: c.Tier.Name, Reserved: c.Tokens,
 			Model: c.pricing.model, Upstream: c.pricing.upstream, Price: c.pricing.price,
-			PriceVersion: c.pricing.version, ReservedCost: c.pricing.reserved}
+			PriceVersion: c.pricing.version, ReservedCost: c.pricing.reserved, RunID: c.RunID}
 		if c.pool != nil {
 			a.call.Account = c.pool.account.AccountID
 		}
@@ -287,7 +303,9 @@ func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 		err = a.admitPooled(ctx)
 	case c.DryRun:
 		err = r.Store.View(ctx, c.UserID, a.view)
-	case planner:
+	case planner && c.RunID == "":
+		// A check in a run reads and writes the run's tree, which no
+		// plan covers: it is decided in a transaction of its own.
 		err = pl.AdmitPlanned(ctx, c.UserID, a.plan(), a.decide)
 	default:
 		err = r.Store.Admit(ctx, c.UserID, a.decide)
@@ -311,7 +329,8 @@ func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 	if c.pool != nil {
 		poolOK, poolReason, poolRetry = a.poolVerdict()
 	}
-	admitted := ownOK && poolOK
+	runOK := a.run.Outcome == Admitted
+	admitted := ownOK && poolOK && runOK
 	d := Decision{Outcome: Admitted, Windows: &ev.Windows, Shadow: mergeShadow(a.shadow, a.poolShadow)}
 	switch {
 	case !ev.Allowed:
@@ -331,6 +350,17 @@ func (r *RateLimiter) Check(ctx context.Context, c *Check) (Decision, error) {
 		// Refused by the pool alone, or by both with the pool the
 		// longer wait: the pool's reason, and the longer wait.
 		d.Outcome, d.Reason, d.RetryAfter = RateLimited, poolReason, max(poolRetry, d.RetryAfter)
+	}
+	if !runOK && (a.run.Outcome == Denied || d.Outcome == Admitted) {
+		// A budget used up is the answer whatever else refused: no
+		// wait can help, and a client must not retry.
+		d.Outcome, d.Reason, d.RetryAfter = a.run.Outcome, a.run.Reason, a.run.RetryAfter
+	}
+	if !runOK {
+		d.RunRefused = a.run.Cause
+	}
+	if c.RunID != "" {
+		d.Run = a.runUsage(admitted)
 	}
 	if ev.Allowed && !admitted {
 		ev.withdraw()
@@ -373,6 +403,11 @@ type admission struct {
 	// accountUnconfirmable: the pool's store cannot confirm a cached
 	// account (see admitPooled).
 	accountUnconfirmable bool
+	// run is how the check's run decided it; Admitted for a check in
+	// none.
+	run RunVerdict
+	// runBefore is the check's run before the check.
+	runBefore Run
 }
 
 // view is decide for RequestStore.View.
@@ -445,6 +480,11 @@ func (a *admission) decide(h History) (Admission, error) {
 		return Admission{At: a.ev.RecordAt, Record: a.ev.Allowed && a.month.ok() && !c.DryRun, TierID: c.Tier.ID}, nil
 	}
 	adm := Admission{At: a.ev.RecordAt, Record: a.ev.Allowed && a.m.Allowed && a.month.ok() && !c.DryRun, TierID: c.Tier.ID}
+	if c.RunID != "" {
+		if err := a.decideRun(h, &adm); err != nil {
+			return Admission{}, err
+		}
+	}
 	if adm.Record {
 		now := c.Now.Truncate(Resolution)
 		a.call.OpenedAt, a.call.ExpiresAt = now, now.Add(a.r.callTimeout())

@@ -112,7 +112,7 @@ func (a *admission) admitPooled(ctx context.Context) error {
 			return Admission{}, Admission{}, err
 		}
 		if !pooled.Record {
-			own.Record, own.Call = false, nil
+			own.Record, own.Call, own.Run = false, nil, nil
 		}
 		return pooled, own, nil
 	})
@@ -157,7 +157,7 @@ func (a *admission) decidePool(h History, ownAdmits bool) (Admission, error) {
 	adm := Admission{At: a.c.pool.ev.RecordAt, Record: ok && ownAdmits && !c.DryRun, TierID: p.tier.ID}
 	if adm.Record && a.call != nil {
 		pc := *a.call
-		pc.ID, pc.UserID, pc.Tier, pc.Account = PoolCallID(a.call.ID), p.key, p.tier.Name, ""
+		pc.ID, pc.UserID, pc.Tier, pc.Account, pc.RunID = PoolCallID(a.call.ID), p.key, p.tier.Name, "", ""
 		adm.Call = &pc
 	}
 	return adm, nil

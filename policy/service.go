@@ -223,6 +223,18 @@ func (req *Request) validate() error {
 	if req.Tokens < 0 || req.Tokens > MaxLimit {
 		return Errorf(EINVALID, "tokens must be an integer from 0 to 2147483647")
 	}
+	if err := ValidateRunID("context.run_id", req.RunID); err != nil {
+		return err
+	}
+	if err := ValidateRunID("context.parent_run_id", req.ParentRunID); err != nil {
+		return err
+	}
+	if req.ParentRunID != "" && req.RunID == "" {
+		return Errorf(EINVALID, "context.parent_run_id needs context.run_id: it names the parent of the run the request is in")
+	}
+	if req.ParentRunID != "" && req.ParentRunID == req.RunID {
+		return Errorf(EINVALID, "context.parent_run_id must differ from context.run_id: a run cannot be its own parent")
+	}
 	if r := req.Reserve; r != nil && (r.Input < 0 || r.Output < 0 || r.CacheRead < 0 || r.CacheWrite < 0 || r.Total() != req.Tokens) {
 		return Errorf(EINVALID, "the reservation's split (%d tokens) is not its tokens (%d)", r.Total(), req.Tokens)
 	}

@@ -223,3 +223,24 @@ func TestREADMEAdminsExamples(t *testing.T) {
 		t.Errorf("the record's 201 should come before the revoked token's 401:\n%s", out)
 	}
 }
+
+// The curl examples of "Agent runs" run as printed, in order, on a fresh
+// database with the admin token secret: a run, its sub-agent sharing its
+// steps, the 403 past them, the run as read, and the kill switch.
+func TestREADMERunsExamples(t *testing.T) {
+	out := string(runREADMEExamples(t, "## Agent runs"))
+	for _, want := range []string{
+		`{"allowed":true,`,
+		`"run":{"id":"r-42","parent":null,"state":"open","requests":1,`,
+		`"limits":{"max_requests":2}}}`,
+		`{"allowed":false,"reason":"run \"r-42\" step limit exceeded",`,
+		`{"run_id":"r-42","user_id":"eve","tier":"agents","parent":null,"children":["r-42-search"],`,
+		`"state":"exhausted","requests":2,`,
+		`{"run_id":"r-42-search",`,
+		`"state":"ended",`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the examples' output lacks %s:\n%s", want, out)
+		}
+	}
+}

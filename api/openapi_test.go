@@ -454,7 +454,36 @@ func TestOpenAPIAnswersMatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	viewer := map[string]string{"Authorization": "Bearer " + viewerToken}
+	e.putTier("agentrun", `{"requests_per_minute":100,"requests_per_hour":1000,"requests_per_day":1000,"burst_allowance":0,"run":{"max_requests":2}}`)
+	for _, ctx := range []string{`"run_id":"oa-run"`, `"run_id":"oa-kid","parent_run_id":"oa-run"`} {
+		if rec := e.do("POST", "/v1/check", `{"context":{"user_id":"oar","user_tier":"agentrun",`+ctx+`}}`, false); rec.Code != 200 {
+			t.Fatalf("check in a run: %d %s", rec.Code, rec.Body)
+		}
+	}
+	if rec := e.do("POST", "/v1/check", `{"context":{"user_id":"oar","user_tier":"agentrun","run_id":"oa-end"}}`, false); rec.Code != 200 {
+		t.Fatalf("check in a run: %d %s", rec.Code, rec.Body)
+	}
 	cases := []answerCase{
+		{"POST", "/v1/check", "/v1/check", `{"context":{"user_id":"oar","user_tier":"agentrun","run_id":"oa-other"}}`, false, 200, nil, ""},
+		{"POST", "/v1/check", "/v1/check", `{"context":{"user_id":"oar","user_tier":"agentrun","run_id":"oa-kid"}}`, false, 403, nil, ""},
+		{"POST", "/v1/check", "/v1/check", `{"context":{"user_id":"oax","user_tier":"agentrun","run_id":"oa-kid"}}`, false, 409, nil, ""},
+		{"GET", "/v1/usage/{user_id}", "/v1/usage/oar?run_id=oa-run", "", true, 200, nil, ""},
+		{"GET", "/v1/runs", "/v1/runs?user_id=oar", "", true, 200, nil, ""},
+		{"GET", "/v1/runs", "/v1/runs?limit=1&state=open", "", false, 200, viewer, ""},
+		{"GET", "/v1/runs", "/v1/runs?limit=0", "", true, 400, nil, ""},
+		{"GET", "/v1/runs", "/v1/runs", "", false, 401, nil, ""},
+		{"GET", "/v1/runs", "/v1/runs", "", true, 429, nil, "throttled"},
+		{"GET", "/v1/runs/{run_id}", "/v1/runs/oa-run", "", true, 200, nil, ""},
+		{"GET", "/v1/runs/{run_id}", "/v1/runs/a%01b", "", true, 400, nil, ""},
+		{"GET", "/v1/runs/{run_id}", "/v1/runs/oa-run", "", false, 401, nil, ""},
+		{"GET", "/v1/runs/{run_id}", "/v1/runs/oa-none", "", true, 404, nil, ""},
+		{"GET", "/v1/runs/{run_id}", "/v1/runs/oa-run", "", true, 429, nil, "throttled"},
+		{"POST", "/v1/runs/{run_id}/end", "/v1/runs/oa-end/end", "", true, 200, nil, ""},
+		{"POST", "/v1/runs/{run_id}/end", "/v1/runs/a%01b/end", "", true, 400, nil, ""},
+		{"POST", "/v1/runs/{run_id}/end", "/v1/runs/oa-end/end", "", false, 401, nil, ""},
+		{"POST", "/v1/runs/{run_id}/end", "/v1/runs/oa-end/end", "", false, 403, viewer, ""},
+		{"POST", "/v1/runs/{run_id}/end", "/v1/runs/oa-none/end", "", true, 404, nil, ""},
+		{"POST", "/v1/runs/{run_id}/end", "/v1/runs/oa-end/end", "", true, 429, nil, "throttled"},
 		{"POST", "/v1/check", "/v1/check", `{"input_text":"hi","context":{"user_id":"oa","user_tier":"pro","feature":"search"}}`, false, 200, nil, ""},
 		{"POST", "/v1/check", "/v1/check?dry_run=true", `{"context":{"user_id":"oa"}}`, false, 200, nil, ""},
 		{"POST", "/v1/check", "/v1/check", `{"context":null,"input_text":null}`, false, 200, nil, ""},

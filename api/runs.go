@@ -131,7 +131,7 @@ func (s *Server) handleListRuns(c echo.Context) error {
 	}
 	return c.JSON(http.StatusOK, struct {
 		Runs []runInfoJSON `json:"runs"`
-		Next *string   `json:"next"`
+		Next *string       `json:"next"`
 	}{out, next})
 }
 

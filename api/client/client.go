@@ -105,6 +105,11 @@ type CheckRequest struct {
 	// account is an *Error with status 400; a service started with
 	// -trust-client-tier=false ignores it.
 	AccountID string
+	// RunID names the agent run the request is a step of: its first
+	// request opens it, and every request must fit the tier's run budget
+	// of the run and its ancestors. ParentRunID names, on a sub-agent's
+	// first request, its parent run. See Run.
+	RunID, ParentRunID string
 	// InputText is the prompt. The service neither stores nor logs it.
 	InputText string
 	// Tokens is the most tokens the call may use (prompt plus the
@@ -148,8 +153,12 @@ type Decision struct {
 	// on; nil for a user in no account. A refusal by the account's pooled
 	// limits has a Reason beginning "account ".
 	Account *AccountState `json:"account,omitzero"`
+	// Run is the run the check named, as the check leaves it; nil for a
+	// check in no run. A refusal by the run's budget or state is a 403:
+	// never worth retrying.
+	Run *RunUsage `json:"run,omitzero"`
 	// StatusCode is the answer's status: 200 admitted, 429 rate-limited,
-	// 403 not in the plan.
+	// 403 not in the plan or over a run's budget.
 	StatusCode int `json:"-"`
 }
 
@@ -234,6 +243,12 @@ func (c *Client) check(ctx context.Context, req CheckRequest, dryRun bool) (Deci
 	cx := map[string]string{"user_id": req.UserID, "user_tier": req.Tier, "feature": req.Feature}
 	if req.AccountID != "" {
 		cx["account_id"] = req.AccountID
+	}
+	if req.RunID != "" {
+		cx["run_id"] = req.RunID
+	}
+	if req.ParentRunID != "" {
+		cx["parent_run_id"] = req.ParentRunID
 	}
 	body := map[string]any{"input_text": req.InputText, "context": cx}
 	if req.Tokens != 0 {

@@ -147,6 +147,7 @@ var Routes = []RouteRule{
 	{"POST", "/admin/users/delete", AccessSupport},
 	{"POST", "/admin/keys", AccessSupport},
 	{"POST", "/admin/keys/:id/revoke", AccessSupport},
+	{"POST", "/admin/runs/end", AccessAdmin},
 	{"POST", "/admin/accounts", AccessAdmin},
 	{"POST", "/admin/accounts/save", AccessAdmin},
 	{"POST", "/admin/accounts/delete", AccessAdmin},

@@ -232,6 +232,25 @@
 // failure of either undoes both. Changes to admins take the admin lock, so
 // two admins demoting each other at once cannot leave none of role admin.
 //
+// # Agent runs
+//
+// runs holds a row per run, its counts including its descendants', and
+// run_tree each run's ancestors with itself, so that a run's chain, and
+// a run's subtree, is one index range whatever the depth. A check naming
+// a run reads the chain in its user's admission (RunChain) and, when
+// admitted, inserts a new run and its rows of run_tree and adds the
+// request to every run of the chain, in the same transaction as the
+// request: on PostgreSQL that transaction is the per-check one under the
+// user's lock (a run's check joins no batch), and the lock covers the
+// tree, which belongs to one user. Tokens and cost reach the rows through
+// triggers on calls, on the insert (the reservation) and on any update
+// that changes what the call counts (its finish, its expiry, a finish
+// after its expiry), so admit_batch, finish_call and the Go paths need
+// not know of runs; a deleted call changes no run, so a run outlives its
+// calls' cleanup. The calls in flight of a subtree are counted at read
+// time, over the user's open calls. Runs are deleted policy.RunKeepFor
+// after their last request.
+//
 // # Cleanup
 //
 // PruneEvery deletes rows older than policy.KeepFor (a day, the longest

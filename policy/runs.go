@@ -529,3 +529,17 @@ func (s *Service) EndRun(ctx context.Context, id string) (RunUsage, error) {
 	}
 	return s.runUsage(ctx, r, now), nil
 }
+
+// EndOwnRun is EndRun for the run's own user, as the gateway ends a run
+// with the user's gateway key: a run of another user is ENOTFOUND, as if
+// it did not exist, so that a key learns nothing of others' runs.
+func (s *Service) EndOwnRun(ctx context.Context, userID, id string) (RunUsage, error) {
+	r, err := s.GetRun(ctx, id)
+	if err != nil {
+		return RunUsage{}, err
+	}
+	if r.UserID != userID {
+		return RunUsage{}, Errorf(ENOTFOUND, "run %s not found", Quote(id))
+	}
+	return s.EndRun(ctx, id)
+}

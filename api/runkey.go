@@ -1,6 +1,7 @@
 package api
 
 import (
+	"net/http"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -42,10 +43,11 @@ func (s *Server) authorizeKey(c echo.Context) (byKey bool, err error) {
 	return true, nil
 }
 
-// ownRunOnly lets a request let in by a gateway key act only on a run of
-// the key's user: another user's run is a 404, worded as for an unknown
-// id. A request of an admin passes.
-func (s *Server) ownRunOnly(next echo.HandlerFunc) echo.HandlerFunc {
+// endOwnRun ends the run of a request let in by a gateway key, when it
+// is the key's user's (policy.Service.EndOwnRun): another user's is a
+// 404, worded as for an unknown id. A request of an admin goes on to
+// the admin's handler.
+func (s *Server) endOwnRun(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		user, byKey := c.Get(keyUserKey).(string)
 		if !byKey {
@@ -55,13 +57,10 @@ func (s *Server) ownRunOnly(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		r, err := s.svc.GetRun(c.Request().Context(), id)
+		r, err := s.svc.EndOwnRun(c.Request().Context(), user, id)
 		if err != nil {
 			return err
 		}
-		if r.UserID != user {
-			return policy.Errorf(policy.ENOTFOUND, "run %s not found", policy.Quote(id))
-		}
-		return next(c)
+		return c.JSON(http.StatusOK, runToJSON(&r))
 	}
 }

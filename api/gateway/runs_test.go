@@ -497,3 +497,30 @@ func TestGatewayReplicasShareRunBudgets(t *testing.T) {
 		t.Errorf("the child of an ended run on another replica: %d %s, want 403 naming it", status, body)
 	}
 }
+
+// An agent ends its own run with the key it calls the gateway with: the
+// run's sub-agent's next call is then a 403 naming it, in the protocol's
+// shape; another user's key ends nothing.
+func TestGatewayRunEndedByItsAgent(t *testing.T) {
+	e, key := newGatewayEnv(t, nil)
+	e.putTier("agents", runTier)
+	e.assign("alice", "agents")
+	e.assign("bob", "agents")
+	bob := e.newKey("bob")
+	for _, h := range []map[string]string{runHeaders(key, "task", ""), runHeaders(key, "task-sub", "task")} {
+		if res, body := e.raw(http.MethodPost, "/llm/claude/v1/messages", messageBody, h); res.StatusCode != http.StatusOK {
+			t.Fatalf("%d %s", res.StatusCode, body)
+		}
+	}
+	if res, body := e.raw(http.MethodPost, "/v1/runs/task/end", "", map[string]string{"Authorization": "Bearer " + bob}); res.StatusCode != http.StatusNotFound {
+		t.Errorf("bob ends alice's run: %d %s, want 404", res.StatusCode, body)
+	}
+	res, body := e.raw(http.MethodPost, "/v1/runs/task/end", "", map[string]string{"Authorization": "Bearer " + key})
+	if res.StatusCode != http.StatusOK || !strings.Contains(body, `"state":"ended"`) {
+		t.Fatalf("alice ends her run: %d %s", res.StatusCode, body)
+	}
+	res, body = e.raw(http.MethodPost, "/llm/claude/v1/messages", messageBody, runHeaders(key, "task-sub", ""))
+	if b := readError(t, body); res.StatusCode != http.StatusForbidden || b.Error.Type != "permission_error" || b.Error.Message != `run "task-sub" was ended` {
+		t.Errorf("the sub-agent's next call: %d %s, want 403 naming the run", res.StatusCode, body)
+	}
+}

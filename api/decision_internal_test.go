@@ -206,6 +206,13 @@ func decisionSamples() []policy.Decision {
 			Shadow: &policy.ShadowDecision{Blocked: policy.Minute}},
 		{Outcome: policy.Denied, Reason: "feature not included in tier", Tier: "team", Guardrail: "feature_gate", Windows: windows(false),
 			Account: &policy.AccountState{ID: "none", Windows: *windows(false)}},
+		// Checks in runs: a sub-agent's admitted step, and a refusal by
+		// a used-up ancestor of a tier without a run object.
+		{Outcome: policy.Admitted, Tier: "agents", Guardrail: "rate_limiter", Windows: windows(true), CallID: "0OmdGH_-Tk8Mdi6tqUt48M",
+			Run: &policy.RunUsage{Run: policy.Run{ID: "r-42-search", Parent: "r-42", State: policy.RunOpen, Requests: 3, Tokens: 1200, Cost: 5_000_000, CallsInFlight: 1},
+				Limits: &policy.LimitSet{policy.MaxRunRequests: new(int64(50)), policy.MaxRunCost: new(int64(2_500_000_000_000))}}},
+		{Outcome: policy.Denied, Reason: `run "r-42" step limit exceeded`, Tier: "agents", Guardrail: "rate_limiter", Windows: windows(false),
+			Run: &policy.RunUsage{Run: policy.Run{ID: "q\"uote\\ \u2028\xff", State: policy.RunExhausted, Requests: 50}}, RunRefused: policy.CauseRequests},
 	}
 }
 
@@ -258,6 +265,10 @@ func FuzzAppendDecision(f *testing.F) {
 		a := *d.Account
 		a.ID = accountID
 		d.Account = &a
+		// In a run named as the account is, whose parent is the call.
+		r := *decisionSamples()[12].Run
+		r.ID, r.Parent = accountID, callID
+		d.Run = &r
 		var want bytes.Buffer
 		if err := json.MarshalWrite(&want, decisionBody(&d), answerOptions); err != nil {
 			t.Fatal(err)

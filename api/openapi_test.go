@@ -379,6 +379,55 @@ func TestOpenAPIAccountRequest(t *testing.T) {
 	}
 }
 
+// The description of a tier's run object says what PUT /v1/tiers/{name}
+// takes: a body is valid by TierInput exactly when the service takes it.
+func TestOpenAPITierRunRequest(t *testing.T) {
+	e := newEnv(t)
+	s := loadSpec(t, e.srv)
+	sch := s.schema(t, pointer("components", "schemas", "TierInput"))
+	limits := `"requests_per_minute":10,"requests_per_hour":100,"requests_per_day":1000,"burst_allowance":0`
+	for _, run := range []string{
+		`null`,
+		`{}`,
+		`{"max_requests":50,"max_tokens":null,"max_cost":"2.5","max_duration":600,"max_concurrent":4,"max_depth":64,"required":true}`,
+		`{"required":false}`,
+		`{"max_depth":0}`,
+		`{"max_depth":65}`,
+		`{"max_requests":-1}`,
+		`{"max_requests":2147483648}`,
+		`{"max_requests":"5"}`,
+		`{"max_cost":2}`,
+		`{"max_cost":"-1"}`,
+		`{"required":"yes"}`,
+		`{"requests_per_minute":5}`,
+		`{"cost_per_day":"1"}`,
+		`[]`,
+		`5`,
+	} {
+		body := `{` + limits + `,"run":` + run + `}`
+		v, err := jsonschema.UnmarshalJSON(strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		valid := sch.Validate(v) == nil
+		rec := e.do(http.MethodPut, "/v1/tiers/agents", body, true)
+		if taken := rec.Code == http.StatusCreated || rec.Code == http.StatusOK; valid != taken || !taken && rec.Code != http.StatusBadRequest {
+			t.Errorf("run %s: valid by the description: %v; the service answers %d %s", run, valid, rec.Code, rec.Body)
+		}
+	}
+	// A run's limit is none of the tier's own.
+	for _, own := range []string{`"max_requests":5`, `"max_depth":2`} {
+		body := `{` + limits + `,` + own + `}`
+		v, err := jsonschema.UnmarshalJSON(strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec := e.do(http.MethodPut, "/v1/tiers/agents", body, true); sch.Validate(v) == nil || rec.Code != http.StatusBadRequest {
+			t.Errorf("%s among the tier's own: valid by the description %v, the service answers %d", own, sch.Validate(v) == nil, rec.Code)
+		}
+	}
+}
+
 // answerCase is one request whose answer is checked against the
 // description of its operation and status.
 type answerCase struct {

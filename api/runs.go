@@ -87,7 +87,7 @@ func appendRun(b []byte, r *policy.RunUsage) []byte {
 	if r == nil {
 		return b
 	}
-	out, err := json.Marshal(runUsageToJSON(r))
+	out, err := json.Marshal(runUsageToJSON(r), answerOptions)
 	if err != nil {
 		return b // cannot happen: every field marshals
 	}

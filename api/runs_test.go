@@ -143,6 +143,9 @@ func TestRunsOverHTTP(t *testing.T) {
 	if code, h, d := check("sam", "r2", "", 10); code != http.StatusForbidden || str(d.Reason) != `run "r2" was ended` || h.Get("Retry-After") != "" {
 		t.Errorf("after the end: %d %q", code, str(d.Reason))
 	}
+	if rec := e.must(http.MethodGet, "/v1/audit?kind=runs", "", http.StatusOK); !strings.Contains(rec.Body.String(), `"kind":"runs","subject":"r2","action":"ended"`) {
+		t.Errorf("the audit log of runs: %s", rec.Body)
+	}
 
 	m := scrape(t, e.srv)
 	if got := m.must(t, "policyguard_runs_opened_total", nil); got != 3 {

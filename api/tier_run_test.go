@@ -38,6 +38,12 @@ func TestTierRunOverHTTP(t *testing.T) {
 	if err != nil || len(changes) != 1 || changes[0].New.Run == nil {
 		t.Fatalf("audit log %+v, %v", changes, err)
 	}
+	// The audit log words the run object in the API's names, required
+	// within it.
+	audit := e.do(http.MethodGet, "/v1/audit?kind=tiers", "", true).Body.String()
+	if !strings.Contains(audit, `"run":{"required":true,"max_concurrent":null,"max_cost":2500000000000,"max_depth":3,"max_duration":null,"max_requests":50,"max_tokens":null}`) {
+		t.Errorf("GET /v1/audit: %s", audit)
+	}
 
 	// An empty object is a run object without limits; null is none.
 	e.putTier("agents", `{`+runTierLimits+`,"run":{}}`)

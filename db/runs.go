@@ -61,21 +61,21 @@ var runQueries = map[query]string{
 	qRunsAll:         `SELECT ` + runColumns + ` FROM runs AS r WHERE r.run_id > ?3 AND ?1 = ?1 ORDER BY r.run_id LIMIT ?4`,
 }
 
-// runRow scans a Run read with runColumns.
-type runRow struct {
+// runScan scans a Run read with runColumns.
+type runScan struct {
 	r                       policy.Run
 	state, cause            string
 	openedAt, lastAt, ended int64
 	cost                    int64
 }
 
-func (w *runRow) dest() []any {
+func (w *runScan) dest() []any {
 	r := &w.r
 	return []any{&r.ID, &r.UserID, &r.Tier, &r.Parent, &r.Root, &r.Depth, &w.openedAt, &w.lastAt,
 		&w.state, &w.cause, &w.ended, &r.Requests, &r.Tokens, &w.cost, &r.CallsInFlight}
 }
 
-func (w *runRow) run() policy.Run {
+func (w *runScan) run() policy.Run {
 	r := w.r
 	r.OpenedAt, r.LastAt = time.UnixMicro(w.openedAt).UTC(), time.UnixMicro(w.lastAt).UTC()
 	r.State, r.Cause, r.Cost = policy.RunState(w.state), policy.RunCause(w.cause), policy.Money(w.cost)
@@ -90,7 +90,7 @@ func scanRuns(rows *sql.Rows) ([]policy.Run, error) {
 	defer rows.Close()
 	out := []policy.Run{}
 	for rows.Next() {
-		var w runRow
+		var w runScan
 		if err := rows.Scan(w.dest()...); err != nil {
 			return nil, unavailable(err)
 		}
@@ -109,18 +109,12 @@ func (h *history) RunChain(id string, now time.Time) ([]policy.Run, error) {
 }
 
 // writeRuns stores what a's admission does to runs, in the transaction
-// that records it (when it does).
+// that records it (when it does): the run it opens first, then the
+// request counted, then the runs it closes, which may include the run
+// just opened (a budget of one step).
 func (tx *writeTx) writeRuns(a *policy.Admission) error {
 	ra := a.Run
-	for _, c := range ra.Close {
-		if _, err := tx.exec(qRunClose, c.ID, string(c.State), string(c.Cause), c.At.UnixMicro()); err != nil {
-			return unavailable(err)
-		}
-	}
-	if !a.Record {
-		return nil
-	}
-	if r := ra.Open; r != nil {
+	if r := ra.Open; r != nil && a.Record {
 		res, err := tx.exec(qRunInsert, r.ID, r.UserID, r.Tier, nullText(r.Parent), r.Root, r.Depth,
 			r.OpenedAt.UnixMicro(), r.LastAt.UnixMicro())
 		if err != nil {
@@ -137,8 +131,13 @@ func (tx *writeTx) writeRuns(a *policy.Admission) error {
 			return unavailable(err)
 		}
 	}
-	if ra.ID != "" {
+	if ra.ID != "" && a.Record {
 		if _, err := tx.exec(qRunCount, ra.ID, a.At.Truncate(policy.Resolution).UnixMicro()); err != nil {
+			return unavailable(err)
+		}
+	}
+	for _, c := range ra.Close {
+		if _, err := tx.exec(qRunClose, c.ID, string(c.State), string(c.Cause), c.At.UnixMicro()); err != nil {
 			return unavailable(err)
 		}
 	}
@@ -213,14 +212,20 @@ func (s *Store) EndRun(ctx context.Context, id string, now time.Time) (policy.Ru
 	case err != nil:
 		return policy.Run{}, unavailable(err)
 	}
+	at := now.Truncate(policy.Resolution)
+	audit := auditBy(ctx, at)
 	err = s.writer.do(ctx, func(tx *writeTx) error {
 		if err := tx.lockUser(user); err != nil {
 			return err
 		}
-		if _, err := tx.exec(qRunEnd, id, now.Truncate(policy.Resolution).UnixMicro()); err != nil {
+		res, err := tx.exec(qRunEnd, id, at.UnixMicro())
+		if err != nil {
 			return unavailable(err)
 		}
-		return nil
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return unavailable(err) // nil: nothing was open, nothing to log
+		}
+		return audit.insert(tx, auditEntry{kind: policy.AuditRuns, subject: id, action: policy.AuditEnded})
 	})
 	if err != nil {
 		return policy.Run{}, fmt.Errorf("end run %q: %w", id, err)

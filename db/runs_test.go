@@ -259,3 +259,40 @@ func TestRunBudgetsHoldUnderParallelCallers(t *testing.T) {
 }
 
 var _ policy.RunStore = (*db.Store)(nil)
+
+// A member of an account runs as anyone does, its run counted in the
+// member's admission with the pool's; the cleanup deletes runs a week
+// after their last request and not before.
+func TestRunsOfMembersAndCleanup(t *testing.T) {
+	eachBackend(t, func(t *testing.T, bk backend) {
+		ctx := context.Background()
+		now := t0
+		s := openStore(t, bk.newDSN(t))
+		svc := policy.NewService(s, s, policy.WithClock(func() time.Time { return now }), policy.WithUsers(s), policy.WithAccounts(s))
+		tier := agentsTier(policy.LimitSet{policy.MaxRunRequests: new(int64(1))})
+		tier.Account = &policy.LimitSet{policy.RequestsPerMinute: new(int64(100))}
+		putAccount(t, svc, tier, "acme", []string{"m"})
+		for i, want := range []policy.Outcome{policy.Admitted, policy.Denied} {
+			d, err := svc.Check(ctx, policy.Request{UserID: "m", RunID: "team-run"}, false)
+			if err != nil || d.Outcome != want || d.Account == nil {
+				t.Fatalf("step %d: %+v %v", i+1, d, err)
+			}
+		}
+		if r, err := svc.GetRun(ctx, "team-run"); err != nil || r.Requests != 1 || r.State != policy.RunExhausted {
+			t.Fatalf("the member's run: %+v %v", r, err)
+		}
+		for _, tc := range []struct {
+			after time.Duration
+			found bool
+		}{{policy.RunKeepFor - time.Hour, true}, {policy.RunKeepFor + time.Hour, false}} {
+			now = t0.Add(tc.after)
+			if _, err := s.Prune(ctx, now.Add(-policy.KeepFor)); err != nil {
+				t.Fatal(err)
+			}
+			_, err := svc.GetRun(ctx, "team-run")
+			if found := err == nil; found != tc.found {
+				t.Errorf("%v after its last request: found %v (%v), want %v", tc.after, found, err, tc.found)
+			}
+		}
+	})
+}

@@ -42,11 +42,9 @@ type tierRow struct {
 	// Account is the pooled limits of an account on the tier, NULL (and
 	// null in the audit log) for none.
 	Account *poolRow `json:"account"`
-	// Run is the tier's run object, every run limit a member (null: no
-	// limit), NULL (and null in the audit log) for none; RunRequired
-	// says whether every gateway request under the tier must name a run.
-	Run         *poolRow `json:"run"`
-	RunRequired bool     `json:"run_required"`
+	// Run is the tier's run object, nil (and null in the audit log) for
+	// none.
+	Run *runRow `json:"run"`
 	// ID is tier_ids.id, read with the row and never written from it.
 	ID int64 `json:"-"`
 
@@ -90,13 +88,38 @@ var tierUpsert = `INSERT INTO tiers (` + tierColumns + `) VALUES (?` + strings.R
 // scanTier reads a row of tierSelect.
 func scanTier(row interface{ Scan(...any) error }) (tierRow, error) {
 	var r tierRow
-	err := row.Scan(&r.Name, &r.Limits, &r.Features, &r.Description, &r.UpdatedAt, &r.Shadow, &r.Models, &r.Account, &r.Run, &r.RunRequired, &r.ID)
+	var run *poolRow
+	var required bool
+	err := row.Scan(&r.Name, &r.Limits, &r.Features, &r.Description, &r.UpdatedAt, &r.Shadow, &r.Models, &r.Account, &run, &required, &r.ID)
+	if run != nil || required {
+		r.Run = &runRow{Required: required}
+		if run != nil {
+			r.Run.Limits = *run
+		}
+	}
 	return r, err
 }
 
 // args returns r's values for tierUpsert.
 func (r *tierRow) args() []any {
-	return []any{r.Name, r.Limits, r.Features, r.Description, r.UpdatedAt, r.Shadow, r.Models, r.Account, r.Run, r.RunRequired}
+	var run *poolRow
+	var required bool
+	if r.Run != nil {
+		required = r.Run.Required
+		if r.Run.Limits != nil {
+			run = &r.Run.Limits
+		}
+	}
+	return []any{r.Name, r.Limits, r.Features, r.Description, r.UpdatedAt, r.Shadow, r.Models, r.Account, run, required}
+}
+
+// runRow is a tier's run object in the API's shape, as the audit log's
+// JSON has it: every run limit a member (null: no limit) and required.
+// The tiers table keeps it in two columns: run, the limits as a JSON
+// object (NULL for none), and run_required.
+type runRow struct {
+	Required bool    `json:"required"`
+	Limits   poolRow `json:",inline"`
 }
 
 // limitsRow is the shadow column: the request limits as a JSON object with
@@ -127,11 +150,12 @@ func rowOf(t *policy.Tier) tierRow {
 		p := poolRow(t.Account.Values(policy.ScopeAccount))
 		r.Account = &p
 	}
-	if t.Run != nil {
-		p := poolRow(t.Run.Values(policy.ScopeRun))
-		r.Run = &p
+	if t.Run != nil || t.RunRequired {
+		r.Run = &runRow{Required: t.RunRequired}
+		if t.Run != nil {
+			r.Run.Limits = t.Run.Values(policy.ScopeRun)
+		}
 	}
-	r.RunRequired = t.RunRequired
 	if l := t.Shadow; l != nil {
 		r.Shadow = &limitsRow{Limits: limitValues{}}
 		for i := range policy.LimitFields {
@@ -177,10 +201,12 @@ func (r *tierRow) tier() policy.Tier {
 		t.Account = &p
 	}
 	if r.Run != nil {
-		p, _ := policy.RunLimitsOf(*r.Run) // names unknown to this version are dropped
-		t.Run = &p
+		t.RunRequired = r.Run.Required
+		if r.Run.Limits != nil {
+			p, _ := policy.RunLimitsOf(r.Run.Limits) // names unknown to this version are dropped
+			t.Run = &p
+		}
 	}
-	t.RunRequired = r.RunRequired
 	if t.Features == nil {
 		t.Features = []string{}
 	}

@@ -15,10 +15,11 @@ const (
 	AuditUsage    = "usage"    // a user's or an account's usage forgotten
 	AuditPrices   = "prices"   // a version of the price table saved
 	AuditAdmins   = "admins"   // a named admin created, given a role or revoked
+	AuditRuns     = "runs"     // an agent run ended, with its descendants
 )
 
 // AuditKinds lists every kind of change the audit log records.
-var AuditKinds = []string{AuditTiers, AuditUsers, AuditAccounts, AuditKeys, AuditUsage, AuditPrices, AuditAdmins}
+var AuditKinds = []string{AuditTiers, AuditUsers, AuditAccounts, AuditKeys, AuditUsage, AuditPrices, AuditAdmins, AuditRuns}
 
 // Actions of an audit entry.
 const (
@@ -27,6 +28,7 @@ const (
 	AuditDeleted   = "deleted"
 	AuditRevoked   = "revoked"
 	AuditForgotten = "forgotten"
+	AuditEnded     = "ended"
 )
 
 // AuditEntry is one change as the audit log keeps it: who made it, when,

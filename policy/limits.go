@@ -120,9 +120,13 @@ const MaxRunDepthLimit = 64
 
 // LimitFields lists every limit of a tier, in the order the API, the tiers
 // file and the admin page show them; within a kind, the windows run from
-// the shortest to the longest. Every surface that lists limits walks this
-// table: the domain's LimitSet and Overrides, validation (each value from 0
-// to its row's Max), the wording of a change, the API's and the tiers
+// the shortest to the longest. Each row says which sets of limits hold it
+// (Scopes): a tier's own limits and an account's pooled ones hold the rows
+// up to cost_per_day, a run object (Tier.Run) max_concurrent and the rows
+// after cost_per_day. Every surface that lists a set of limits walks this
+// table, the rows of the set's scope only (FieldsIn): the domain's
+// LimitSet and Overrides, validation (each value from its row's Min to its
+// Max), the wording of a change, the API's and the tiers
 // file's JSON, the admin page's forms and tables, and the database, which
 // keeps each set of limits as one JSON object keyed by Name. How a value
 // is written and read on the wire is decided in one place per surface, by
@@ -131,7 +135,8 @@ const MaxRunDepthLimit = 64
 //
 // Adding a limit of a kind that exists touches, counted by adding one: this
 // file (its LimitID and its row), api/openapi.yaml (a property of the
-// Limits schema) and api/client/limits.go (a field of client.Limits), and
+// Limits schema, or of RunLimits for a run's) and api/client/limits.go (a
+// field of client.Limits, or of client.RunLimits), and
 // its tests: one of its own, and the golden files that print every limit
 // of a tier (api/tierfile_test.go, api/shadow_account_test.go). No
 // migration: the database keeps each set as one JSON object by Name. A new
@@ -208,7 +213,8 @@ func (f *LimitField) index() int { return int(f.id) }
 
 // LimitSet is a set of limits, one per row of LimitFields, in its order:
 // nil sets no limit. A tier's own limits, the pooled limits of the
-// accounts on its plan (Tier.Account) and its shadow limits are each one.
+// accounts on its plan (Tier.Account), its run object (Tier.Run) and its
+// shadow limits are each one, holding only the rows of its Scope.
 // In a tier's own limits a required limit is never unset: nil reads as 0
 // there (see LimitField.Value). The zero value sets no limit.
 //

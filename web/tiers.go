@@ -19,6 +19,7 @@ type adminTierRow struct {
 	Default     bool
 	Limits      []adminLimitCell // in the order of TierColumns
 	Pool        string           // the pooled limits of its accounts, in words; "" for none
+	Run         string           // its run object in words, and whether runs are required; "" for none
 	Features    []string
 	Models      []string
 	AnyModel    bool // Models is nil: the tier allows every model
@@ -141,7 +142,8 @@ type adminTierField struct {
 // every limit of policy.LimitFields, the features, models and description,
 // the shadow limits and the pooled shadow limits of accounts, then the
 // account object: its checkbox and its pooled limits, one per row of
-// policy.LimitFields.
+// policy.LimitFields in policy.ScopeAccount; then the run object: its
+// checkbox, its limits (the rows in policy.ScopeRun) and "Run required".
 var adminTierFields = func() []adminTierField {
 	fields := []adminTierField{{name: "name", label: "Name", hint: "Lowercase letters, digits, - and _."}}
 	for f := range policy.FieldsIn(policy.ScopeTier) {
@@ -177,8 +179,23 @@ var adminTierFields = func() []adminTierField {
 		fields = append(fields, adminTierField{name: accountField + "." + f.Name, label: "Account: " + strings.ToLower(f.Label[:1]) + f.Label[1:],
 			hint: limitHint(f, ""), inputMode: limitInputMode(f)})
 	}
-	return fields
+	fields = append(fields, adminTierField{name: runField, label: "Run budget for each agent run", checkbox: true, wide: true,
+		hint: "Limits each run an agent names (X-Guard-Run, context.run_id), its sub-agents' use included, from the run's first request. An empty field sets no limit."})
+	for f := range policy.FieldsIn(policy.ScopeRun) {
+		fields = append(fields, adminTierField{name: runField + "." + f.Name, label: "Run: " + strings.ToLower(f.Label[:1]) + f.Label[1:],
+			hint: limitHint(f, f.Doc), inputMode: limitInputMode(f)})
+	}
+	return append(fields, adminTierField{name: runRequiredField, label: "Run required", checkbox: true, wide: true,
+		hint: "Every gateway request under this tier must name a run; needs the run budget above, which may set no limit."})
 }()
+
+// runField is the tier form's checkbox of the tier's run object, and the
+// prefix of its limits' fields; runRequiredField is its "Run required"
+// checkbox. Both are named as the API names them.
+const (
+	runField         = "run"
+	runRequiredField = "run.required"
+)
 
 // accountField is the tier form's checkbox of the tier's account object,
 // and the prefix of its pooled limits' fields, as the API names them.
@@ -251,12 +268,21 @@ func tierFormValues(t policy.Tier) map[string]string {
 				v["shadow.account."+f.Name] = limitFormValue(f, t.Shadow.Account.Get(f))
 			}
 		}
+		if t.Run != nil && f.In(policy.ScopeRun) {
+			v[runField+"."+f.Name] = limitFormValue(f, t.Run.Get(f))
+		}
 		if t.Account != nil && f.In(policy.ScopeAccount) {
 			v[accountField+"."+f.Name] = limitFormValue(f, t.Account.Get(f))
 		}
 	}
 	if t.Account != nil {
 		v[accountField] = "on"
+	}
+	if t.Run != nil {
+		v[runField] = "on"
+	}
+	if t.RunRequired {
+		v[runRequiredField] = "on"
 	}
 	return v
 }
@@ -345,6 +371,12 @@ func (a *Admin) tierFromForm(name string, values map[string]string) (policy.Tier
 	if pooled {
 		t.Account = &policy.LimitSet{}
 	}
+	// The run object's checkbox likewise.
+	budget := values[runField] != ""
+	if budget {
+		t.Run = &policy.LimitSet{}
+	}
+	t.RunRequired = values[runRequiredField] != ""
 	for i := range policy.LimitFields {
 		f := &policy.LimitFields[i]
 		if f.In(policy.ScopeTier) {
@@ -365,6 +397,14 @@ func (a *Admin) tierFromForm(name string, values map[string]string) (policy.Tier
 			t.Account.Set(f, parse(name, true))
 		case strings.TrimSpace(values[name]) != "" && errs[accountField] == "":
 			errs[accountField] = "tick this box to give the tier pooled limits, or empty the account fields below"
+		}
+		name = runField + "." + f.Name
+		switch {
+		case !f.In(policy.ScopeRun):
+		case budget:
+			t.Run.Set(f, parse(name, true))
+		case strings.TrimSpace(values[name]) != "" && errs[runField] == "":
+			errs[runField] = "tick this box to give the tier a run budget, or empty the run fields below"
 		}
 	}
 	for _, fe := range t.ValidateFields() {
@@ -442,6 +482,12 @@ func (a *Admin) tiersView(c echo.Context, form *adminTierForm) (adminView, error
 		}
 		if t.Account != nil {
 			v.Tiers[i].Pool = policy.PoolSummary(t.Account)
+		}
+		if t.Run != nil {
+			v.Tiers[i].Run = policy.RunSummary(t.Run)
+			if t.RunRequired {
+				v.Tiers[i].Run += ", required"
+			}
 		}
 		if !t.UpdatedAt.IsZero() {
 			v.Tiers[i].Updated = t.UpdatedAt.UTC().Format("2006-01-02 15:04:05 UTC")

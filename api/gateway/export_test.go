@@ -16,3 +16,8 @@ func SetHooks(cfg *Config, ticker func(time.Duration) (<-chan time.Time, func())
 		cfg.onSettled = settled
 	}
 }
+
+// SetSettleTimeout makes cfg's gateway wait up to d for a settle or a
+// keepalive, for tests whose machine may keep one waiting on a lock
+// longer than the default.
+func SetSettleTimeout(cfg *Config, d time.Duration) { cfg.settleTimeout = d }

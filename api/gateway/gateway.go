@@ -234,9 +234,11 @@ type Config struct {
 
 	// Tests set these (export_test.go): ticker paces the keepalives of
 	// live calls; onClientGone runs when an exchange's client went away,
-	// onSettled when an exchange ended and its call, if any, was settled.
+	// onSettled when an exchange ended and its call, if any, was settled;
+	// settleTimeout replaces defaultSettleTimeout.
 	ticker                  func(time.Duration) (<-chan time.Time, func())
 	onClientGone, onSettled func()
+	settleTimeout           time.Duration
 }
 
 // UpstreamNames returns the names of c's upstreams, sorted; nil for a nil
@@ -418,26 +420,30 @@ type Gateway struct {
 
 	ticker                  func(time.Duration) (<-chan time.Time, func())
 	onClientGone, onSettled func()
+	// settleTimeout bounds a settle or a keepalive (see
+	// defaultSettleTimeout).
+	settleTimeout time.Duration
 }
 
 // New returns the gateway of cfg. It panics on a configuration Validate
 // refuses (main validates what it reads before).
 func New(cfg *Config, deps Deps) *Gateway {
 	g := &Gateway{
-		Deps:         deps,
-		upstreams:    make(map[string]*upstream, len(cfg.Upstreams)),
-		transport:    cfg.Transport,
-		passthrough:  cfg.Passthrough,
-		maxOutput:    orDefault(cfg.MaxOutput, DefaultMaxOutput),
-		maxBody:      orDefault(cfg.MaxBody, DefaultMaxBody),
-		bodyMem:      semaphore.NewWeighted(orDefault(cfg.BodyMemory, DefaultBodyMemory)),
-		bodyReads:    map[string]int64{},
-		drain:        orDefault(cfg.Drain, DefaultDrain),
-		timeout:      orDefault(cfg.UpstreamTimeout, DefaultUpstreamTimeout),
-		maxRetryWait: orDefault(cfg.MaxRetryWait, DefaultMaxRetryWait),
-		ticker:       cfg.ticker,
-		onClientGone: cfg.onClientGone,
-		onSettled:    cfg.onSettled,
+		Deps:          deps,
+		upstreams:     make(map[string]*upstream, len(cfg.Upstreams)),
+		transport:     cfg.Transport,
+		passthrough:   cfg.Passthrough,
+		maxOutput:     orDefault(cfg.MaxOutput, DefaultMaxOutput),
+		maxBody:       orDefault(cfg.MaxBody, DefaultMaxBody),
+		bodyMem:       semaphore.NewWeighted(orDefault(cfg.BodyMemory, DefaultBodyMemory)),
+		bodyReads:     map[string]int64{},
+		drain:         orDefault(cfg.Drain, DefaultDrain),
+		timeout:       orDefault(cfg.UpstreamTimeout, DefaultUpstreamTimeout),
+		maxRetryWait:  orDefault(cfg.MaxRetryWait, DefaultMaxRetryWait),
+		ticker:        cfg.ticker,
+		onClientGone:  cfg.onClientGone,
+		onSettled:     cfg.onSettled,
+		settleTimeout: orDefault(cfg.settleTimeout, defaultSettleTimeout),
 	}
 	if g.ticker == nil {
 		g.ticker = func(d time.Duration) (<-chan time.Time, func()) {
@@ -635,9 +641,10 @@ var (
 	errUpstreamTimeout = errors.New("the upstream did not end within the upstream timeout")
 )
 
-// settleTimeout bounds a settle or a keepalive of a call, which the
-// client's leaving must not cancel.
-const settleTimeout = 5 * time.Second
+// defaultSettleTimeout bounds a settle or a keepalive of a call, which
+// the client's leaving must not cancel. A settle that fails leaves the
+// call to expire with its reservation.
+const defaultSettleTimeout = 5 * time.Second
 
 // Handle answers a request of the route /llm/:name/*.
 func (g *Gateway) Handle(c echo.Context) error {
@@ -907,7 +914,7 @@ func (x *exchange) keepAlive() {
 			case <-done:
 				return
 			case <-ticks:
-				ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+				ctx, cancel := context.WithTimeout(context.Background(), x.g.settleTimeout)
 				_, err := x.g.Calls.KeepAlive(ctx, x.callID)
 				cancel()
 				if err != nil {
@@ -942,7 +949,7 @@ func (x *exchange) settle(r *policy.Report) {
 	}
 	x.g.Metrics.ObserveSettle(x.up.Name, x.tier, charged, x.gone.Load(), r != nil)
 	if x.callID != "" {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(x.req.Context()), settleTimeout)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(x.req.Context()), x.g.settleTimeout)
 		before := x.g.Calls.Now()
 		call, err := x.g.Calls.FinishCall(ctx, x.callID, report)
 		cancel()

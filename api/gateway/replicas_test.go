@@ -87,6 +87,11 @@ func newReplicas(t *testing.T, tier string, opts ...db.Option) (*replicas, strin
 			Transport: r.transport, Drain: 200 * time.Millisecond,
 		}
 		gateway.SetHooks(cfg, nil, nil, func() { r.settles.Add(1); r.settled.fire() })
+		// 64 clients of one user queue on its lock across the replicas:
+		// on a loaded machine a settle may wait past the default 5 s,
+		// and fail, leaving its call to expire; not what these tests are
+		// about.
+		gateway.SetSettleTimeout(cfg, time.Minute)
 		srv := api.NewServer(api.Config{Service: svc, Logger: slog.New(slog.DiscardHandler), Gateway: cfg})
 		hs := httptest.NewServer(srv)
 		t.Cleanup(hs.Close)

@@ -40,6 +40,9 @@ func (s *Server) authorizeKey(c echo.Context) (byKey bool, err error) {
 		return false, policy.Errorf(policy.EFORBIDDEN, "a service key cannot end runs: end a run with its user's own gateway key, or as an admin")
 	}
 	c.Set(keyUserKey, key.UserID)
+	// The audit log names the key that ended a run, as it names an admin.
+	req := c.Request()
+	c.SetRequest(req.WithContext(policy.WithChangeSource(policy.WithActor(req.Context(), key.ID), policy.SourceAPI)))
 	return true, nil
 }
 

@@ -26,7 +26,7 @@ func TestEndRunWithGatewayKey(t *testing.T) {
 		}
 		return k, secret
 	}
-	_, alice := key("alice", false)
+	aliceKey, alice := key("alice", false)
 	_, bob := key("bob", false)
 	_, service := key("", true)
 	revokedKey, revoked := key("alice", false)
@@ -93,6 +93,11 @@ func TestEndRunWithGatewayKey(t *testing.T) {
 	rec := e.do(http.MethodPost, "/v1/check", `{"context":{"user_id":"alice","user_tier":"agents","run_id":"a-1-sub"}}`, false)
 	if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), `run \"a-1-sub\" was ended`) {
 		t.Errorf("a check in the ended sub-agent's run: %d %s, want 403", rec.Code, rec.Body)
+	}
+	// The audit log names the key that ended the run.
+	code, body = as(e, adminToken, "GET", "/v1/audit?kind=runs", "")
+	if code != http.StatusOK || !strings.Contains(body, `"actor":"`+aliceKey.ID+`"`) || !strings.Contains(body, `"subject":"a-1"`) {
+		t.Errorf("the audit log of runs: %d %s, want a-1 ended by key %s", code, body, aliceKey.ID)
 	}
 	// Admins end any user's run, as before.
 	if code, body := as(e, adminToken, "POST", "/v1/runs/b-1/end", ""); code != http.StatusOK || state("b-1") != policy.RunEnded {

@@ -265,10 +265,8 @@ func settings(cfg *config, gw *gateway.Config, getenv func(string) string) []cli
 	return []cli.Setting{
 		{Flag: "addr", Env: "GUARDRAIL_ADDR", Default: "127.0.0.1:8080", Hint: "ADDR", Usage: "listen address", Parse: cli.SetString(&cfg.Addr)},
 		{Flag: "db", Env: "GUARDRAIL_DB", Default: "guardrail.db", Hint: "FILE|URL",
-			Usage: "the database: a SQLite file, created if missing, or a PostgreSQL URL (postgres://user:password@host:5432/name)", Parse: func(v string) error {
-				cfg.DBPath = v
-				return cli.Check(v != "", "-db names no database")
-			}},
+			Usage: "the database: a SQLite file, created if missing, or a PostgreSQL URL (postgres://user:password@host:5432/name)",
+			Parse: cli.SetNonEmpty(&cfg.DBPath, "-db names no database")},
 		{Flag: "admin-token", Env: "GUARDRAIL_ADMIN_TOKEN", Hint: "TOKEN", Usage: "bearer token for the admin API; empty generates one and prints it",
 			Parse: cli.SetToken(&cfg.AdminToken, "admin token (-admin-token, GUARDRAIL_ADMIN_TOKEN)")},
 		{Flag: "api-token", Env: "GUARDRAIL_API_TOKEN", Hint: "TOKEN", Usage: "bearer token every POST /v1/check and call route (/v1/calls/...) must carry; empty leaves them open",
@@ -288,8 +286,7 @@ func settings(cfg *config, gw *gateway.Config, getenv func(string) string) []cli
 			Usage: "how long a metered call stays open without a finish or keepalive before the service finishes it with its reserved tokens",
 			Parse: cli.SetDuration(&cfg.CallTimeout, 1, "call timeout %q: must be a positive duration such as 10m or 90s (-call-timeout, GUARDRAIL_CALL_TIMEOUT)")},
 		{Flag: "run-idle", Env: "GUARDRAIL_RUN_IDLE", Default: policy.DefaultRunIdle.String(), Hint: "DURATION",
-			Usage: "how long an agent run may go without a request before it expires, refused for good",
-			Parse: cli.SetDuration(&cfg.RunIdle, 1, "run idle %q: must be a positive duration such as 1h or 30m (-run-idle, GUARDRAIL_RUN_IDLE)")},
+			Usage: "how long an agent run may go without a request before it expires, refused for good", Parse: cli.SetDuration(&cfg.RunIdle, 1, "run idle %q: must be a positive duration such as 1h or 30m (-run-idle, GUARDRAIL_RUN_IDLE)")},
 		{Flag: "cleanup-interval", Env: "GUARDRAIL_CLEANUP_INTERVAL", Default: "1m", Hint: "DURATION",
 			Usage: "how often rows older than 25 hours (a day and an hour's slack for clock steps) are deleted",
 			Parse: cli.SetDuration(&cfg.CleanupInterval, 1, "cleanup interval %q: must be a positive duration such as 1m or 30s")},

@@ -145,14 +145,7 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 		Name: "policyguard_spend_overrun_dollars_total",
 		Help: "US dollars that priced calls finished by their caller cost above what their check reserved, by tier: the one way spend passes a spend limit.",
 	}, []string{"tier"})
-	m.runsOpened = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "policyguard_runs_opened_total",
-		Help: "Agent runs opened: checks admitted as the first request of a run (context.run_id), not dry runs.",
-	})
-	m.runsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "policyguard_runs_refused_total",
-		Help: "Checks refused by a run's budget or state, by limit: requests, tokens, cost, duration, idle, concurrency, depth, ended or parent.",
-	}, []string{"limit"})
+	m.runsOpened, m.runsRefused = runMetrics()
 	inFlight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "policyguard_calls_in_flight",
 		Help: "Calls open now, over every user: read from storage at each scrape; NaN when no store was given (SetCallsInFlight) or it failed.",
@@ -578,4 +571,16 @@ func (s meteredRequests) EndRun(ctx context.Context, id string, now time.Time) (
 	r, err := rs.EndRun(ctx, id, now)
 	s.m.storageError("admit", err)
 	return r, err
+}
+
+// runMetrics returns the counters of agent runs: runs opened, and checks
+// a run refused by what refused them.
+func runMetrics() (prometheus.Counter, *prometheus.CounterVec) {
+	return prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "policyguard_runs_opened_total",
+			Help: "Agent runs opened: checks admitted as the first request of a run (context.run_id), not dry runs.",
+		}), prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "policyguard_runs_refused_total",
+			Help: "Checks refused by a run's budget or state, by limit: requests, tokens, cost, duration, idle, concurrency, depth, ended or parent.",
+		}, []string{"limit"})
 }

@@ -19,6 +19,12 @@ func SetString(p *string) func(string) error {
 	return func(v string) error { *p = v; return nil }
 }
 
+// SetNonEmpty returns a Parse that sets *p to its value, and refuses an
+// empty one with the error message.
+func SetNonEmpty(p *string, message string) func(string) error {
+	return func(v string) error { *p = v; return Check(v != "", "%s", message) }
+}
+
 // SetBool returns a Parse for a Bool setting, which Parse hands "true" or
 // "false".
 func SetBool(p *bool) func(string) error {

@@ -258,6 +258,10 @@ func (s *Server) authorize(c echo.Context) error {
 		return nil
 	case !admin:
 		return policy.Errorf(policy.EFORBIDDEN, "this route declares no role that may use it, so it is refused to everyone")
+	case a.Access == policy.AccessAdminOrKey:
+		if byKey, err := s.authorizeKey(c); byKey || err != nil {
+			return err
+		}
 	}
 	req := c.Request()
 	who, secs, err := s.admin.SignIn(req.Context(), s.svc, c.RealIP(), bearerToken(req), s.svc.Now())

@@ -222,7 +222,7 @@ func (s *Server) routes() {
 	e.GET("/v1/audit", s.handleAudit)
 	e.GET("/v1/runs", s.handleListRuns)
 	e.GET("/v1/runs/:run_id", s.handleGetRun)
-	e.POST("/v1/runs/:run_id/end", s.handleEndRun)
+	e.POST("/v1/runs/:run_id/end", s.handleEndRun, s.endOwnRun)
 	s.testClockRoutes()
 	if s.gateway != nil {
 		// Every method: what is not metered is a 404 or, with

@@ -24,6 +24,12 @@ const (
 	AccessViewer
 	AccessSupport
 	AccessAdmin
+	// AccessAdminOrKey needs an admin (AccessAdmin), or a gateway key of
+	// the user the route's resource belongs to: the route confirms the
+	// resource is the key's user's before it acts, and answers 404 for
+	// another user's, as for one that does not exist. A service key,
+	// which speaks for many users, is refused.
+	AccessAdminOrKey
 )
 
 // Role returns the least role a holds to, and false when a asks for no
@@ -34,7 +40,7 @@ func (a Access) Role() (Role, bool) {
 		return RoleViewer, true
 	case AccessSupport:
 		return RoleSupport, true
-	case AccessAdmin:
+	case AccessAdmin, AccessAdminOrKey:
 		return RoleAdmin, true
 	}
 	return 0, false
@@ -42,6 +48,9 @@ func (a Access) Role() (Role, bool) {
 
 // String returns the role a needs, or "refused", "open" or "own".
 func (a Access) String() string {
+	if a == AccessAdminOrKey {
+		return "admin or own key"
+	}
 	if r, ok := a.Role(); ok {
 		return r.String()
 	}
@@ -109,7 +118,7 @@ var Routes = []RouteRule{
 	{"GET", "/v1/audit", AccessViewer},
 	{"GET", "/v1/runs", AccessViewer},
 	{"GET", "/v1/runs/:run_id", AccessViewer},
-	{"POST", "/v1/runs/:run_id/end", AccessAdmin},
+	{"POST", "/v1/runs/:run_id/end", AccessAdminOrKey}, // the kill switch, for the run's own agent too
 	{"GET", "/v1/test/clock", AccessViewer},
 	{"POST", "/v1/test/clock", AccessAdmin},
 
@@ -140,6 +149,7 @@ var Routes = []RouteRule{
 	{"POST", "/admin/users/delete", AccessSupport},
 	{"POST", "/admin/keys", AccessSupport},
 	{"POST", "/admin/keys/:id/revoke", AccessSupport},
+	{"POST", "/admin/runs/end", AccessAdmin},
 	{"POST", "/admin/accounts", AccessAdmin},
 	{"POST", "/admin/accounts/save", AccessAdmin},
 	{"POST", "/admin/accounts/delete", AccessAdmin},

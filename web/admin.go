@@ -156,6 +156,7 @@ func (a *Admin) Register(e *echo.Echo) {
 	g.POST("/accounts/delete", a.handleDeleteAccount, forms...)
 	g.POST("/accounts/clear", a.handleClearAccount, forms...)
 	g.POST("/keys/:id/revoke", a.handleRevokeKey, forms...)
+	g.POST("/runs/end", a.handleEndRun, forms...)
 	g.POST("/prices", a.handleSavePrices, forms...)
 	g.POST("/admins", a.handleCreateAdmin, forms...)
 	g.POST("/admins/:name/role", a.handleSetAdminRole, forms...)

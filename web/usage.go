@@ -25,6 +25,8 @@ type adminUsageView struct {
 	// Keys is the looked-up user's gateway keys and the form that makes
 	// one; nil for a service without keys (policy.WithKeys).
 	Keys *adminKeys
+	// Runs is the looked-up user's agent runs (runs.go).
+	Runs *adminRuns
 	// KeepsRecords is false for a service without user records
 	// (policy.WithUsers): the page then shows none of their sections.
 	KeepsRecords bool
@@ -141,13 +143,23 @@ func (a *Admin) renderUsage(c echo.Context, user, tierName string, asked bool, p
 			return a.fail(c, err)
 		}
 	}
+	var runs *adminRuns
+	if result != nil && a.svc.KeepsRuns() {
+		if runs, err = a.runSection(ctx, user); err != nil {
+			return a.fail(c, err)
+		}
+	}
 	v := a.view(c, "Look up a user", "usage")
 	if keys != nil {
 		keys.CSRF = v.CSRF
 	}
+	if runs != nil {
+		runs.CSRF = v.CSRF
+	}
 	v.Usage = &adminUsageView{
 		Record:       record,
 		Keys:         keys,
+		Runs:         runs,
 		KeepsRecords: keeps,
 		Records:      records,
 		NextRecords:  next,

@@ -25,8 +25,10 @@ const (
 	errTooLarge
 	errRateLimit
 	errRateLimitTokens
-	errQuota    // a spend limit refused
-	errUnpriced // the model has no price, under a spend limit
+	errQuota     // a spend limit refused
+	errUnpriced  // the model has no price, under a spend limit
+	errRunBudget // a run's budget refused, for good
+	errConflict  // the run is another user's, or another parent's
 	errUpstream
 	errTimeout
 	errUnavailable
@@ -50,7 +52,7 @@ func outcomeOf(kind errKind) string {
 	switch kind {
 	case errAuth:
 		return outcomeUnauthorized
-	case errPermission:
+	case errPermission, errRunBudget:
 		return outcomeDenied
 	case errRateLimit, errRateLimitTokens, errQuota:
 		return outcomeRateLimited
@@ -82,6 +84,8 @@ func (x *exchange) failErr(err error) {
 	switch status := policy.HTTPStatus(err); {
 	case status == http.StatusBadRequest:
 		x.fail(status, errInvalid, policy.ErrorMessage(err))
+	case status == http.StatusConflict:
+		x.conflict(policy.ErrorMessage(err))
 	case status == http.StatusServiceUnavailable:
 		x.g.Log(x.c, slog.LevelError, "gateway request failed", slog.Int("status", status), slog.Any("err", err))
 		x.fail(status, errUnavailable, policy.ErrorMessage(err))

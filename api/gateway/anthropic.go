@@ -54,6 +54,8 @@ var anthropicErrorTypes = map[errKind]string{
 	errRateLimitTokens: "rate_limit_error",
 	errQuota:           "rate_limit_error",
 	errUnpriced:        "permission_error",
+	errRunBudget:       "permission_error",
+	errConflict:        "invalid_request_error", // Anthropic names no type for a 409
 	errUpstream:        "api_error",
 	errTimeout:         "api_error",
 	errUnavailable:     "api_error",

@@ -28,8 +28,10 @@
 //     the call is priced by its model and upstream: the prompt's bound at
 //     the input price, the output cap at the output price; a model with
 //     no price is a 403, and a spend limit's refusal is the protocol's
-//     answer to an exhausted quota, which the SDKs do not retry. A
-//     refusal never reaches the upstream.
+//     answer to an exhausted quota, which the SDKs do not retry. A call
+//     naming a run (X-Guard-Run, runs.go) counts in it and its ancestors,
+//     and a run's spent budget is a 403 no SDK retries. A refusal never
+//     reaches the upstream.
 //  4. The call is forwarded with the upstream's key instead of the
 //     gateway key, and its answer relayed as it arrives (relay.go); the
 //     usage the upstream reports settles the call (FinishCall), each kind
@@ -602,6 +604,9 @@ type exchange struct {
 	// empty for none (see policy.Request.Account).
 	account string
 	tier    string // the tier's name once known, for metrics
+	// runID and parentRunID are what X-Guard-Run and X-Guard-Parent-Run
+	// name, "" for none (see runs.go).
+	runID, parentRunID string
 	// limitsSet reports whether the answer's rate-limit fields are set.
 	limitsSet bool
 
@@ -689,6 +694,9 @@ func (x *exchange) serve() {
 		return
 	}
 	if x.account, ok = x.accountOf(key); !ok {
+		return
+	}
+	if x.runID, x.parentRunID, ok = x.runOf(); !ok {
 		return
 	}
 	switch {
@@ -855,6 +863,7 @@ func (x *exchange) limitHeaders(d *policy.Decision) {
 func (x *exchange) check(req policy.Request) (policy.Decision, bool) {
 	start := time.Now()
 	req.UserID, req.Account, req.Upstream, req.OpenCall = x.user, x.account, x.up.Name, true
+	req.RunID, req.ParentRunID = x.runID, x.parentRunID
 	d, err := x.g.Calls.Check(x.req.Context(), req, false)
 	x.g.Metrics.ObserveCheck(&d, err, time.Since(start))
 	if u, ok := policy.IsUnpriced(err); ok && u.Model != "" {
@@ -873,6 +882,12 @@ func (x *exchange) check(req policy.Request) (policy.Decision, bool) {
 		return d, true
 	case policy.RateLimited:
 		x.rateLimited(&d)
+	case policy.Denied:
+		if d.RunRefused != policy.CauseNone {
+			x.runRefused(&d)
+			break
+		}
+		fallthrough
 	default:
 		x.fail(http.StatusForbidden, errPermission, d.Reason)
 		x.outcome = outcomeDenied
@@ -974,6 +989,9 @@ func (x *exchange) metered() {
 		return
 	}
 	x.tier = tier.Name
+	if !x.runRequired(&tier) {
+		return
+	}
 	body, ok := x.readBody(&tier)
 	if !ok {
 		return
@@ -1042,6 +1060,9 @@ func (x *exchange) passthrough() {
 	tier, err := x.userTier()
 	if err != nil {
 		x.failErr(err)
+		return
+	}
+	if !x.runRequired(&tier) {
 		return
 	}
 	body, ok := x.readBody(&tier)

@@ -54,6 +54,8 @@ var openAIErrorTypes = map[errKind]struct{ typ, code string }{
 	// users know to stop on it.
 	errQuota:       {"insufficient_quota", "insufficient_quota"},
 	errUnpriced:    {"permission_denied", "model_not_priced"},
+	errRunBudget:   {"permission_denied", "run_budget_exceeded"},
+	errConflict:    {"invalid_request_error", "run_conflict"},
 	errUpstream:    {"server_error", "upstream_error"},
 	errTimeout:     {"server_error", "upstream_timeout"},
 	errUnavailable: {"server_error", "unavailable"},

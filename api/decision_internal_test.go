@@ -322,7 +322,7 @@ func FuzzAppendDecision(f *testing.F) {
 		a.ID = accountID
 		d.Account = &a
 		// In a run named as the account is, whose parent is the call.
-		r := *decisionSamples()[12].Run
+		r := *decisionSamples()[13].Run // the sub-agent's admitted step
 		r.ID, r.Parent = accountID, callID
 		d.Run = &r
 		var want bytes.Buffer

@@ -92,26 +92,13 @@ func (a *Admin) renderUsage(c echo.Context, user, tierName string, asked bool, p
 	default:
 		now := a.svc.Now()
 		report, err := a.svc.UsageReport(ctx, user, tierName)
-		states := report.Windows
 		if policy.ErrorCode(err) == policy.EINVALID {
 			errs["tier"] = policy.ErrorMessage(err) // the user id was checked above
 			break
 		} else if err != nil {
 			return a.fail(c, err)
 		}
-		result = &adminUsageResult{UserID: user, Tier: tierName, AsOf: now.UTC().Format("2006-01-02 15:04:05 UTC")}
-		for _, w := range policy.Windows {
-			s := states[w]
-			row := adminWindowRow{Name: w.String(), Title: adminWindowTitles[w], Count: policy.GroupDigits(s.Count)}
-			if tierName != "" {
-				row.Limit, row.Remaining, row.Reset = policy.GroupDigits(s.Limit), policy.GroupDigits(s.Remaining), resetText(now, s.Reset)
-			}
-			result.Windows = append(result.Windows, row)
-		}
-		if m := report.Month; m != nil {
-			result.Windows = append(result.Windows, monthRow(m, tierName != "", now))
-			result.Month = monthText(m)
-		}
+		result = usageResult(user, tierName, &report, now)
 		if result.Day, err = a.userDay(ctx, user, tierName); err != nil {
 			return a.fail(c, err)
 		}
@@ -244,4 +231,24 @@ func resetText(now time.Time, secs int64) string {
 		layout = "Jan 2 15:04:05 UTC"
 	}
 	return fmt.Sprintf("in %s (%s)", humanDuration(secs), at.Format(layout))
+}
+
+// usageResult returns the rows of a user's usage report at now: its
+// windows (with their limits when the look-up named tierName) and its
+// billing period's, when the tier limits months.
+func usageResult(user, tierName string, report *policy.UsageReport, now time.Time) *adminUsageResult {
+	result := &adminUsageResult{UserID: user, Tier: tierName, AsOf: now.UTC().Format("2006-01-02 15:04:05 UTC")}
+	for _, w := range policy.Windows {
+		s := report.Windows[w]
+		row := adminWindowRow{Name: w.String(), Title: adminWindowTitles[w], Count: policy.GroupDigits(s.Count)}
+		if tierName != "" {
+			row.Limit, row.Remaining, row.Reset = policy.GroupDigits(s.Limit), policy.GroupDigits(s.Remaining), resetText(now, s.Reset)
+		}
+		result.Windows = append(result.Windows, row)
+	}
+	if m := report.Month; m != nil {
+		result.Windows = append(result.Windows, monthRow(m, tierName != "", now))
+		result.Month = monthText(m)
+	}
+	return result
 }

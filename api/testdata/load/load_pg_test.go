@@ -291,7 +291,7 @@ func (pg *pgTargets) busyUser(t *testing.T, out io.Writer, cfg loadConfig, dir s
 	if err := os.MkdirAll(sub, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	gen := newGenerator(t, sub, 1, checkRequests([]string{"user-00000"}))
+	gen := newGenerator(t, sub, []string{"user-00000"})
 	three := pg.sets[2]
 	gen.run(t, three, cfg.conns, time.Second) // warm up
 	var rs []result

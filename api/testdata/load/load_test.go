@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -132,6 +133,8 @@ func TestLoad(t *testing.T) {
 	spend.spend(t)
 	monthly := startService(t, bin, dir, filepath.Join(dir, "monthly.db"), "FULL", time.Hour)
 	monthly.monthly(t)
+	inRun := startService(t, bin, dir, filepath.Join(dir, "run.db"), "FULL", time.Hour)
+	inRun.inRuns(t)
 	base := startBaseline(t, baseline, "do-nothing handler")
 	bare := startBaseline(t, baseline, "bare durable FULL", "-bare", filepath.Join(dir, "bare.db"))
 	pg := startPostgres(t, out, cfg, bin, dir) // nil without a server
@@ -139,12 +142,11 @@ func TestLoad(t *testing.T) {
 	for i := range users {
 		users[i] = fmt.Sprintf("user-%05d", i)
 	}
-	bodies := checkRequests(users)
-	gen := newGenerator(t, dir, cfg.users, bodies)
+	gen := newGenerator(t, dir, users)
 	fmt.Fprintf(out, "load generator: %s\n", gen.name())
 
 	// Throughput and latency at cfg.conns connections.
-	targets := []*target{base, bare, full, normal, metered, spend, monthly}
+	targets := []*target{base, bare, full, normal, metered, spend, monthly, inRun}
 	if pg != nil {
 		targets = append(targets, pg.sets[:]...)
 	}
@@ -195,6 +197,13 @@ func TestLoad(t *testing.T) {
 	monthCost := medianRatio(results[spend], results[monthly])
 	fmt.Fprintf(out, "a check with month limits costs %.3fx the same tier without them per round %v   target <= 1.25x: %s\n",
 		monthCost, ratios(results[spend], results[monthly]), verdict(monthCost <= 1.25))
+	// wrk may skip a script's first request; user-00100 is in every round.
+	if day, steps := inRun.dayCount(t, "user-00100"), inRun.runRequests(t, "r-user-00100"); day == 0 || steps != int64(day) {
+		t.Errorf("%s: user-00100 made %d checks today, and its run counts %d: the checks were not in runs", inRun.name, day, steps)
+	}
+	runCost := medianRatio(results[metered], results[inRun])
+	fmt.Fprintf(out, "a check in a run costs %.3fx one outside a run on the same tier per round %v   target <= 1.3x: %s\n",
+		runCost, ratios(results[metered], results[inRun]), verdict(runCost <= 1.3))
 	cost := 1 - medianRatio(results[full], results[normal])
 	fmt.Fprintf(out, "FULL costs %.1f%% of NORMAL's throughput   target <= 10%%: %s\n", 100*cost, verdict(cost <= 0.10))
 	p99 := medianResult(results[full]).p99
@@ -235,10 +244,11 @@ func TestLoad(t *testing.T) {
 	metered.stop(t)
 	spend.stop(t)
 	monthly.stop(t)
+	inRun.stop(t)
 	base.stop(t)
 	bare.stop(t)
 
-	cleanupAndMemory(t, out, cfg, bin, dir, bodies)
+	cleanupAndMemory(t, out, cfg, bin, dir, gen.bodies)
 	accountsLoad(t, out, cfg, gen, bin, dir)
 	gatewayLoad(t, out, cfg, bin, fake, dir, gen.wrk)
 }
@@ -249,13 +259,13 @@ func TestLoad(t *testing.T) {
 // gains the round's checks as it runs, so the comparison favours it.
 func flatness(t *testing.T, out io.Writer, cfg loadConfig, full *target) {
 	t.Helper()
-	heavy := checkRequests([]string{"heavy"})
+	heavy := checkRequests([]string{"heavy"}, checkBody)
 	before := full.dayCount(t, "heavy")
 	var res [2][2][]result // [conns=1, conns=N][light, heavy]
 	for r := range cfg.rounds {
 		for ci, conns := range []int{1, cfg.conns} {
 			light := fmt.Sprintf("light-%d-%d", r, conns)
-			lightReq := checkRequests([]string{light})
+			lightReq := checkRequests([]string{light}, checkBody)
 			full.run(t, 1, 0, 10, lightReq)
 			res[ci][0] = append(res[ci][0], full.run(t, conns, 0, cfg.flatChecks, lightReq))
 			res[ci][1] = append(res[ci][1], full.run(t, conns, 0, cfg.flatChecks, heavy))
@@ -417,11 +427,23 @@ func checkBody(user string) string {
 	return fmt.Sprintf(`{"input_text":"Summarize the attached report in three sentences.","model":"gpt-4o-mini","tokens":100,"context":{"user_id":%q,"user_tier":%q,"feature":"summarize"}}`, user, loadTier)
 }
 
-// checkRequests returns one complete HTTP/1.1 check request per user.
-func checkRequests(users []string) [][]byte {
+// runField is what a check in a run holds after its user id: the run
+// named "r-" and the user id, one run per user. wrk's script writes it
+// too.
+const runField = `","run_id":"r-`
+
+// checkBodyInRun is checkBody naming the user's run.
+func checkBodyInRun(user string) string {
+	prefix, suffix, _ := strings.Cut(checkBody(user), user+`"`)
+	return prefix + user + runField + user + `"` + suffix
+}
+
+// checkRequests returns one complete HTTP/1.1 check request per user,
+// with the body body gives.
+func checkRequests(users []string, body func(string) string) [][]byte {
 	out := make([][]byte, len(users))
 	for i, u := range users {
-		body := checkBody(u)
+		body := body(u)
 		out[i] = fmt.Appendf(nil, "POST /v1/check HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 	}
 	return out
@@ -430,18 +452,21 @@ func checkRequests(users []string) [][]byte {
 // generator drives the throughput and single-client rounds: wrk when it is
 // installed, the Go generator (target.run) otherwise.
 type generator struct {
-	wrk    string // wrk's path; "" for the Go generator
-	script string // wrk's Lua script
-	bodies [][]byte
+	wrk       string // wrk's path; "" for the Go generator
+	script    string // wrk's Lua script
+	bodies    [][]byte
+	runBodies [][]byte // the checks of a target whose checks are in runs
 }
 
 // newGenerator writes wrk's script into dir: it builds one request per
 // user, user-00000 to user-<users-1>, with the body of checkBody, and sends
-// them in turn, from the first or from the one its argument numbers; at the
-// end it prints one line of figures for wrkResult.
-func newGenerator(t *testing.T, dir string, users int, bodies [][]byte) *generator {
+// them in turn, from the first or from the one its argument numbers (each
+// in the user's run when a second argument says "run"); at the end it
+// prints one line of figures for wrkResult.
+func newGenerator(t *testing.T, dir string, userIDs []string) *generator {
 	t.Helper()
-	g := &generator{bodies: bodies}
+	users := len(userIDs)
+	g := &generator{bodies: checkRequests(userIDs, checkBody), runBodies: checkRequests(userIDs, checkBodyInRun)}
 	if os.Getenv("POLICYGUARD_LOAD_GEN") == "go" {
 		return g
 	}
@@ -459,8 +484,13 @@ local requests = {}
 local n = 0
 
 function init(args)
+	local inRun = args[2] == "run"
 	for i = 0, %d do
-		local body = %q .. string.format("user-%%05d", i) .. %q
+		local user = string.format("user-%%05d", i)
+		local body = %q .. user .. %q
+		if inRun then
+			body = %[3]q .. user .. %[5]q .. user .. %[4]q
+		end
 		requests[#requests + 1] = wrk.format("POST", "/v1/check", {["Content-Type"] = "application/json"}, body)
 	end
 	-- wrk ... -- <first>: the first request is for user <first>.
@@ -474,7 +504,7 @@ function request()
 	return requests[n]
 end
 
-%s`, users, users-1, prefix, suffix, wrkDone)
+%[6]s`, users, users-1, prefix, suffix, runField, wrkDone)
 	g.wrk, g.script = path, filepath.Join(dir, "check.lua")
 	if err := os.WriteFile(g.script, []byte(script), 0o644); err != nil {
 		t.Fatal(err)
@@ -497,6 +527,9 @@ func (g *generator) run(t *testing.T, tg *target, conns int, d time.Duration) re
 		return g.runSet(t, tg, conns, d)
 	}
 	if g.wrk == "" {
+		if tg.inRun {
+			return tg.run(t, conns, d, 0, g.runBodies)
+		}
 		return tg.run(t, conns, d, 0, g.bodies)
 	}
 	cmd, out := g.wrkCommand(tg, conns, d, 0)
@@ -516,8 +549,12 @@ func (g *generator) run(t *testing.T, tg *target, conns int, d time.Duration) re
 // goes to.
 func (g *generator) wrkCommand(tg *target, conns int, d time.Duration, first int) (*exec.Cmd, *bytes.Buffer) {
 	secs := max(1, int(d.Round(time.Second)/time.Second))
-	cmd := exec.Command(g.wrk, "-t1", fmt.Sprintf("-c%d", conns), fmt.Sprintf("-d%ds", secs), "-s", g.script, "http://"+tg.addr+"/v1/check",
-		"--", strconv.Itoa(first))
+	args := []string{"-t1", fmt.Sprintf("-c%d", conns), fmt.Sprintf("-d%ds", secs), "-s", g.script, "http://" + tg.addr + "/v1/check",
+		"--", strconv.Itoa(first)}
+	if tg.inRun {
+		args = append(args, "run")
+	}
+	cmd := exec.Command(g.wrk, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	return cmd, &out
@@ -569,6 +606,7 @@ type target struct {
 	log       string // the service's log file
 	logOffset int64
 	replicas  []*target
+	inRun     bool // each check names its user's run (see checkBodyInRun)
 }
 
 func (tg *target) pid() int { return tg.cmd.Process.Pid }
@@ -654,6 +692,17 @@ func (tg *target) monthly(t *testing.T) {
 	tg.name += ", monthly"
 	tg.put(t, "/v1/prices", `{"prices":[{"model":"gpt-4o-mini","input":"0.15","output":"0.6"}]}`)
 	tg.putTier(t, monthlyTier)
+}
+
+// inRuns makes tg's benchmark tier meteredTier with a run budget no
+// check reaches, and each check name its user's run: every check then
+// also counts against its run, whose calls stay open as the user's do.
+func (tg *target) inRuns(t *testing.T) {
+	t.Helper()
+	tg.name += ", in runs"
+	tg.inRun = true
+	tg.putTier(t, strings.TrimSuffix(meteredTier, "}")+
+		fmt.Sprintf(`,"run":{"max_requests":%d,"max_tokens":%[1]d,"max_concurrent":%[1]d}}`, policy.MaxLimit))
 }
 
 // monthlyTier is spendTier with month limits.
@@ -858,6 +907,25 @@ func readResponse(br *bufio.Reader) (int, error) {
 func (tg *target) dayCount(t *testing.T, user string) int {
 	t.Helper()
 	return dayCount(t, "http://"+tg.addr, user)
+}
+
+// runRequests asks the service how many requests the run id counts.
+func (tg *target) runRequests(t *testing.T, id string) int64 {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, "http://"+tg.addr+"/v1/runs/"+id, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var run struct {
+		Requests int64 `json:"requests"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&run); err != nil {
+		t.Fatalf("GET /v1/runs/%s: %s: %v", id, res.Status, err)
+	}
+	return run.Requests
 }
 
 // logErrors returns the first errors the service has logged, to explain

@@ -816,8 +816,7 @@ func (tx *writeTx) record(h *history, a *policy.Admission) error {
 		st.windows[i].appended(ts, seq)
 	}
 	if a.Run != nil {
-		// Before the call, whose trigger counts its reservation in the
-		// run's chain.
+		// Before the call: a run the request opens is stored first.
 		if err := tx.writeRuns(a); err != nil {
 			return err
 		}

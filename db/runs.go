@@ -26,12 +26,14 @@ var (
 )
 
 // runColumns are the columns a Run is read from, r the runs table, and
-// the calls in flight of its tree at ?2 (a walk of the user's open calls
-// in calls_open).
+// the calls in flight of its subtree at ?2: those in_flight counts, less
+// those expired at ?2 but not yet settled, for each run of the subtree a
+// range of calls_run_open (empty in the writer, which settles a user's
+// expired calls before it decides a check).
 const runColumns = `r.run_id, r.user_id, r.tier, coalesce(r.parent, ''), r.root, r.depth, r.opened_at, r.last_at,
 	r.state, coalesce(r.cause, ''), coalesce(r.ended_at, 0), r.requests, r.tokens, r.cost,
-	(SELECT count(*) FROM calls AS c WHERE c.user_id = r.user_id AND c.finished_at IS NULL AND c.expires_at > ?2
-		AND c.run_id IN (SELECT d.run_id FROM run_tree AS d WHERE d.ancestor = r.run_id))`
+	r.in_flight - (SELECT count(*) FROM run_tree AS d JOIN calls AS c ON c.run_id = d.run_id
+		WHERE d.ancestor = r.run_id AND c.finished_at IS NULL AND c.expires_at <= ?2)`
 
 var runQueries = map[query]string{
 	// A run and its ancestors, nearest first.
@@ -42,7 +44,10 @@ var runQueries = map[query]string{
 	// The new run's ancestors are its parent's, and itself.
 	qRunTreeInsert: `INSERT INTO run_tree (run_id, ancestor)
 		SELECT ?1, ancestor FROM run_tree WHERE run_id = ?2 UNION ALL SELECT ?1, ?1`,
-	qRunCount: `UPDATE runs SET requests = requests + 1, last_at = ?2
+	// The request and its call (?3 calls, 1 or 0), and what the call
+	// reserves (?4 tokens, ?5 cost).
+	qRunCount: `UPDATE runs SET requests = requests + 1, last_at = ?2, in_flight = in_flight + ?3,
+		tokens = tokens + ?4, cost = cost + ?5
 		WHERE run_id IN (SELECT ancestor FROM run_tree WHERE run_id = ?1)`,
 	qRunClose: `UPDATE runs SET state = ?2, cause = ?3, ended_at = ?4 WHERE run_id = ?1 AND state = 'open'`,
 	// A run and its open descendants.
@@ -132,7 +137,11 @@ func (tx *writeTx) writeRuns(a *policy.Admission) error {
 		}
 	}
 	if ra.ID != "" && a.Record {
-		if _, err := tx.exec(qRunCount, ra.ID, a.At.Truncate(policy.Resolution).UnixMicro()); err != nil {
+		var calls, tokens, cost int64
+		if c := a.Call; c != nil {
+			calls, tokens, cost = 1, c.Reserved, int64(c.ReservedCost)
+		}
+		if _, err := tx.exec(qRunCount, ra.ID, a.At.Truncate(policy.Resolution).UnixMicro(), calls, tokens, cost); err != nil {
 			return unavailable(err)
 		}
 	}

@@ -61,8 +61,12 @@ var runQueries = map[query]string{
 	qRunChildren:     `SELECT run_id FROM runs WHERE parent = ? ORDER BY run_id`,
 	qRunGet:          `SELECT ` + runColumns + ` FROM runs AS r WHERE r.run_id = ?1`,
 	qRunsByUser:      `SELECT ` + runColumns + ` FROM runs AS r WHERE r.user_id = ?1 AND r.run_id > ?3 ORDER BY r.run_id LIMIT ?4`,
-	qRunsByState:     `SELECT ` + runColumns + ` FROM runs AS r WHERE r.state = ?1 AND r.run_id > ?3 ORDER BY r.run_id LIMIT ?4`,
-	qRunsByUserState: `SELECT ` + runColumns + ` FROM runs AS r WHERE r.user_id = ?1 AND r.state = ?5 AND r.run_id > ?3 ORDER BY r.run_id LIMIT ?4`,
+	// By state: expired takes the runs held as open too (see
+	// policy.RunStore.ListRuns).
+	qRunsByState: `SELECT ` + runColumns + ` FROM runs AS r WHERE (r.state = ?1 OR (?1 = 'expired' AND r.state = 'open'))
+		AND r.run_id > ?3 ORDER BY r.run_id LIMIT ?4`,
+	qRunsByUserState: `SELECT ` + runColumns + ` FROM runs AS r WHERE r.user_id = ?1 AND (r.state = ?5 OR (?5 = 'expired' AND r.state = 'open'))
+		AND r.run_id > ?3 ORDER BY r.run_id LIMIT ?4`,
 	qRunsAll:         `SELECT ` + runColumns + ` FROM runs AS r WHERE r.run_id > ?3 AND ?1 = ?1 ORDER BY r.run_id LIMIT ?4`,
 }
 

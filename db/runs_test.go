@@ -154,6 +154,76 @@ func TestRunTree(t *testing.T) {
 	})
 }
 
+// TestListRunsByStateAsOfNow: a run idle past -run-idle and a run past
+// its max_duration, neither asked for since, are held as open but list
+// as expired, and not as open, page after page, on both stores.
+func TestListRunsByStateAsOfNow(t *testing.T) {
+	eachBackend(t, func(t *testing.T, bk backend) {
+		ctx := context.Background()
+		now := t0
+		s := openStore(t, bk.newDSN(t))
+		svc := policy.NewService(s, s, policy.WithClock(func() time.Time { return now }), policy.WithRunIdle(time.Hour))
+		tier := agentsTier(policy.LimitSet{policy.MaxRunDuration: new(int64(3600))})
+		tier.Limits[policy.TokensPerDay] = new(int64(1 << 30))
+		if _, _, err := svc.PutTier(ctx, tier); err != nil {
+			t.Fatal(err)
+		}
+		// a1 to a4 go idle; b1 is asked every 20 minutes, then passes
+		// its hour; c1 and c2 stay open; d1 is ended.
+		for _, run := range []string{"a1", "a2", "a3", "a4", "b1", "d1"} {
+			if d, err := svc.Check(ctx, policy.Request{UserID: "u", Tier: "agents", RunID: run, Tokens: 1}, false); err != nil || !d.Allowed() {
+				t.Fatalf("%s: %+v %v", run, d, err)
+			}
+		}
+		if _, err := svc.EndRun(ctx, "d1"); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			now = now.Add(20 * time.Minute)
+			for _, run := range []string{"b1", "c1", "c2"} {
+				if d, err := svc.Check(ctx, policy.Request{UserID: "u", Tier: "agents", RunID: run, Tokens: 1}, false); err != nil || !d.Allowed() {
+					t.Fatalf("%s at %v: %+v %v", run, now.Sub(t0), d, err)
+				}
+			}
+		}
+		now = now.Add(20*time.Minute + time.Second) // a1 to a4 idle an hour and a second, b1 open as long
+		list := func(user string, state policy.RunState, limit int) []string {
+			t.Helper()
+			var ids []string
+			f := policy.RunFilter{UserID: user, State: state, Limit: limit}
+			for {
+				runs, err := svc.ListRuns(ctx, f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range runs {
+					if r.State != state {
+						t.Errorf("listed as %s: %s is %s", state, r.ID, r.State)
+					}
+					ids = append(ids, r.ID)
+				}
+				if len(runs) < limit {
+					return ids
+				}
+				f.After = runs[len(runs)-1].ID
+			}
+		}
+		for _, user := range []string{"u", ""} {
+			for _, limit := range []int{1, 2, 10} {
+				for state, want := range map[policy.RunState][]string{
+					policy.RunExpired: {"a1", "a2", "a3", "a4", "b1"},
+					policy.RunOpen:    {"c1", "c2"},
+					policy.RunEnded:   {"d1"},
+				} {
+					if got := list(user, state, limit); !slices.Equal(got, want) {
+						t.Errorf("user %q, %s, pages of %d: %v, want %v", user, state, limit, got, want)
+					}
+				}
+			}
+		}
+	})
+}
+
 // TestRunBudgetsHoldUnderParallelCallers: 64 clients (on PostgreSQL
 // through three replicas) drive 8 runs of one user, two roots of three
 // children each, and never pass any run's budget: each admission reads

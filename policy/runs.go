@@ -337,7 +337,9 @@ type RunStore interface {
 	GetRun(ctx context.Context, id string, now time.Time) (Run, error)
 	// ListRuns returns up to f.Limit runs matching f whose ids sort
 	// after f.After, in the order of their ids, their CallsInFlight
-	// counted at now.
+	// counted at now. It matches f.State to the state it holds, and for
+	// RunExpired takes the runs it holds as open too: one may have
+	// expired since its last request, which only the Service can tell.
 	ListRuns(ctx context.Context, f RunFilter, now time.Time) ([]Run, error)
 	// EndRun ends the run named id and its open descendants at now, under
 	// the lock of its user, so that the next request naming any of them is
@@ -349,8 +351,9 @@ type RunStore interface {
 
 // RunFilter selects runs to list.
 type RunFilter struct {
-	// UserID and State select runs of one user and in one state ("" for
-	// any).
+	// UserID and State select runs of one user and in one state as of
+	// now ("" for any): an open run past its max_duration or idle too
+	// long is expired, whatever the store holds.
 	UserID string
 	State  RunState
 	// After is the id the page starts after; Limit the most to return.
@@ -484,8 +487,11 @@ func (s *Service) runUsage(ctx context.Context, r Run, now time.Time) RunUsage {
 	return u
 }
 
-// ListRuns returns a page of runs matching f (see RunStore.ListRuns),
-// each with its tier's run limits.
+// ListRuns returns a page of up to f.Limit runs matching f, in the order
+// of their ids, each with its tier's run limits and its state as of now.
+// The store selects by the state it holds, so the runs it holds as open
+// that have expired since are told apart here: a page may take more than
+// one read.
 func (s *Service) ListRuns(ctx context.Context, f RunFilter) ([]RunUsage, error) {
 	if f.UserID != "" {
 		if err := ValidateUserID(f.UserID); err != nil {
@@ -500,15 +506,25 @@ func (s *Service) ListRuns(ctx context.Context, f RunFilter) ([]RunUsage, error)
 		return nil, err
 	}
 	now := s.now()
-	runs, err := rs.ListRuns(ctx, f, now)
-	if err != nil {
-		return nil, err
+	out := []RunUsage{}
+	for {
+		runs, err := rs.ListRuns(ctx, f, now)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range runs {
+			if u := s.runUsage(ctx, r, now); f.State == "" || u.State == f.State {
+				out = append(out, u)
+			}
+			if len(out) == f.Limit {
+				return out, nil
+			}
+		}
+		if len(runs) < f.Limit || len(runs) == 0 {
+			return out, nil
+		}
+		f.After = runs[len(runs)-1].ID
 	}
-	out := make([]RunUsage, len(runs))
-	for i, r := range runs {
-		out[i] = s.runUsage(ctx, r, now)
-	}
-	return out, nil
 }
 
 // EndRun ends the run named id and its descendants now (see

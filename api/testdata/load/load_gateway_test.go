@@ -210,6 +210,19 @@ end
 	ratio := medianRatio(results[gw], results[proxy])
 	fmt.Fprintf(out, "%-28s %.3fx per round %v   target >= %.2fx: %s\n", "gateway / plain proxy:", ratio,
 		ratios(results[gw], results[proxy]), gatewayTargetRatio, verdict(ratio >= gatewayTargetRatio))
+	if n := len(results[gw]); n >= 6 {
+		// Whether the gateway holds its speed as its database fills.
+		mean := func(rs []result) float64 {
+			sum := 0.0
+			for _, r := range rs {
+				sum += r.rps
+			}
+			return sum / float64(len(rs))
+		}
+		hold := mean(results[gw][n-3:]) / mean(results[gw][:3])
+		fmt.Fprintf(out, "the gateway's last three rounds over its first three: %.3fx (the plain proxy's %.3fx)   target >= 0.90x: %s\n",
+			hold, mean(results[proxy][n-3:])/mean(results[proxy][:3]), verdict(hold >= 0.9))
+	}
 
 	single := map[*target][]result{}
 	for range cfg.rounds {

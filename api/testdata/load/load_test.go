@@ -84,6 +84,7 @@ type loadConfig struct {
 	bigPerUser  int           // expired rows per big user
 	gatewayKeys int           // rotating gateway keys, one per user, of the gateway phase
 	streams     int           // streamed requests per target of the gateway phase
+	gatewayOnly bool          // the gateway phase alone
 }
 
 func loadConfigFromEnv() (loadConfig, bool) {
@@ -93,6 +94,10 @@ func loadConfigFromEnv() (loadConfig, bool) {
 	case "short":
 		return loadConfig{round: time.Second, rounds: 1, conns: 64, users: 10_000, heavy: 10_000,
 			flatChecks: 500, bigUsers: 1_000, bigPerUser: 100, gatewayKeys: 200, streams: 50}, true
+	case "gateway":
+		// The gateway phase alone, over ten rounds: whether the gateway
+		// holds its speed as its database fills.
+		return loadConfig{round: 5 * time.Second, rounds: 10, conns: 64, gatewayKeys: 1_000, streams: 200, gatewayOnly: true}, true
 	default:
 		// Rounds of wrk's -d5s: other work on the machine comes and goes,
 		// and the median of neighbouring rounds sees through it best.
@@ -113,6 +118,11 @@ func TestLoad(t *testing.T) {
 	out := os.Stdout
 	fmt.Fprintf(out, "\nload benchmark: %s, %d CPUs (%s), GOMAXPROCS %d, %s\n",
 		cpuModel(), runtime.NumCPU(), runtime.GOARCH, runtime.GOMAXPROCS(0), runtime.Version())
+	if cfg.gatewayOnly {
+		wrk, _ := exec.LookPath("wrk")
+		gatewayLoad(t, out, cfg, bin, fake, dir, wrk)
+		return
+	}
 	fmt.Fprintf(out, "rounds of %v, %d per target, alternated; %d connections; %d rotating users\n\n",
 		cfg.round, cfg.rounds, cfg.conns, cfg.users)
 	if cfg.rounds == 1 {

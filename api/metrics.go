@@ -574,12 +574,12 @@ func (s meteredRequests) ListRuns(ctx context.Context, f policy.RunFilter, now t
 }
 
 // EndRun implements policy.RunStore for a store that does.
-func (s meteredRequests) EndRun(ctx context.Context, id string, now time.Time) (policy.Run, error) {
+func (s meteredRequests) EndRun(ctx context.Context, id string, now time.Time, expired func(policy.Run) policy.RunCause) (policy.Run, error) {
 	rs, err := s.runStore()
 	if err != nil {
 		return policy.Run{}, err
 	}
-	r, err := rs.EndRun(ctx, id, now)
+	r, err := rs.EndRun(ctx, id, now, expired)
 	s.m.storageError("admit", err)
 	return r, err
 }

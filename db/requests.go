@@ -68,7 +68,7 @@ const (
 	qRunTreeInsert
 	qRunCount
 	qRunClose
-	qRunEnd
+	qRunSubtreeOpen
 	qRunsForget
 	qRunTreeForget
 	qRunTreePrune

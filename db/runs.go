@@ -50,9 +50,9 @@ var runQueries = map[query]string{
 		tokens = tokens + ?4, cost = cost + ?5
 		WHERE run_id IN (SELECT ancestor FROM run_tree WHERE run_id = ?1)`,
 	qRunClose: `UPDATE runs SET state = ?2, cause = ?3, ended_at = ?4 WHERE run_id = ?1 AND state = 'open'`,
-	// A run and its open descendants.
-	qRunEnd: `UPDATE runs SET state = 'ended', cause = 'ended', ended_at = ?2
-		WHERE state = 'open' AND run_id IN (SELECT run_id FROM run_tree WHERE ancestor = ?1)`,
+	// A run and its descendants, those still open.
+	qRunSubtreeOpen: `SELECT ` + runColumns + ` FROM run_tree AS t JOIN runs AS r ON r.run_id = t.run_id
+		WHERE t.ancestor = ?1 AND r.state = 'open'`,
 	qRunsForget:      `DELETE FROM runs WHERE user_id = ?`,
 	qRunTreeForget:   `DELETE FROM run_tree WHERE run_id IN (SELECT run_id FROM runs WHERE user_id = ?)`,
 	qRunTreePrune:    `DELETE FROM run_tree WHERE run_id IN (SELECT run_id FROM runs WHERE last_at <= ? ORDER BY last_at LIMIT ?)`,
@@ -216,7 +216,7 @@ func (s *Store) ListRuns(ctx context.Context, f policy.RunFilter, now time.Time)
 // EndRun implements policy.RunStore: under the lock of the run's user,
 // which every admission in its tree takes, so that no check admitted
 // after it commits finds the run open, on any replica.
-func (s *Store) EndRun(ctx context.Context, id string, now time.Time) (policy.Run, error) {
+func (s *Store) EndRun(ctx context.Context, id string, now time.Time, expired func(policy.Run) policy.RunCause) (policy.Run, error) {
 	var user string
 	err := s.db.QueryRowContext(ctx, s.d.queries[qRunUser], id).Scan(&user)
 	switch {
@@ -231,12 +231,9 @@ func (s *Store) EndRun(ctx context.Context, id string, now time.Time) (policy.Ru
 		if err := tx.lockUser(user); err != nil {
 			return err
 		}
-		res, err := tx.exec(qRunEnd, id, at.UnixMicro())
-		if err != nil {
-			return unavailable(err)
-		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return unavailable(err) // nil: nothing was open, nothing to log
+		ended, err := tx.endRuns(id, at, expired)
+		if err != nil || !ended {
+			return err // nil: nothing was ended, nothing to log
 		}
 		return audit.insert(tx, auditEntry{kind: policy.AuditRuns, subject: id, action: policy.AuditEnded})
 	})
@@ -244,6 +241,33 @@ func (s *Store) EndRun(ctx context.Context, id string, now time.Time) (policy.Ru
 		return policy.Run{}, fmt.Errorf("end run %q: %w", id, err)
 	}
 	return s.GetRun(ctx, id, now)
+}
+
+// endRuns ends run id and its open descendants at at, in the
+// transaction that holds their user's lock, and reports whether it ended
+// any: a run expired reads as expired (expired returns its cause), and is
+// stored so, as the next check in it would store it, not as ended.
+func (tx *writeTx) endRuns(id string, at time.Time, expired func(policy.Run) policy.RunCause) (bool, error) {
+	rows, err := tx.query(qRunSubtreeOpen, id, at.UnixMicro())
+	if err != nil {
+		return false, unavailable(err)
+	}
+	runs, err := scanRuns(rows)
+	if err != nil {
+		return false, err
+	}
+	ended := false
+	for _, r := range runs {
+		state, cause := policy.RunEnded, policy.CauseEnded
+		if c := expired(r); c != policy.CauseNone {
+			state, cause = policy.RunExpired, c
+		}
+		ended = ended || state == policy.RunEnded
+		if _, err := tx.exec(qRunClose, r.ID, string(state), string(cause), at.UnixMicro()); err != nil {
+			return false, unavailable(err)
+		}
+	}
+	return ended, nil
 }
 
 // pruneRunsStep deletes up to pruneBatch runs whose last request was at

@@ -366,3 +366,48 @@ func TestRunsOfMembersAndCleanup(t *testing.T) {
 		}
 	})
 }
+
+// Ending a tree whose root has expired, by its max_duration, and whose
+// child has not: the child ends, the root stays expired as it read
+// before the end, and a check in it is refused for that.
+func TestEndRunLeavesExpiredRunsExpired(t *testing.T) {
+	eachBackend(t, func(t *testing.T, bk backend) {
+		ctx := context.Background()
+		now := t0
+		s := openStore(t, bk.newDSN(t))
+		svc := policy.NewService(s, s, policy.WithClock(func() time.Time { return now }), policy.WithUsers(s))
+		if _, _, err := svc.PutTier(ctx, agentsTier(policy.LimitSet{policy.MaxRunDuration: new(int64(1800))})); err != nil {
+			t.Fatal(err)
+		}
+		for _, req := range []policy.Request{{RunID: "root"}, {RunID: "kid", ParentRunID: "root"}} {
+			req.UserID, req.Tier = "u", "agents"
+			if d, err := svc.Check(ctx, req, false); err != nil || !d.Allowed() {
+				t.Fatalf("%+v: %+v %v", req, d, err)
+			}
+			now = now.Add(20 * time.Minute)
+		}
+		now = now.Add(-5 * time.Minute) // 35 minutes after root's first request, 15 after kid's
+		state := func(id string) (policy.RunState, policy.RunCause) {
+			t.Helper()
+			r, err := svc.GetRun(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r.State, r.Cause
+		}
+		if st, cause := state("root"); st != policy.RunExpired || cause != policy.CauseDuration {
+			t.Fatalf("root before the end: %s %s", st, cause)
+		}
+		r, err := svc.EndRun(ctx, "root")
+		if err != nil || r.State != policy.RunExpired || r.Cause != policy.CauseDuration {
+			t.Errorf("end root: %s %s, %v; want expired by its duration", r.State, r.Cause, err)
+		}
+		if st, cause := state("kid"); st != policy.RunEnded || cause != policy.CauseEnded {
+			t.Errorf("kid after the end: %s %s", st, cause)
+		}
+		d, err := svc.Check(ctx, policy.Request{UserID: "u", Tier: "agents", RunID: "root"}, false)
+		if err != nil || d.Outcome != policy.Denied || d.Reason != `run "root" duration exceeded` {
+			t.Errorf("root after the end: %v %q %v", d.Outcome, d.Reason, err)
+		}
+	})
+}

@@ -343,10 +343,13 @@ type RunStore interface {
 	ListRuns(ctx context.Context, f RunFilter, now time.Time) ([]Run, error)
 	// EndRun ends the run named id and its open descendants at now, under
 	// the lock of its user, so that the next request naming any of them is
-	// refused on every replica; calls in flight finish normally. It
-	// returns the run as ended and fails with ENOTFOUND for an unknown id.
-	// A run no longer open is returned unchanged.
-	EndRun(ctx context.Context, id string, now time.Time) (Run, error)
+	// refused on every replica; calls in flight finish normally. A run
+	// stored open that has expired by now (expired returns its cause,
+	// CauseNone for one that has not) is stored expired for that cause
+	// instead, as a check would: it was no longer open. It returns the run
+	// as ended and fails with ENOTFOUND for an unknown id. A run no longer
+	// open is returned unchanged.
+	EndRun(ctx context.Context, id string, now time.Time, expired func(Run) RunCause) (Run, error)
 }
 
 // RunFilter selects runs to list.
@@ -528,7 +531,8 @@ func (s *Service) ListRuns(ctx context.Context, f RunFilter) ([]RunUsage, error)
 }
 
 // EndRun ends the run named id and its descendants now (see
-// RunStore.EndRun): the kill switch of a runaway agent. The gateway calls
+// RunStore.EndRun): the kill switch of a runaway agent. A run that has
+// expired stays expired. The gateway calls
 // it for a run's own user, the API for an admin.
 func (s *Service) EndRun(ctx context.Context, id string) (RunUsage, error) {
 	if err := ValidateRunID("run id", id); err != nil {
@@ -538,8 +542,21 @@ func (s *Service) EndRun(ctx context.Context, id string) (RunUsage, error) {
 	if err != nil {
 		return RunUsage{}, err
 	}
+	tiers, err := s.tiers.Tiers(ctx)
+	if err != nil {
+		return RunUsage{}, err
+	}
 	now := s.now()
-	r, err := rs.EndRun(ctx, id, now)
+	idle := s.RunIdle()
+	expired := func(r Run) RunCause {
+		for i := range tiers {
+			if tiers[i].Name == r.Tier {
+				return expiry(&r, &tiers[i], idle, now.Truncate(Resolution))
+			}
+		}
+		return CauseNone // a tier deleted since: no limits, as runUsage
+	}
+	r, err := rs.EndRun(ctx, id, now, expired)
 	if err != nil {
 		return RunUsage{}, err
 	}

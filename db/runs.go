@@ -53,21 +53,21 @@ var runQueries = map[query]string{
 	// A run and its descendants, those still open.
 	qRunSubtreeOpen: `SELECT ` + runColumns + ` FROM run_tree AS t JOIN runs AS r ON r.run_id = t.run_id
 		WHERE t.ancestor = ?1 AND r.state = 'open'`,
-	qRunsForget:      `DELETE FROM runs WHERE user_id = ?`,
-	qRunTreeForget:   `DELETE FROM run_tree WHERE run_id IN (SELECT run_id FROM runs WHERE user_id = ?)`,
-	qRunTreePrune:    `DELETE FROM run_tree WHERE run_id IN (SELECT run_id FROM runs WHERE last_at <= ? ORDER BY last_at LIMIT ?)`,
-	qRunsPrune:       `DELETE FROM runs WHERE run_id IN (SELECT run_id FROM runs WHERE last_at <= ? ORDER BY last_at LIMIT ?)`,
-	qRunUser:         `SELECT user_id FROM runs WHERE run_id = ?`,
-	qRunChildren:     `SELECT run_id FROM runs WHERE parent = ? ORDER BY run_id`,
-	qRunGet:          `SELECT ` + runColumns + ` FROM runs AS r WHERE r.run_id = ?1`,
-	qRunsByUser:      `SELECT ` + runColumns + ` FROM runs AS r WHERE r.user_id = ?1 AND r.run_id > ?3 ORDER BY r.run_id LIMIT ?4`,
+	qRunsForget:    `DELETE FROM runs WHERE user_id = ?`,
+	qRunTreeForget: `DELETE FROM run_tree WHERE run_id IN (SELECT run_id FROM runs WHERE user_id = ?)`,
+	qRunTreePrune:  `DELETE FROM run_tree WHERE run_id IN (SELECT run_id FROM runs WHERE last_at <= ? ORDER BY last_at LIMIT ?)`,
+	qRunsPrune:     `DELETE FROM runs WHERE run_id IN (SELECT run_id FROM runs WHERE last_at <= ? ORDER BY last_at LIMIT ?)`,
+	qRunUser:       `SELECT user_id FROM runs WHERE run_id = ?`,
+	qRunChildren:   `SELECT run_id FROM runs WHERE parent = ? ORDER BY run_id`,
+	qRunGet:        `SELECT ` + runColumns + ` FROM runs AS r WHERE r.run_id = ?1`,
+	qRunsByUser:    `SELECT ` + runColumns + ` FROM runs AS r WHERE r.user_id = ?1 AND r.run_id > ?3 ORDER BY r.run_id LIMIT ?4`,
 	// By state: expired takes the runs held as open too (see
 	// policy.RunStore.ListRuns).
 	qRunsByState: `SELECT ` + runColumns + ` FROM runs AS r WHERE (r.state = ?1 OR (?1 = 'expired' AND r.state = 'open'))
 		AND r.run_id > ?3 ORDER BY r.run_id LIMIT ?4`,
 	qRunsByUserState: `SELECT ` + runColumns + ` FROM runs AS r WHERE r.user_id = ?1 AND (r.state = ?5 OR (?5 = 'expired' AND r.state = 'open'))
 		AND r.run_id > ?3 ORDER BY r.run_id LIMIT ?4`,
-	qRunsAll:         `SELECT ` + runColumns + ` FROM runs AS r WHERE r.run_id > ?3 AND ?1 = ?1 ORDER BY r.run_id LIMIT ?4`,
+	qRunsAll: `SELECT ` + runColumns + ` FROM runs AS r WHERE r.run_id > ?3 AND ?1 = ?1 ORDER BY r.run_id LIMIT ?4`,
 }
 
 // runScan scans a Run read with runColumns.

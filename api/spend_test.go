@@ -227,6 +227,39 @@ func TestSpendNeedsAPricedModel(t *testing.T) {
 	}
 }
 
+// TestRunMaxCostNeedsAPricedModel: a run's max_cost is a spend limit
+// like the tier's own: a step in such a run names a priced model or is a
+// 400 that records nothing, while the same tier outside a run, whose
+// limits count no money, passes an unpriced model.
+func TestRunMaxCostNeedsAPricedModel(t *testing.T) {
+	e := newEnv(t)
+	e.putPrices(spendPrices)
+	e.putTier("agents", `{"requests_per_minute":100,"requests_per_hour":1000,"requests_per_day":1000,"burst_allowance":0,"tokens_per_day":100000,"run":{"max_cost":"0.01"}}`)
+	for _, tc := range []struct {
+		name, body string
+		status     int
+		want       string
+	}{
+		{"no model", `{"context":{"user_id":"u","user_tier":"agents","run_id":"r-1"},"tokens":10}`, 400,
+			`model is required: the run's max_cost in tier \"agents\" limits spend`},
+		{"an unpriced model", `{"context":{"user_id":"u","user_tier":"agents","run_id":"r-1"},"tokens":10,"model":"gpt-other"}`, 400,
+			`model \"gpt-other\" has no price: the run's max_cost in tier \"agents\" limits spend`},
+		{"a priced model", `{"context":{"user_id":"u","user_tier":"agents","run_id":"r-1"},"tokens":10,"model":"gpt-test"}`, 200,
+			`"run":{"id":"r-1","parent":null,"state":"open","requests":1,"tokens":10,"cost":"0.0001"`},
+		{"outside a run", `{"context":{"user_id":"u","user_tier":"agents"},"tokens":10,"model":"gpt-other"}`, 200, `"allowed":true`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := e.do(http.MethodPost, "/v1/check", tc.body, false)
+			if rec.Code != tc.status || !strings.Contains(rec.Body.String(), tc.want) {
+				t.Fatalf("got %d %s, want %d containing %s", rec.Code, rec.Body, tc.status, tc.want)
+			}
+		})
+	}
+	if rec := e.do(http.MethodGet, "/v1/runs/r-1", "", true); !strings.Contains(rec.Body.String(), `"requests":1,`) {
+		t.Fatalf("a refused step was counted: %s", rec.Body)
+	}
+}
+
 // TestSpendPricedAtAdmission: a call is priced by the version in force
 // when it was admitted, at its finish too, whatever version is put
 // between; a call admitted after is priced by the new one.

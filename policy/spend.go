@@ -221,7 +221,8 @@ type pricing struct {
 }
 
 // priceCheck prices c's call, or returns the error of an unpriced model
-// under a spend limit of c's tier or its account's pool.
+// under a spend limit of c's tier or its account's pool, or in a run of a
+// tier whose runs have a max_cost.
 func (s *Service) priceCheck(ctx context.Context, c *Check) error {
 	c.pricing = pricing{model: c.Model, upstream: c.Upstream}
 	spendBy := ""
@@ -230,6 +231,10 @@ func (s *Service) priceCheck(ctx context.Context, c *Check) error {
 		spendBy = "tier " + Quote(c.Tier.Name)
 	case c.pool != nil && c.pool.limits.LimitsSpend():
 		spendBy = "account " + Quote(c.pool.account.AccountID)
+	case c.RunID != "" && c.Tier.RunLimit(MaxRunCost) != nil:
+		// A run's max_cost is a spend limit too: an unpriced step
+		// would pass it for free.
+		spendBy = "the run's max_cost in tier " + Quote(c.Tier.Name)
 	}
 	if c.NoModel {
 		return nil

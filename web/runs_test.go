@@ -25,13 +25,17 @@ func (e *pageEnv) putAgentsTier() {
 	if _, _, err := e.svc.PutTier(context.Background(), t); err != nil {
 		e.t.Fatal(err)
 	}
+	// A run's max_cost needs each step's model priced; this one is free.
+	if _, err := e.svc.PutPrices(context.Background(), nil, []policy.Price{{Model: "m"}}); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 // runCheck decides a check of user in run (with parent, when not "")
 // reserving tokens, and returns its call's id.
 func (e *pageEnv) runCheck(user, run, parent string, tokens int64) string {
 	e.t.Helper()
-	d, err := e.svc.Check(context.Background(), policy.Request{UserID: user, Tier: "agents", RunID: run, ParentRunID: parent, Tokens: tokens}, false)
+	d, err := e.svc.Check(context.Background(), policy.Request{UserID: user, Tier: "agents", RunID: run, ParentRunID: parent, Tokens: tokens, Model: "m"}, false)
 	if err != nil || !d.Allowed() {
 		e.t.Fatalf("check in run %s: %+v, %v", run, d, err)
 	}
@@ -130,7 +134,7 @@ func TestRunsOnTheUserPage(t *testing.T) {
 	if strings.Contains(doc.raw, ">End run</button>") {
 		t.Error("an ended run still has its End run button")
 	}
-	d, err := e.svc.Check(ctx, policy.Request{UserID: "alice", Tier: "agents", RunID: "r-42-search"}, false)
+	d, err := e.svc.Check(ctx, policy.Request{UserID: "alice", Tier: "agents", RunID: "r-42-search", Model: "m"}, false)
 	if err != nil || d.Outcome != policy.Denied || d.Reason != `run "r-42-search" was ended` {
 		t.Errorf("the sub-run's next request: %+v, %v; want refused as ended", d, err)
 	}

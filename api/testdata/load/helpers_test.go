@@ -31,18 +31,25 @@ func goBuild(t testing.TB, dir, name string) string {
 // window.
 func dayCount(t *testing.T, url, user string) int {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, url+"/v1/usage/"+user, nil)
+	var u struct {
+		Windows map[string]struct{ Count int } `json:"windows"`
+	}
+	getJSON(t, url+"/v1/usage/"+user, &u)
+	return u.Windows["day"].Count
+}
+
+// getJSON reads the answer of an admin's GET of url into v; anything but
+// a 200 fails the test.
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
-	var u struct {
-		Windows map[string]struct{ Count int } `json:"windows"`
+	if err := json.NewDecoder(res.Body).Decode(v); err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", url, res.StatusCode, err)
 	}
-	if err := json.NewDecoder(res.Body).Decode(&u); err != nil || res.StatusCode != 200 {
-		t.Fatalf("usage: %d %v", res.StatusCode, err)
-	}
-	return u.Windows["day"].Count
 }

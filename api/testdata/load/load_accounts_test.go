@@ -1,7 +1,6 @@
 package load
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -104,13 +103,6 @@ func adminPut(t *testing.T, tg *target, path, body string) {
 // pooledCount returns the requests the account's pool counts in its day.
 func (tg *target) pooledCount(t *testing.T, account string) int64 {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, "http://"+tg.addr+"/v1/accounts/"+account+"/usage", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
 	var u struct {
 		Windows struct {
 			Day struct {
@@ -118,8 +110,6 @@ func (tg *target) pooledCount(t *testing.T, account string) int64 {
 			} `json:"day"`
 		} `json:"windows"`
 	}
-	if err := json.NewDecoder(res.Body).Decode(&u); err != nil {
-		t.Fatal(err)
-	}
+	getJSON(t, "http://"+tg.addr+"/v1/accounts/"+account+"/usage", &u)
 	return u.Windows.Day.Count
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -922,19 +921,10 @@ func (tg *target) dayCount(t *testing.T, user string) int {
 // runRequests asks the service how many requests the run id counts.
 func (tg *target) runRequests(t *testing.T, id string) int64 {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, "http://"+tg.addr+"/v1/runs/"+id, nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
 	var run struct {
 		Requests int64 `json:"requests"`
 	}
-	if err := json.NewDecoder(res.Body).Decode(&run); err != nil {
-		t.Fatalf("GET /v1/runs/%s: %s: %v", id, res.Status, err)
-	}
+	getJSON(t, "http://"+tg.addr+"/v1/runs/"+id, &run)
 	return run.Requests
 }
 

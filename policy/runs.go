@@ -532,8 +532,8 @@ func (s *Service) ListRuns(ctx context.Context, f RunFilter) ([]RunUsage, error)
 
 // EndRun ends the run named id and its descendants now (see
 // RunStore.EndRun): the kill switch of a runaway agent. A run that has
-// expired stays expired. The gateway calls
-// it for a run's own user, the API for an admin.
+// expired stays expired. The gateway calls it for a run's own user, the
+// API for an admin.
 func (s *Service) EndRun(ctx context.Context, id string) (RunUsage, error) {
 	if err := ValidateRunID("run id", id); err != nil {
 		return RunUsage{}, err

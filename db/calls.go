@@ -29,14 +29,14 @@ var callQueries = map[query]string{
 	qTokRowsAfter3: `SELECT 0, ts, total - tokens, tokens, cost_total - cost, cost FROM (SELECT ts, total, tokens, cost_total, cost FROM call_tokens WHERE user_id = ?1 AND ts > ?2 ORDER BY ts, total, cost_total LIMIT 8) a
 		UNION ALL SELECT 1, ts, total - tokens, tokens, cost_total - cost, cost FROM (SELECT ts, total, tokens, cost_total, cost FROM call_tokens WHERE user_id = ?1 AND ts > ?3 ORDER BY ts, total, cost_total LIMIT 8) b
 		UNION ALL SELECT 2, ts, total - tokens, tokens, cost_total - cost, cost FROM (SELECT ts, total, tokens, cost_total, cost FROM call_tokens WHERE user_id = ?1 AND ts > ?4 ORDER BY ts, total, cost_total LIMIT 8) c`,
-	qTokReaching: `SELECT ts FROM call_tokens WHERE user_id = ? AND total >= ? ORDER BY total, cost_total LIMIT 1`,
-	// The spend's: through call_tokens_cost, which holds the rows that
-	// cost something, whose cost_total strictly increases.
-	qCostReaching: `SELECT ts FROM call_tokens WHERE user_id = ? AND cost > 0 AND cost_total >= ? ORDER BY cost_total LIMIT 1`,
-	qTokInsert:    `INSERT INTO call_tokens (user_id, ts, tokens, total, cost, cost_total) VALUES (?, ?, ?, ?, ?, ?)`,
-	qTokForget:    `DELETE FROM call_tokens WHERE user_id = ?`,
-	qTokNextUser:  `SELECT user_id FROM call_tokens WHERE user_id > ? ORDER BY user_id LIMIT 1`,
-	qTokPrune:     `DELETE FROM call_tokens WHERE user_id = ? AND ts <= ?`,
+	// The newest row before an instant and the oldest at or after it: one
+	// probe of reaching.
+	qTokAround: `SELECT ts, total, cost_total FROM (SELECT ts, total, cost_total FROM call_tokens WHERE user_id = ?1 AND ts < ?2 ORDER BY ts DESC, total DESC, cost_total DESC LIMIT 1) a
+		UNION ALL SELECT ts, total, cost_total FROM (SELECT ts, total, cost_total FROM call_tokens WHERE user_id = ?1 AND ts >= ?2 ORDER BY ts, total, cost_total LIMIT 1) b`,
+	qTokInsert:   `INSERT INTO call_tokens (user_id, ts, tokens, total, cost, cost_total) VALUES (?, ?, ?, ?, ?, ?)`,
+	qTokForget:   `DELETE FROM call_tokens WHERE user_id = ?`,
+	qTokNextUser: `SELECT user_id FROM call_tokens WHERE user_id > ? ORDER BY user_id LIMIT 1`,
+	qTokPrune:    `DELETE FROM call_tokens WHERE user_id = ? AND ts <= ?`,
 	qOpenCalls: `SELECT count(*), CAST(coalesce(sum(reserved), 0) AS BIGINT), CAST(coalesce(sum(reserved_cost), 0) AS BIGINT), coalesce(min(expires_at), 0)
 		FROM calls WHERE user_id = ? AND finished_at IS NULL`,
 	qNextExpiry: `SELECT expires_at FROM calls WHERE user_id = ? AND finished_at IS NULL ORDER BY expires_at LIMIT 1`,
@@ -444,7 +444,7 @@ func (l *ledger) After(t time.Time) (policy.Amounts, error) {
 
 // OldestAfter implements policy.Ledger. The oldest row after t holds
 // tokens or cost or both; when it holds none of m, the oldest that does
-// is one seek of the running total of m.
+// is found by reaching.
 func (l *ledger) OldestAfter(m policy.Measure, t time.Time) (time.Time, bool, error) {
 	cutoff := t.UnixMicro()
 	f, err := l.first(cutoff)
@@ -456,9 +456,9 @@ func (l *ledger) OldestAfter(m policy.Measure, t time.Time) (time.Time, bool, er
 		case m == policy.MeasureTokens && f.tokens > 0, m == policy.MeasureCost && f.cost > 0:
 			return time.UnixMicro(f.ts), true, nil
 		case m == policy.MeasureTokens && l.st.lastTotal > f.before:
-			return l.reaching(qTokReaching, f.before+1)
+			return l.reaching(m, f, f.before+1)
 		case m == policy.MeasureCost && l.st.lastCost > f.costBefore:
-			return l.reaching(qCostReaching, f.costBefore+1)
+			return l.reaching(m, f, f.costBefore+1)
 		}
 	}
 	for _, r := range l.virt {
@@ -470,8 +470,7 @@ func (l *ledger) OldestAfter(m policy.Measure, t time.Time) (time.Time, bool, er
 }
 
 // SettledAt implements policy.Ledger: the oldest row whose running total
-// of m reaches the newest total minus n, one seek on (user_id, total), or
-// on call_tokens_cost.
+// of m reaches the newest total minus n (see reaching).
 func (l *ledger) SettledAt(m policy.Measure, n int64) (time.Time, bool, error) {
 	last, stored := l.st.lastTotal, l.st.lastTotal
 	if m == policy.MeasureCost {
@@ -498,23 +497,111 @@ func (l *ledger) SettledAt(m policy.Measure, n int64) (time.Time, bool, error) {
 	if !l.st.anyRow {
 		return time.Time{}, false, nil
 	}
-	q := qTokReaching
-	if m == policy.MeasureCost {
-		q = qCostReaching
+	f, err := l.first(math.MinInt64)
+	if err != nil {
+		return time.Time{}, false, err
 	}
-	return l.reaching(q, target)
+	return l.reaching(m, f, target)
 }
 
-// reaching returns the time of the oldest row whose running total, of
-// the measure q seeks, is at least target.
-func (l *ledger) reaching(q query, target int64) (time.Time, bool, error) {
-	var ts int64
-	err := l.q.queryRow(q, l.user, target).Scan(&ts)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return time.Time{}, false, nil
-	case err != nil:
-		return time.Time{}, false, unavailable(err)
+// reachMaxProbes bounds reaching's probes: bisection alone takes at most
+// 64 over any span of int64 microseconds, and reaching interpolates in
+// turn with it.
+const reachMaxProbes = 130
+
+// reaching returns the time of the oldest stored row whose running total
+// of m is at least target, searching from f, the oldest row after a
+// cutoff.
+//
+// No index is kept on the running totals: one would write a page of its
+// own for each user a commit finishes a call of (see the package doc),
+// for the sake of a refusal's retry_after. A user's rows are in the same
+// order by time as by either total (ts never decreases as they grow), so
+// the search is over time, each probe the two rows around an instant
+// (qTokAround, two seeks of the key): interpolated between the rows that
+// bound the target, and bisected whenever that did not halve the span, as
+// history.seekSeq does for the k-th request. A probe that falls between
+// the row sought and the one before it ends the search.
+func (l *ledger) reaching(m policy.Measure, f tokFirst, target int64) (time.Time, bool, error) {
+	value := func(total, costTotal int64) int64 {
+		if m == policy.MeasureCost {
+			return costTotal
+		}
+		return total
 	}
-	return time.UnixMicro(ts), true, nil
+	hiTS, hiV := l.st.lastTS, value(l.st.lastTotal, l.st.lastCost)
+	switch {
+	case !f.found || hiV < target:
+		return time.Time{}, false, nil
+	case value(f.before+f.tokens, f.costBefore+f.cost) >= target:
+		return time.UnixMicro(f.ts), true, nil
+	}
+	// Every row at or before lo is below target and the newest at hiTS is
+	// not: the row sought is at an instant in (lo, hiTS]. f may share its
+	// instant with rows that are not below, so lo starts before it.
+	lo, loV, bisect := f.ts-1, value(f.before+f.tokens, f.costBefore+f.cost), false
+	for probes := 0; hiTS-lo > 1; probes++ {
+		if probes == reachMaxProbes {
+			return time.Time{}, false, fmt.Errorf("calls of %q: no row reaching %d between %d and %d after %d probes", l.user, target, lo, hiTS, probes)
+		}
+		// x in [lo+2, hiTS], so that either bound moves: the newest row
+		// before x, when it reaches target, is before x, and the oldest
+		// at or after it, when it does not, is after lo+1.
+		width := uint64(hiTS - lo) // unsigned: right even past MaxInt64
+		off := float64(width / 2)
+		if !bisect {
+			off = float64(width) * (float64(target-loV) / float64(hiV-loV))
+		}
+		x := lo + int64(min(max(off, 2), float64(width)))
+		below, above, err := l.around(x)
+		if err != nil {
+			return time.Time{}, false, err
+		}
+		switch {
+		case value(below.total, below.costTotal) >= target:
+			hiTS, hiV = below.ts, value(below.total, below.costTotal)
+		case value(above.total, above.costTotal) >= target:
+			// The row after the newest one below target.
+			return time.UnixMicro(above.ts), true, nil
+		default:
+			// Rows after above at its instant may reach target.
+			lo, loV = above.ts-1, value(above.total, above.costTotal)
+		}
+		bisect = !bisect && uint64(hiTS-lo) > width/2
+	}
+	return time.UnixMicro(hiTS), true, nil
+}
+
+// around returns the newest row before x and the oldest at or after it;
+// both must exist.
+func (l *ledger) around(x int64) (below, above tokRow, err error) {
+	rows, err := l.q.query(qTokAround, l.user, x)
+	if err != nil {
+		return below, above, unavailable(err)
+	}
+	defer rows.Close()
+	var found [2]bool
+	for rows.Next() {
+		var r tokRow
+		if err := rows.Scan(&r.ts, &r.total, &r.costTotal); err != nil {
+			return below, above, unavailable(err)
+		}
+		i := 0
+		if r.ts >= x {
+			i = 1
+		}
+		found[i] = true
+		if i == 0 {
+			below = r
+		} else {
+			above = r
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return below, above, unavailable(err)
+	}
+	if !found[0] || !found[1] {
+		return below, above, fmt.Errorf("calls of %q: no row before %d (%v) or none at or after it (%v)", l.user, x, found[0], found[1])
+	}
+	return below, above, nil
 }

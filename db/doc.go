@@ -34,11 +34,16 @@
 // and bisection over ts, each probe two seeks (history.seekSeq): at most 74
 // probes for a day, whatever k.
 //
-// Finished tokens (call_tokens) are kept the same way, keyed by
-// (user_id, ts, total), where total is the user's running sum: the tokens
-// in a window are the newest total minus the total before the window's
-// oldest row, and the row where enough tokens have left a window is one
-// seek on (user_id, total).
+// Finished tokens and cost (call_tokens) are kept the same way, keyed by
+// (user_id, ts, total, cost_total), where the totals are the user's
+// running sums: the tokens in a window are the newest total minus the
+// total before the window's oldest row. A user's rows are in the same
+// order by time as by either total, so the row where enough tokens have
+// left a window is found on that key too, probing it by time: three
+// probes on average on steady traffic, at most twice the bits of the
+// rows' span of time whatever their spacing (see reaching in calls.go).
+// An index on the totals would find it in one seek, and cost every
+// finished call a page of its own.
 //
 // Calls are keyed by id, which sorts by the time a call opened, so a new
 // call is written beside the recent ones. calls_open lists each user's
@@ -52,24 +57,32 @@
 // What a commit costs is mostly the pages it writes, each once to the WAL
 // and once more at the checkpoint, and an index keyed by user writes a
 // page per user a batch touches once the users' rows fill pages of their
-// own. A new database is faster until they do: in the gateway's benchmark
-// (1,000 users, each request a call opened and finished) the writes grow
-// from 12 KB a request to about 50 KB as requests, call_tokens and its
-// index, and the calls' index by user fill, then stay there; started on a
-// database that already holds them, the rounds are level from the first.
-// Replacing calls_user, which kept every call of a user and moved each at
-// its finish, by calls_open and calls_finished_user took 6 to 10 KB off
-// those 50; most of the rest is the keys the windows count from.
+// own. A new database is faster until they do. In the gateway's benchmark
+// (1,000 users, each request a call opened and finished), from an empty
+// file, the WAL frames a commit wrote grew from 18 to 70 over ten rounds
+// of 5 s, the leaves of each index keyed by user from 3 a commit to 15 and
+// nothing else, and the writer's time a job from 82 to 160 µs; past about
+// 220 calls a user they grow no more, and ten rounds after 250 calls a
+// user hold (the last three 0.91 to 1.11 times the first three in four
+// runs), so the load benchmark fills the database so far before its
+// rounds. Replacing calls_user, which kept every call of a user and moved
+// each at its finish, by calls_open and calls_finished_user took 6 to 10
+// KB a request off what a filled database wrote.
 //
 // Half of those bytes are the checkpoint's, which copies a page once
 // however many commits wrote it since the last one: the writer
 // checkpoints every 10,000 frames rather than SQLite's 1,000, which wrote
 // 14 KB a request where it had written 19 (see checkpoint.go). What
 // remains is a page per user per index keyed by user: requests,
-// call_tokens and call_tokens_total, and calls_finished_user. Staging
-// each batch's rows in time order and merging them in bulk, as
-// pool_recent does for pools, would make a batch write a few shared pages
-// instead; it is not done for users.
+// call_tokens and calls_finished_user. Migration 29 dropped the two
+// indexes on call_tokens' running totals, a page of each for every call
+// finished (see reaching in calls.go): the gateway then served 1.16 times
+// the calls a second on a filled database (3,058 against 2,637, two runs
+// of each alternated). Staging each batch's rows in time order and
+// merging them in bulk, as pool_recent does for pools, would spare pages
+// only where a merge holds several rows of each user: with 1,000 users
+// and 2,048 rows a merge, two; with 10,000 users, none, and every row
+// would be written twice. It is not done for users.
 //
 // # The SQLite writer
 //

@@ -45,8 +45,7 @@ const (
 	qTokFirstAfter
 	qTokFirstAfter3
 	qTokRowsAfter3
-	qTokReaching
-	qCostReaching
+	qTokAround
 	qTokInsert
 	qTokForget
 	qTokNextUser
@@ -128,7 +127,7 @@ var queries = [numQueries]string{
 // readQueries are the queries View runs on the read connections.
 var readQueries = [...]query{qLast, qFirstAfter, qFirstAfter3, qNthAfter, qAround, qPeriodUse,
 	qPoolLast, qPoolFirstAfter, qPoolFirstAfter3, qPoolNthAfter, qPoolAround,
-	qTokLast, qTokFirstAfter, qTokReaching, qCostReaching, qOpenCalls, qExpiredCalls, qCallGet, qRunChain}
+	qTokLast, qTokFirstAfter, qTokAround, qOpenCalls, qExpiredCalls, qCallGet, qRunChain}
 
 // rowQuerier runs one of the queries.
 type rowQuerier interface {

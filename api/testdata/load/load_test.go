@@ -82,6 +82,7 @@ type loadConfig struct {
 	bigUsers    int           // users of the cleanup and memory phase
 	bigPerUser  int           // expired rows per big user
 	gatewayKeys int           // rotating gateway keys, one per user, of the gateway phase
+	gatewayFill int           // calls through the gateway per key before its rounds
 	streams     int           // streamed requests per target of the gateway phase
 	gatewayOnly bool          // the gateway phase alone
 }
@@ -92,16 +93,16 @@ func loadConfigFromEnv() (loadConfig, bool) {
 		return loadConfig{}, false
 	case "short":
 		return loadConfig{round: time.Second, rounds: 1, conns: 64, users: 10_000, heavy: 10_000,
-			flatChecks: 500, bigUsers: 1_000, bigPerUser: 100, gatewayKeys: 200, streams: 50}, true
+			flatChecks: 500, bigUsers: 1_000, bigPerUser: 100, gatewayKeys: 200, gatewayFill: 20, streams: 50}, true
 	case "gateway":
 		// The gateway phase alone, over ten rounds: whether the gateway
 		// holds its speed as its database fills.
-		return loadConfig{round: 5 * time.Second, rounds: 10, conns: 64, gatewayKeys: 1_000, streams: 200, gatewayOnly: true}, true
+		return loadConfig{round: 5 * time.Second, rounds: 10, conns: 64, gatewayKeys: 1_000, gatewayFill: 250, streams: 200, gatewayOnly: true}, true
 	default:
 		// Rounds of wrk's -d5s: other work on the machine comes and goes,
 		// and the median of neighbouring rounds sees through it best.
 		return loadConfig{round: 5 * time.Second, rounds: 5, conns: 64, users: 10_000, heavy: 100_000,
-			flatChecks: 3_000, bigUsers: 10_000, bigPerUser: 100, gatewayKeys: 1_000, streams: 200}, true
+			flatChecks: 3_000, bigUsers: 10_000, bigPerUser: 100, gatewayKeys: 1_000, gatewayFill: 250, streams: 200}, true
 	}
 }
 

@@ -65,18 +65,25 @@ var nthShapes = []rowShape{
 // a read connection: another connection, so the writer drops its cache.
 func fillRows(t testing.TB, s *Store, user string, ts []int64) {
 	t.Helper()
+	fillWith(t, s, qInsert, len(ts), func(i int) []any { return []any{user, ts[i], i + 1, nil} })
+}
+
+// fillWith runs q n times, with args(i) the i-th time, in one transaction
+// on a read connection.
+func fillWith(t testing.TB, s *Store, q query, n int, args func(i int) []any) {
+	t.Helper()
 	ctx := context.Background()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	st, err := tx.PrepareContext(ctx, queries[qInsert])
+	st, err := tx.PrepareContext(ctx, queries[q])
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, v := range ts {
-		if _, err := st.ExecContext(ctx, user, v, i+1, nil); err != nil {
+	for i := range n {
+		if _, err := st.ExecContext(ctx, args(i)...); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -16,24 +16,10 @@ import (
 // transaction on a read connection.
 func fillTokens(t testing.TB, s *Store, user string, rows []tokRow) {
 	t.Helper()
-	ctx := context.Background()
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	st, err := tx.PrepareContext(ctx, queries[qTokInsert])
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range rows {
-		if _, err := st.ExecContext(ctx, user, r.ts, r.tokens, r.total, r.cost, r.costTotal); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	fillWith(t, s, qTokInsert, len(rows), func(i int) []any {
+		r := rows[i]
+		return []any{user, r.ts, r.tokens, r.total, r.cost, r.costTotal}
+	})
 }
 
 // tokenRows returns n rows spaced as shape says, each holding tokens,

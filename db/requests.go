@@ -40,6 +40,7 @@ const (
 	qBegin
 	qCommit
 	qDataVersion
+	qSnapshot
 	// Metered calls (see calls.go).
 	qTokLast
 	qTokFirstAfter
@@ -122,10 +123,13 @@ var queries = [numQueries]string{
 	qBegin:       `BEGIN IMMEDIATE`,
 	qCommit:      `COMMIT`,
 	qDataVersion: `PRAGMA data_version`,
+	// Any read of a table begins a read transaction's snapshot; this one
+	// reads at most one row of a small table.
+	qSnapshot: `SELECT 1 FROM tiers LIMIT 1`,
 }
 
 // readQueries are the queries View runs on the read connections.
-var readQueries = [...]query{qLast, qFirstAfter, qFirstAfter3, qNthAfter, qAround, qPeriodUse,
+var readQueries = [...]query{qSnapshot, qLast, qFirstAfter, qFirstAfter3, qNthAfter, qAround, qPeriodUse,
 	qPoolLast, qPoolFirstAfter, qPoolFirstAfter3, qPoolNthAfter, qPoolAround,
 	qTokLast, qTokFirstAfter, qTokAround, qOpenCalls, qExpiredCalls, qCallGet, qRunChain}
 
@@ -856,7 +860,10 @@ func (s *Store) prepareReads(ctx context.Context) error {
 }
 
 // View implements policy.RequestStore on a read connection, so it never
-// waits for the writer.
+// waits for the writer. Its snapshot begins before fn runs (both
+// databases otherwise begin it at the transaction's first read), so that
+// fn can read the clock first: every write the view holds committed
+// before that instant.
 func (s *Store) View(ctx context.Context, userID string, fn func(policy.History) error) error {
 	var opts *sql.TxOptions // SQLite: a read transaction sees one snapshot
 	if s.d.postgres {
@@ -868,8 +875,12 @@ func (s *Store) View(ctx context.Context, userID string, fn func(policy.History)
 		return unavailable(err)
 	}
 	defer tx.Rollback() //nolint:errcheck // read-only: nothing to lose
-	h := &history{q: readTx{ctx, tx, &s.reads}, user: userID}
-	return fn(h)
+	q := readTx{ctx, tx, &s.reads}
+	var one int
+	if err := q.queryRow(qSnapshot).Scan(&one); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return unavailable(err)
+	}
+	return fn(&history{q: q, user: userID})
 }
 
 // Forget implements policy.RequestStore.

@@ -354,7 +354,7 @@ func (s *Service) AccountUsage(ctx context.Context, id string) (AccountUsage, er
 		}
 		period = &p
 	}
-	u, err := s.limiter.usage(ctx, AccountKey(id), &pt, s.now(), true, period)
+	u, err := s.limiter.usage(ctx, AccountKey(id), &pt, s.now, true, period)
 	return AccountUsage{Account: a, Limits: pool, UsageReport: u}, err
 }
 

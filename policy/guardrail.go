@@ -523,16 +523,27 @@ func (r *RateLimiter) callTimeout() time.Duration {
 // Usage returns userID's window state under tier t (only counts when t is
 // nil) without recording anything.
 func (r *RateLimiter) Usage(ctx context.Context, userID string, t *Tier, now time.Time) ([len(Windows)]WindowState, error) {
-	u, err := r.usage(ctx, userID, t, now, false, nil)
+	u, err := r.usage(ctx, userID, t, fixedClock(now), false, nil)
 	return u.Windows, err
 }
+
+// fixedClock is a clock stopped at t: for a report of a check's own
+// instant.
+func fixedClock(t time.Time) func() time.Time { return func() time.Time { return t } }
 
 // usage is Usage with, when calls is set and the store keeps them, each
 // window's tokens and the calls in flight, and with period set, the
 // state of that billing period (under t's month limits).
-func (r *RateLimiter) usage(ctx context.Context, userID string, t *Tier, now time.Time, calls bool, period *Period) (UsageReport, error) {
+//
+// The instant is read from clock inside the view, which holds every
+// admission committed before it: read before the view began, the instant
+// could precede the newest admission the view holds, and the report count
+// that admission's reservation beside finished tokens it had already seen
+// leave the window, a total over the limit no admission passed.
+func (r *RateLimiter) usage(ctx context.Context, userID string, t *Tier, clock func() time.Time, calls bool, period *Period) (UsageReport, error) {
 	var u UsageReport
 	err := r.Store.View(ctx, userID, func(h History) error {
+		now := clock()
 		var err error
 		if u.Windows, err = Usage(h, t, now); err != nil {
 			return err

@@ -288,8 +288,8 @@ func (s *Service) Periods(ctx context.Context, key string, cur Period, before ti
 			return nil, err
 		}
 		prev := BillingCycle{Location: loc, Anchor: cur.Anchor}.Period(cur.Start.Add(-Resolution))
-		now := s.now().Truncate(Resolution)
 		err = s.limiter.Store.View(ctx, key, func(h History) error {
+			now := s.now().Truncate(Resolution) // in the view: see RateLimiter.usage
 			var l Ledger
 			if ch, ok := h.(CallHistory); ok {
 				var err error

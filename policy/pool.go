@@ -207,7 +207,7 @@ func (a *admission) poolState(admitted bool) *AccountState {
 // poolView is the pool's state as it stands, with nothing consumed: for a
 // check refused before the RateLimiter ran.
 func (r *RateLimiter) poolView(ctx context.Context, p *pool, now time.Time) (*AccountState, error) {
-	u, err := r.usage(ctx, p.key, &p.tier, now, p.limits.Metered(), p.period)
+	u, err := r.usage(ctx, p.key, &p.tier, fixedClock(now), p.limits.Metered(), p.period)
 	if err != nil {
 		return nil, err
 	}

@@ -258,7 +258,7 @@ func (s *Service) baseTier(ctx context.Context, base *Tier, name string, fromMem
 // limiter ran, with the windows as they stand, nothing consumed, and what
 // its shadow limits and its pool would have said.
 func (s *Service) viewUnconsumed(ctx context.Context, c *Check, d *Decision) error {
-	u, err := s.limiter.usage(ctx, c.UserID, c.Tier, c.Now, c.Tier.Metered(), c.period)
+	u, err := s.limiter.usage(ctx, c.UserID, c.Tier, fixedClock(c.Now), c.Tier.Metered(), c.period)
 	if err != nil {
 		return err
 	}
@@ -296,7 +296,7 @@ func (s *Service) Usage(ctx context.Context, userID, tierName string) ([len(Wind
 		}
 		tier = &t
 	}
-	u, err := s.limiter.usage(ctx, userID, tier, s.now(), true, nil)
+	u, err := s.limiter.usage(ctx, userID, tier, s.now, true, nil)
 	return u.Windows, err
 }
 

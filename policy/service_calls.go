@@ -75,7 +75,7 @@ func (s *Service) UsageReport(ctx context.Context, userID, tierName string) (Usa
 		}
 		period = &p
 	}
-	return s.limiter.usage(ctx, userID, tier, s.now(), true, period)
+	return s.limiter.usage(ctx, userID, tier, s.now, true, period)
 }
 
 // callNotFound is the error for a call id that names no call.

@@ -99,7 +99,8 @@ type RequestStore interface {
 	Admit(ctx context.Context, userID string, decide func(History) (Admission, error)) error
 	// View calls fn with a consistent read-only view of userID's history,
 	// which implements CallHistory (settling nothing) when the store keeps
-	// calls.
+	// calls. The view is taken before fn runs: a clock read first thing in
+	// fn is at or after every admission it holds.
 	View(ctx context.Context, userID string, fn func(History) error) error
 	// Forget deletes every recorded request, call and finished token of
 	// userID.

@@ -535,11 +535,11 @@ func fixedClock(t time.Time) func() time.Time { return func() time.Time { return
 // window's tokens and the calls in flight, and with period set, the
 // state of that billing period (under t's month limits).
 //
-// The instant is read from clock inside the view, which holds every
-// admission committed before it: read before the view began, the instant
-// could precede the newest admission the view holds, and the report count
-// that admission's reservation beside finished tokens it had already seen
-// leave the window, a total over the limit no admission passed.
+// The instant is read from clock inside the view, so it is at or after
+// every admission the view holds. Read before the view began, it could
+// precede the newest of them, and the report would count that admission's
+// reservation beside finished tokens the admission had already seen leave
+// the window: a total over the limit that no admission passed.
 func (r *RateLimiter) usage(ctx context.Context, userID string, t *Tier, clock func() time.Time, calls bool, period *Period) (UsageReport, error) {
 	var u UsageReport
 	err := r.Store.View(ctx, userID, func(h History) error {
